@@ -1,0 +1,82 @@
+"""The backend table: built-in backends by name, plus third-party ones from entry points.
+
+A third-party package registers a backend class under the ``inferd.backends`` entry-point
+group; the class must satisfy ``inferd.backends.base.Backend``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from inferd.backends.base import Backend
+from inferd.errors import ConfigError
+from inferd.repository.model_config_pb2 import ModelConfig
+
+
+def _onnxruntime() -> Backend:
+    from inferd.backends.onnxruntime import OnnxRuntimeBackend
+
+    return OnnxRuntimeBackend()
+
+
+BUILTIN: dict[str, Callable[[], Backend]] = {
+    "onnxruntime": _onnxruntime,
+}
+# Triton's ``platform`` values and the backend each selects.
+PLATFORMS: dict[str, str] = {
+    "onnxruntime_onnx": "onnxruntime",
+}
+# The file a version directory holds, for a config that names no backend.
+DEFAULT_FILES: dict[str, str] = {
+    "model.onnx": "onnxruntime",
+}
+
+_cache: dict[str, Backend] = {}
+
+
+def get_backend(name: str) -> Backend:
+    if name in _cache:
+        return _cache[name]
+    factory = BUILTIN.get(name)
+    if factory is None:
+        for ep in entry_points(group="inferd.backends"):
+            if ep.name == name:
+                factory = ep.load()
+                break
+    if factory is None:
+        raise ConfigError(f"unknown backend '{name}'; available: {', '.join(available())}")
+    backend = factory()
+    _cache[name] = backend
+    return backend
+
+
+def available() -> list[str]:
+    return sorted(set(BUILTIN) | {ep.name for ep in entry_points(group="inferd.backends")})
+
+
+def select_backend(config: ModelConfig, version_dirs: Iterable[Path]) -> Backend:
+    """The backend a model needs: from ``backend``, then ``platform``, then its files."""
+    if config.backend:
+        return get_backend(config.backend)
+    if config.platform:
+        name = PLATFORMS.get(config.platform)
+        if name is None:
+            raise ConfigError(
+                f"unsupported platform '{config.platform}'; supported: {', '.join(PLATFORMS)}"
+            )
+        return get_backend(name)
+    if config.default_model_filename:
+        suffix = Path(config.default_model_filename).suffix
+        for filename, name in DEFAULT_FILES.items():
+            if Path(filename).suffix == suffix:
+                return get_backend(name)
+    dirs = list(version_dirs)
+    for filename, name in DEFAULT_FILES.items():
+        if any((d / filename).exists() for d in dirs):
+            return get_backend(name)
+    raise ConfigError(
+        "cannot tell which backend serves this model: no known model file "
+        f"({', '.join(DEFAULT_FILES)}) in its version folders and no backend/platform in config"
+    )

@@ -1,0 +1,74 @@
+"""The backend seam: a Backend completes a config and loads Runtimes that execute whole batches.
+
+A Runtime sees only numpy arrays shaped as the model itself expects (after any config
+reshape) and never a request, a protocol or a queue.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from inferd.repository.model_config_pb2 import ModelConfig
+from inferd.types import Tensors
+
+
+@dataclass(frozen=True, slots=True)
+class InstancePlacement:
+    """Where one execution instance runs and how many threads it may use."""
+
+    kind: str  # "CPU" or "GPU"
+    device_id: int
+    instance_count: int  # instances of this model version in total, for thread sharing
+
+    def cpu_threads(self) -> int:
+        """A thread share that does not oversubscribe the machine across instances."""
+        return max(1, available_cpus() // max(1, self.instance_count))
+
+
+def available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+class Runtime(Protocol):
+    """One loaded execution instance of a model version."""
+
+    def execute(self, inputs: Tensors, output_names: Sequence[str]) -> Tensors:
+        """Run one whole batch; called from one worker thread at a time per instance."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    """A framework adapter, found by name in ``inferd.backends.BACKENDS``."""
+
+    name: str
+    platforms: tuple[str, ...]  # Triton ``platform`` values that select this backend
+    default_filename: str  # the file (or folder) a version directory holds
+
+    def complete_config(
+        self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
+    ) -> None:
+        """Fill in missing inputs, outputs and max_batch_size from the model file.
+
+        ``default_max_batch_size`` applies when the config is empty and every tensor of
+        the model has a variable first dimension (Triton's autocomplete rule).
+        """
+        ...
+
+    def load(
+        self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
+    ) -> Runtime: ...
+
+    def gpu_available(self) -> bool: ...
+
+
+def model_path(version_dir: Path, config: ModelConfig, backend: Backend) -> Path:
+    return version_dir / (config.default_model_filename or backend.default_filename)

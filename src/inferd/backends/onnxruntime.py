@@ -1,0 +1,231 @@
+"""ONNX Runtime backend: CPU by default, CUDA when the instance group asks for a GPU and one exists.
+
+Config parameters (``parameters { key: ... value: { string_value: ... } }``):
+``intra_op_thread_count`` (default: the machine's cores shared among instances),
+``inter_op_thread_count`` (default 1), ``graph_optimization_level``
+(disable | basic | extended | all, default all), ``allow_spinning`` (0 | 1, default 0:
+spinning worker threads would steal the CPU that decodes the next request).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inferd import datatypes
+from inferd.backends.base import InstancePlacement, model_path
+from inferd.datatypes import DataType
+from inferd.errors import ConfigError, InternalError, InvalidInput, ModelLoadError
+from inferd.repository.config import config_enum_of, datatype_of
+from inferd.repository.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
+from inferd.types import Tensors
+
+log = logging.getLogger("inferd.backends.onnxruntime")
+
+_OPT_LEVELS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+    "0": "ORT_DISABLE_ALL",
+    "1": "ORT_ENABLE_BASIC",
+    "2": "ORT_ENABLE_EXTENDED",
+    "99": "ORT_ENABLE_ALL",
+}
+_KNOWN_PARAMETERS = {
+    "intra_op_thread_count",
+    "inter_op_thread_count",
+    "graph_optimization_level",
+    "allow_spinning",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _IO:
+    name: str
+    datatype: DataType
+    shape: tuple[int, ...]  # -1 for a variable dimension
+
+
+def _read_io(path: Path) -> tuple[list[_IO], list[_IO]]:
+    """Graph inputs and outputs, read from the file without building a session."""
+    import onnx
+    from onnx import helper
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot read ONNX model {path.name}: {exc}") from None
+    initializers = {i.name for i in model.graph.initializer}
+
+    def convert(values: Any) -> list[_IO]:
+        found = []
+        for v in values:
+            if v.name in initializers:
+                continue
+            tensor_type = v.type.tensor_type
+            try:
+                dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
+                datatype = datatypes.from_numpy(dtype)
+            except (KeyError, InvalidInput):
+                raise ModelLoadError(
+                    f"ONNX tensor '{v.name}' has an unsupported element type "
+                    f"{tensor_type.elem_type}"
+                ) from None
+            dims = tuple(
+                int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else -1
+                for d in tensor_type.shape.dim
+            )
+            found.append(_IO(v.name, datatype, dims))
+        return found
+
+    return convert(model.graph.input), convert(model.graph.output)
+
+
+def _complete_tensors(
+    configured: Any, found: list[_IO], batching: bool, make: type[ModelInput] | type[ModelOutput]
+) -> None:
+    by_name = {t.name: t for t in found}
+    for tensor in configured:
+        model_io = by_name.get(tensor.name)
+        kind = "input" if make is ModelInput else "output"
+        if model_io is None:
+            raise ConfigError(
+                f"config {kind} '{tensor.name}' is not in the model; the model has "
+                f"{', '.join(by_name) or 'none'}"
+            )
+        if tensor.data_type == 0:
+            tensor.data_type = config_enum_of(model_io.datatype)
+        elif datatype_of(tensor.data_type, f"{kind} '{tensor.name}'") != model_io.datatype:
+            raise ConfigError(
+                f"config {kind} '{tensor.name}' declares "
+                f"{datatype_of(tensor.data_type, kind).config_name} but the model has "
+                f"{model_io.datatype.config_name}"
+            )
+        if not tensor.dims:
+            _set_dims(tensor, model_io, batching)
+    if len(configured) == 0:
+        for model_io in found:
+            tensor = configured.add()
+            tensor.name = model_io.name
+            tensor.data_type = config_enum_of(model_io.datatype)
+            _set_dims(tensor, model_io, batching)
+
+
+def _set_dims(tensor: ModelInput | ModelOutput, model_io: _IO, batching: bool) -> None:
+    dims = model_io.shape[1:] if batching else model_io.shape
+    if dims:
+        tensor.dims.extend(dims)
+    else:
+        # A scalar per batch row: clients send [batch, 1], the model takes [batch].
+        tensor.dims.append(1)
+        tensor.reshape.SetInParent()
+
+
+class OnnxRuntimeBackend:
+    name = "onnxruntime"
+    platforms: tuple[str, ...] = ("onnxruntime_onnx",)
+    default_filename = "model.onnx"
+
+    def gpu_available(self) -> bool:
+        import onnxruntime as ort
+
+        return "CUDAExecutionProvider" in ort.get_available_providers()
+
+    def complete_config(
+        self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
+    ) -> None:
+        inputs, outputs = _read_io(model_path(version_dir, config, self))
+        if not config.input and not config.output and config.max_batch_size == 0:
+            every = inputs + outputs
+            if every and all(len(t.shape) >= 1 and t.shape[0] == -1 for t in every):
+                config.max_batch_size = default_max_batch_size
+        batching = config.max_batch_size > 0
+        _complete_tensors(config.input, inputs, batching, ModelInput)
+        _complete_tensors(config.output, outputs, batching, ModelOutput)
+        if not config.platform:
+            config.platform = self.platforms[0]
+        if not config.backend:
+            config.backend = self.name
+
+    def load(
+        self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
+    ) -> OnnxRuntimeSession:
+        import onnxruntime as ort
+
+        params = {k: v.string_value for k, v in config.parameters.items()}
+        unknown = set(params) - _KNOWN_PARAMETERS
+        if unknown:
+            raise ConfigError(
+                f"unknown onnxruntime parameter(s) {', '.join(sorted(unknown))}; known: "
+                f"{', '.join(sorted(_KNOWN_PARAMETERS))}"
+            )
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = _int_param(
+            params, "intra_op_thread_count", placement.cpu_threads()
+        )
+        options.inter_op_num_threads = _int_param(params, "inter_op_thread_count", 1)
+        level = params.get("graph_optimization_level", "all").lower()
+        if level not in _OPT_LEVELS:
+            raise ConfigError(
+                f"parameter graph_optimization_level '{level}' is not one of "
+                f"{', '.join(sorted(set(_OPT_LEVELS)))}"
+            )
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPT_LEVELS[level])
+        spinning = params.get("allow_spinning", "0")
+        options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
+        options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
+        options.log_severity_level = 3
+        providers: list[Any] = ["CPUExecutionProvider"]
+        if placement.kind == "GPU":
+            providers.insert(0, ("CUDAExecutionProvider", {"device_id": placement.device_id}))
+        path = model_path(version_dir, config, self)
+        try:
+            session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+        except Exception as exc:
+            raise ModelLoadError(f"onnxruntime cannot load {path.name}: {exc}") from None
+        return OnnxRuntimeSession(session)
+
+
+def _int_param(params: dict[str, str], key: str, default: int) -> int:
+    if key not in params:
+        return default
+    try:
+        value = int(params[key])
+    except ValueError:
+        raise ConfigError(f"parameter {key} must be an integer, got '{params[key]}'") from None
+    if value < 0:
+        raise ConfigError(f"parameter {key} must be >= 0, got {value}")
+    return value
+
+
+class OnnxRuntimeSession:
+    """One InferenceSession; ORT releases the GIL while it runs."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+        self._string_inputs = {i.name for i in session.get_inputs() if i.type == "tensor(string)"}
+        self._string_outputs = {o.name for o in session.get_outputs() if o.type == "tensor(string)"}
+
+    def execute(self, inputs: Tensors, output_names: Sequence[str]) -> Tensors:
+        feeds = inputs
+        if self._string_inputs:
+            feeds = dict(inputs)
+            for name in self._string_inputs & feeds.keys():
+                feeds[name] = np.char.decode(feeds[name].astype(np.bytes_), "utf-8")
+        try:
+            results = self._session.run(list(output_names), feeds)
+        except Exception as exc:
+            raise InternalError(f"onnxruntime execution failed: {exc}") from None
+        outputs = dict(zip(output_names, results, strict=True))
+        for name in self._string_outputs & outputs.keys():
+            outputs[name] = np.char.encode(outputs[name].astype(np.str_), "utf-8").astype(object)
+        return outputs
+
+    def close(self) -> None:
+        self._session = None

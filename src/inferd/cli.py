@@ -1,0 +1,67 @@
+"""The ``inferd`` command line: serve, demo-models."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from inferd import __version__, settings
+
+
+def _setup_logging(verbose: int) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose > 0 else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from inferd.server import run
+
+    config = settings.from_sources(args, os.environ)
+    _setup_logging(config.log_verbose)
+    run(config)
+    return 0
+
+
+def _demo_models(args: argparse.Namespace) -> int:
+    from inferd.demo.models import DEMO_MODELS, write_demo_repository
+
+    _setup_logging(0)
+    names = args.models or list(DEMO_MODELS)
+    try:
+        written = write_demo_repository(Path(args.directory), models=names)
+    except (ValueError, ImportError) as exc:
+        print(f"inferd demo-models: {exc}", file=sys.stderr)
+        return 2
+    print(f"demo repository {args.directory}: {', '.join(written)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="inferd", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"inferd {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="serve the models of a model repository")
+    settings.add_arguments(serve)
+    serve.set_defaults(func=_serve)
+
+    demo = commands.add_parser("demo-models", help="write the demo model repository")
+    demo.add_argument("directory", help="folder to write the repository into")
+    demo.add_argument(
+        "--model", dest="models", action="append", help="only this model (repeat); default all"
+    )
+    demo.set_defaults(func=_demo_models)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code

@@ -1,0 +1,1 @@
+"""Demo model repository builders (ONNX models generated locally from code)."""

@@ -1,0 +1,77 @@
+"""Typed errors raised by the core; only protocol adapters map them to HTTP or gRPC statuses.
+
+The tree:
+
+    InferdError                    code
+    ├── InvalidInput               INVALID_ARGUMENT  (bad request: shape, datatype, JSON ...)
+    │   └── PayloadTooLarge        PAYLOAD_TOO_LARGE (body over the configured limit)
+    ├── NotFound                   NOT_FOUND         (unknown model, version, label, route)
+    ├── Unavailable                UNAVAILABLE       (model not ready, queue full, shutting down)
+    ├── DeadlineExceeded           DEADLINE_EXCEEDED (timed out in the queue)
+    ├── Unimplemented              UNIMPLEMENTED     (a feature the server does not offer)
+    ├── ModelLoadError             INTERNAL          (a model version failed to load)
+    │   └── ConfigError            INTERNAL          (config.pbtxt does not parse or validate)
+    └── InternalError              INTERNAL          (a backend failed while executing)
+
+Every message is one line that names the field or object at fault.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.Enum):
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    NOT_FOUND = "NOT_FOUND"
+    UNAVAILABLE = "UNAVAILABLE"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
+    INTERNAL = "INTERNAL"
+
+
+class InferdError(Exception):
+    """Base of every error the server reports to a client."""
+
+    code: ErrorCode = ErrorCode.INTERNAL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidInput(InferdError):
+    code = ErrorCode.INVALID_ARGUMENT
+
+
+class PayloadTooLarge(InvalidInput):
+    code = ErrorCode.PAYLOAD_TOO_LARGE
+
+
+class NotFound(InferdError):
+    code = ErrorCode.NOT_FOUND
+
+
+class Unavailable(InferdError):
+    code = ErrorCode.UNAVAILABLE
+
+
+class DeadlineExceeded(InferdError):
+    code = ErrorCode.DEADLINE_EXCEEDED
+
+
+class Unimplemented(InferdError):
+    code = ErrorCode.UNIMPLEMENTED
+
+
+class ModelLoadError(InferdError):
+    code = ErrorCode.INTERNAL
+
+
+class ConfigError(ModelLoadError):
+    pass
+
+
+class InternalError(InferdError):
+    code = ErrorCode.INTERNAL

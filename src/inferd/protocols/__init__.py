@@ -1,0 +1,1 @@
+"""Protocol adapters: wire formats in, InferRequest/InferResponse through the data plane."""

@@ -1,0 +1,136 @@
+"""Tensor codecs shared by every protocol: JSON values, raw little-endian bytes, BYTES framing.
+
+Decoding checks shape x datatype x byte length once; after that the core trusts the array.
+Numeric tensors never pass through a per-element Python loop; only BYTES elements, which
+are Python objects by nature, are framed one by one.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from inferd import datatypes
+from inferd.datatypes import DataType
+from inferd.errors import InvalidInput
+
+_LEN = struct.Struct("<I")
+
+
+def check_shape(name: str, shape: Any) -> tuple[int, ...]:
+    if not isinstance(shape, list | tuple) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise InvalidInput(f"input '{name}': shape must be a list of non-negative integers")
+    return tuple(shape)
+
+
+def element_count(shape: Sequence[int]) -> int:
+    return math.prod(shape)
+
+
+def from_json_data(name: str, datatype: DataType, shape: tuple[int, ...], data: Any) -> np.ndarray:
+    """A tensor from JSON ``data`` (flat or nested, row-major)."""
+    count = element_count(shape)
+    if datatype.is_bytes:
+        array = _bytes_from_json(name, data)
+    elif datatype.name == "BF16":
+        raise InvalidInput(f"input '{name}': BF16 data must be sent as binary data")
+    else:
+        try:
+            array = np.asarray(data, dtype=datatype.numpy)
+        except (ValueError, TypeError, OverflowError):
+            raise InvalidInput(
+                f"input '{name}': data is not a (nested) list of {datatype.name} values"
+            ) from None
+    if array.size != count:
+        raise InvalidInput(
+            f"input '{name}': shape {list(shape)} needs {count} values, got {array.size}"
+        )
+    return array.reshape(shape)
+
+
+def _bytes_from_json(name: str, data: Any) -> np.ndarray:
+    if isinstance(data, str):
+        data = [data]
+    try:
+        text = np.asarray(data, dtype=np.str_)
+    except (ValueError, TypeError):
+        raise InvalidInput(f"input '{name}': BYTES data must be a list of strings") from None
+    flat = text.ravel()
+    array = np.empty(flat.size, dtype=object)
+    array[:] = [s.encode("utf-8") for s in flat.tolist()]
+    return array
+
+
+def from_raw(
+    name: str, datatype: DataType, shape: tuple[int, ...], raw: memoryview | bytes
+) -> np.ndarray:
+    """A tensor from little-endian bytes (BYTES: 4-byte length prefix per element). No copy."""
+    count = element_count(shape)
+    if datatype.is_bytes:
+        return _bytes_from_raw(name, shape, count, raw)
+    expected = count * datatype.itemsize
+    if len(raw) != expected:
+        raise InvalidInput(
+            f"input '{name}': shape {list(shape)} of {datatype.name} needs {expected} bytes, "
+            f"got {len(raw)}"
+        )
+    return np.frombuffer(raw, dtype=datatype.numpy, count=count).reshape(shape)
+
+
+def _bytes_from_raw(
+    name: str, shape: tuple[int, ...], count: int, raw: memoryview | bytes
+) -> np.ndarray:
+    view = memoryview(raw)
+    items: list[bytes] = []
+    offset, end = 0, len(view)
+    while offset < end:
+        if offset + 4 > end:
+            raise InvalidInput(f"input '{name}': BYTES data ends inside a length prefix")
+        (size,) = _LEN.unpack_from(view, offset)
+        offset += 4
+        if offset + size > end:
+            raise InvalidInput(f"input '{name}': BYTES element overruns the data")
+        items.append(bytes(view[offset : offset + size]))
+        offset += size
+    if len(items) != count:
+        raise InvalidInput(
+            f"input '{name}': shape {list(shape)} needs {count} BYTES elements, got {len(items)}"
+        )
+    array = np.empty(count, dtype=object)
+    array[:] = items
+    return array.reshape(shape)
+
+
+def to_raw(array: np.ndarray) -> bytes | memoryview:
+    """The tensor's wire bytes; a view of the array's memory where that is possible."""
+    if array.dtype == object or array.dtype.kind in "SU":
+        return b"".join(_LEN.pack(len(b)) + b for b in _as_bytes_list(array))
+    flat: Any = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    return memoryview(flat)
+
+
+def _as_bytes_list(array: np.ndarray) -> list[bytes]:
+    items = array.ravel().tolist()
+    return [b if isinstance(b, bytes) else str(b).encode("utf-8") for b in items]
+
+
+def to_json_data(name: str, array: np.ndarray) -> Any:
+    """Flat JSON-ready data: a numpy array orjson serializes natively, or a list of str."""
+    datatype = datatypes.of_array(array)
+    if datatype.is_bytes:
+        try:
+            return [b.decode("utf-8") for b in _as_bytes_list(array)]
+        except UnicodeDecodeError:
+            raise InvalidInput(
+                f"output '{name}' holds bytes that are not UTF-8; request it as binary data"
+            ) from None
+    flat = array.ravel()
+    if datatype.name in ("FP16", "BF16"):
+        return flat.astype(np.float32)
+    return np.ascontiguousarray(flat)

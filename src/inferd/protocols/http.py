@@ -1,0 +1,189 @@
+"""A thin RSGI application (granian's interface): routing, body limits, gzip/deflate, errors.
+
+No web framework sits on the infer route: one regex match, one body read, one send.
+RSGI rather than ASGI because it halves the per-request cost of the server itself: measured
+on 2 cores, an empty handler answers about 18,700 req/s on granian's RSGI against 11,900 on
+uvicorn's ASGI (wrk, keep-alive, 16 connections).
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import re
+import zlib
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from inferd.errors import ErrorCode, InferdError, InvalidInput, NotFound, PayloadTooLarge
+
+log = logging.getLogger("inferd.http")
+
+Headers = Mapping[str, str]
+
+STATUS_OF: dict[ErrorCode, int] = {
+    ErrorCode.INVALID_ARGUMENT: 400,
+    ErrorCode.PAYLOAD_TOO_LARGE: 413,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.DEADLINE_EXCEEDED: 504,
+    ErrorCode.UNIMPLEMENTED: 501,
+    ErrorCode.INTERNAL: 500,
+}
+
+JSON_TYPE = "application/json"
+
+
+@dataclass(slots=True)
+class HttpRequest:
+    method: str
+    path: str
+    headers: Headers  # lower-case names
+    body: bytes
+    params: dict[str, str]
+    query: str = ""
+
+
+@dataclass(slots=True)
+class HttpResponse:
+    body: bytes = b""
+    status: int = 200
+    content_type: str = JSON_TYPE
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+def json_response(value: Any, status: int = 200) -> HttpResponse:
+    return HttpResponse(orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY), status)
+
+
+def error_response(error: InferdError) -> HttpResponse:
+    return json_response({"error": error.message}, STATUS_OF[error.code])
+
+
+Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+
+
+class Router:
+    def __init__(self) -> None:
+        self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
+
+    def add(self, method: str, pattern: str, handler: Handler) -> None:
+        self._routes.append((method, re.compile(pattern + r"\Z"), handler))
+
+    def match(self, method: str, path: str) -> tuple[Handler, dict[str, str]]:
+        allowed = False
+        for route_method, regex, handler in self._routes:
+            found = regex.match(path)
+            if found is None:
+                continue
+            if route_method == method:
+                return handler, {k: v for k, v in found.groupdict().items() if v is not None}
+            allowed = True
+        if allowed:
+            raise _MethodNotAllowed(f"method {method} is not allowed on {path}")
+        raise NotFound(f"no route for {method} {path}")
+
+
+class _MethodNotAllowed(InvalidInput):
+    pass
+
+
+class HttpApp:
+    """The RSGI entry point for every HTTP route of the server."""
+
+    def __init__(self, router: Router, *, max_body_bytes: int) -> None:
+        self.router = router
+        self.max_body_bytes = max_body_bytes
+
+    async def __rsgi__(self, scope: Any, protocol: Any) -> None:
+        if scope.proto != "http":
+            return
+        method, path = scope.method, scope.path
+        headers: Headers = scope.headers
+        try:
+            handler, params = self.router.match(method, path)
+            body = await self._read_body(headers, protocol)
+            response = await handler(
+                HttpRequest(method, path, headers, body, params, scope.query_string)
+            )
+        except _MethodNotAllowed as exc:
+            response = json_response({"error": exc.message}, 405)
+        except InferdError as exc:
+            response = error_response(exc)
+        except Exception as exc:  # a bug must answer 500, not drop the connection
+            log.exception("unhandled error on %s %s", method, path)
+            response = json_response({"error": f"internal error: {exc}"}, 500)
+        _send(protocol, response, headers.get("accept-encoding", ""))
+
+    async def _read_body(self, headers: Headers, protocol: Any) -> bytes:
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            raise PayloadTooLarge(
+                f"request body of {int(length)} bytes exceeds the limit of "
+                f"{self.max_body_bytes} bytes (--http-max-body-bytes)"
+            )
+        if length is not None and length.isdigit():
+            body: bytes = await protocol()
+        else:  # chunked: count as it streams in
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in protocol:
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    raise PayloadTooLarge(
+                        f"request body exceeds the limit of {self.max_body_bytes} bytes "
+                        "(--http-max-body-bytes)"
+                    )
+                chunks.append(chunk)
+            body = b"".join(chunks)
+        encoding = headers.get("content-encoding")
+        if encoding and body:
+            body = _decompress(encoding, body, self.max_body_bytes)
+        return body
+
+
+def _decompress(encoding: str, body: bytes, limit: int) -> bytes:
+    name = encoding.strip().lower()
+    if name == "identity":
+        return body
+    if name == "gzip":
+        wbits = 16 + zlib.MAX_WBITS
+    elif name == "deflate":
+        wbits = zlib.MAX_WBITS
+    else:
+        raise InvalidInput(f"unsupported Content-Encoding '{encoding}'; use gzip or deflate")
+    inflater = zlib.decompressobj(wbits)
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise InvalidInput(f"request body is not valid {name}: {exc}") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise PayloadTooLarge(f"decompressed request body exceeds the limit of {limit} bytes")
+    return out
+
+
+def _response_encoding(accept: str) -> str | None:
+    if not accept:
+        return None
+    offered = {p.split(";")[0].strip().lower() for p in accept.split(",")}
+    if "gzip" in offered:
+        return "gzip"
+    if "deflate" in offered:
+        return "deflate"
+    return None
+
+
+def _send(protocol: Any, response: HttpResponse, accept_encoding: str) -> None:
+    body = response.body
+    headers = [("content-type", response.content_type), *response.headers]
+    encoding = _response_encoding(accept_encoding) if body else None
+    if encoding == "gzip":
+        body = gzip.compress(body, compresslevel=5)
+    elif encoding == "deflate":
+        body = zlib.compress(body, 5)
+    if encoding is not None:
+        headers.append(("content-encoding", encoding))
+    protocol.response_bytes(response.status, headers, body)

@@ -1,0 +1,231 @@
+"""KServe v2 / Triton HTTP: JSON and the binary tensor data extension, both directions.
+
+Routes under ``/v2``; the request document is decoded into an InferRequest, and the
+response is encoded as JSON, or as a JSON header followed by raw tensors when asked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from inferd import datatypes
+from inferd.dataplane import DataPlane
+from inferd.errors import InvalidInput
+from inferd.protocols import codecs
+from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
+from inferd.types import InferRequest, InferResponse, RequestedOutput, Tensors
+
+HEADER_LENGTH = "inference-header-content-length"
+_MODEL = r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?"
+
+
+def parse_json(body: bytes | memoryview, what: str = "request body") -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"malformed JSON in {what}: {exc}") from None
+
+
+def _split_body(request: HttpRequest) -> tuple[Any, memoryview | None]:
+    header_length = request.headers.get(HEADER_LENGTH)
+    if header_length is None:
+        return parse_json(request.body), None
+    try:
+        json_length = int(header_length)
+    except ValueError:
+        raise InvalidInput("Inference-Header-Content-Length is not an integer") from None
+    if json_length < 0 or json_length > len(request.body):
+        raise InvalidInput(
+            f"Inference-Header-Content-Length {json_length} is outside the body of "
+            f"{len(request.body)} bytes"
+        )
+    view = memoryview(request.body)
+    return parse_json(view[:json_length], "the JSON header"), view[json_length:]
+
+
+def decode_request(doc: Any, binary: memoryview | None, model: str, version: str) -> InferRequest:
+    if not isinstance(doc, dict):
+        raise InvalidInput("the request body must be a JSON object")
+    items = doc.get("inputs")
+    if not isinstance(items, list) or not items:
+        raise InvalidInput("'inputs' must be a non-empty list")
+    inputs: Tensors = {}
+    input_parameters: dict[str, dict[str, Any]] = {}
+    offset = 0
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise InvalidInput("each input must be an object with a string 'name'")
+        name = item["name"]
+        if name in inputs:
+            raise InvalidInput(f"input '{name}' is given twice")
+        if "datatype" not in item:
+            raise InvalidInput(f"input '{name}': 'datatype' is missing")
+        datatype = datatypes.from_name(item["datatype"])
+        shape = codecs.check_shape(name, item.get("shape"))
+        params = item.get("parameters") or {}
+        if not isinstance(params, dict):
+            raise InvalidInput(f"input '{name}': 'parameters' must be an object")
+        size = params.get("binary_data_size")
+        if size is not None:
+            if "data" in item:
+                raise InvalidInput(f"input '{name}' has both 'data' and binary_data_size")
+            if binary is None:
+                raise InvalidInput(
+                    f"input '{name}' has binary_data_size but the request carries no binary "
+                    "data (Inference-Header-Content-Length header missing)"
+                )
+            if not isinstance(size, int) or size < 0 or offset + size > len(binary):
+                raise InvalidInput(
+                    f"input '{name}': binary_data_size {size} overruns the binary data "
+                    f"({len(binary) - offset} bytes left)"
+                )
+            inputs[name] = codecs.from_raw(name, datatype, shape, binary[offset : offset + size])
+            offset += size
+        else:
+            if "data" not in item:
+                raise InvalidInput(f"input '{name}' has no 'data'")
+            inputs[name] = codecs.from_json_data(name, datatype, shape, item["data"])
+        if params:
+            input_parameters[name] = params
+    if binary is not None and offset != len(binary):
+        raise InvalidInput(
+            f"the request carries {len(binary)} bytes of binary data but its inputs "
+            f"declare {offset}"
+        )
+    return InferRequest(
+        model_name=model,
+        model_version=version,
+        inputs=inputs,
+        id=_request_id(doc),
+        outputs=_requested_outputs(doc.get("outputs")),
+        parameters=_object(doc.get("parameters"), "parameters"),
+        input_parameters=input_parameters,
+    )
+
+
+def _request_id(doc: dict[str, Any]) -> str:
+    value = doc.get("id", "")
+    if not isinstance(value, str):
+        raise InvalidInput("'id' must be a string")
+    return value
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput(f"'{what}' must be an object")
+    return value
+
+
+def _requested_outputs(value: Any) -> list[RequestedOutput] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise InvalidInput("'outputs' must be a list")
+    found = []
+    for item in value:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise InvalidInput("each requested output must be an object with a string 'name'")
+        params = _object(item.get("parameters"), f"outputs[{item['name']}].parameters")
+        found.append(RequestedOutput(item["name"], params))
+    return found or None
+
+
+def encode_response(response: InferResponse, request: InferRequest) -> HttpResponse:
+    binary_default = bool(request.parameters.get("binary_data_output", False))
+    per_output = {o.name: o.parameters for o in request.outputs or ()}
+    entries = []
+    chunks: list[bytes | memoryview] = []
+    for name, array in response.outputs.items():
+        entry: dict[str, Any] = {
+            "name": name,
+            "datatype": datatypes.of_array(array).name,
+            "shape": array.shape,
+        }
+        binary = bool(per_output.get(name, {}).get("binary_data", binary_default))
+        if binary:
+            raw = codecs.to_raw(array)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            chunks.append(raw)
+        else:
+            entry["data"] = codecs.to_json_data(name, array)
+        entries.append(entry)
+    doc: dict[str, Any] = {
+        "model_name": response.model_name,
+        "model_version": response.model_version,
+        "outputs": entries,
+    }
+    if response.id:
+        doc["id"] = response.id
+    if response.parameters:
+        doc["parameters"] = response.parameters
+    header = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    if not chunks:
+        return HttpResponse(header)
+    return HttpResponse(
+        b"".join([header, *chunks]),
+        content_type="application/octet-stream",
+        headers=[(HEADER_LENGTH, str(len(header)))],
+    )
+
+
+class V2Http:
+    """Handlers for the ``/v2`` routes."""
+
+    def __init__(self, plane: DataPlane) -> None:
+        self.plane = plane
+
+    def register(self, router: Router) -> None:
+        router.add("POST", _MODEL + "/infer", self.infer)
+        router.add("GET", "/v2", self.server_metadata)
+        router.add("GET", "/v2/health/live", self.live)
+        router.add("GET", "/v2/health/ready", self.ready)
+        router.add("GET", _MODEL, self.model_metadata)
+        router.add("GET", _MODEL + "/ready", self.model_ready)
+        router.add("GET", _MODEL + "/config", self.model_config)
+        router.add("POST", "/v2/repository/index", self.repository_index)
+
+    async def infer(self, request: HttpRequest) -> HttpResponse:
+        doc, binary = _split_body(request)
+        model, version = request.params["model"], request.params.get("version", "")
+        infer_request = decode_request(doc, binary, model, version)
+        response = await self.plane.infer(infer_request)
+        return encode_response(response, infer_request)
+
+    async def server_metadata(self, request: HttpRequest) -> HttpResponse:
+        return json_response(self.plane.server_metadata())
+
+    async def live(self, request: HttpRequest) -> HttpResponse:
+        return json_response({"live": True})
+
+    async def ready(self, request: HttpRequest) -> HttpResponse:
+        ready = self.plane.ready
+        return json_response({"ready": ready}, 200 if ready else 503)
+
+    async def model_metadata(self, request: HttpRequest) -> HttpResponse:
+        p = request.params
+        return json_response(self.plane.model_metadata(p["model"], p.get("version", "")))
+
+    async def model_ready(self, request: HttpRequest) -> HttpResponse:
+        p = request.params
+        ready = self.plane.model_ready(p["model"], p.get("version", ""))
+        body = {"name": p["model"], "ready": ready}
+        return json_response(body, 200 if ready else 400)
+
+    async def model_config(self, request: HttpRequest) -> HttpResponse:
+        p = request.params
+        return json_response(self.plane.model_config(p["model"], p.get("version", "")))
+
+    async def repository_index(self, request: HttpRequest) -> HttpResponse:
+        doc = parse_json(request.body) if request.body.strip() else {}
+        ready_only = bool(_object(doc, "body").get("ready", False))
+        entries = self.plane.index(ready_only)
+        return json_response(
+            [
+                {"name": e.name, "version": e.version, "state": e.state, "reason": e.reason}
+                for e in entries
+            ]
+        )

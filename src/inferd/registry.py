@@ -1,0 +1,91 @@
+"""The registry: models loaded in memory, routed by name and version.
+
+The repository manager writes records here; protocols only read. A record is replaced
+whole, so a request sees either the old set of versions or the new one, never half.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from inferd.errors import NotFound, Unavailable
+from inferd.model import ModelState, ModelVersion
+from inferd.repository.model_config_pb2 import ModelConfig
+
+
+@dataclass(frozen=True, slots=True)
+class VersionStatus:
+    version: int
+    state: ModelState
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class ModelRecord:
+    """Everything known about one model name: its loaded versions and every version's state."""
+
+    name: str
+    versions: dict[int, ModelVersion] = field(default_factory=dict)
+    status: dict[int, VersionStatus] = field(default_factory=dict)
+    state: ModelState = ModelState.UNAVAILABLE
+    reason: str = ""  # why the model as a whole is unavailable (e.g. its config)
+    config: ModelConfig | None = None
+
+    def default_version(self) -> ModelVersion | None:
+        ready = [v for v in self.versions.values() if v.state is ModelState.READY]
+        return max(ready, key=lambda v: v.version) if ready else None
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._models: dict[str, ModelRecord] = {}
+
+    def put(self, record: ModelRecord) -> None:
+        self._models[record.name] = record
+
+    def remove(self, name: str) -> ModelRecord | None:
+        return self._models.pop(name, None)
+
+    def names(self) -> list[str]:
+        return sorted(self._models)
+
+    def records(self) -> list[ModelRecord]:
+        return [self._models[n] for n in sorted(self._models)]
+
+    def record(self, name: str) -> ModelRecord:
+        found = self._models.get(name)
+        if found is None:
+            raise NotFound(f"unknown model '{name}'")
+        return found
+
+    def get(self, name: str, version: str = "") -> ModelVersion:
+        """The version that serves a request (``""``: the highest ready version)."""
+        record = self.record(name)
+        if not version:
+            chosen = record.default_version()
+            if chosen is None:
+                why = f": {record.reason}" if record.reason else ""
+                raise Unavailable(f"model '{name}' has no ready version{why}")
+            return chosen
+        number = _parse_version(name, version)
+        found = record.versions.get(number)
+        if found is not None and found.state is ModelState.READY:
+            return found
+        status = record.status.get(number)
+        if status is None:
+            raise NotFound(f"unknown version '{version}' of model '{name}'")
+        why = f": {status.reason}" if status.reason else ""
+        raise Unavailable(f"version {number} of model '{name}' is {status.state.value}{why}")
+
+    def is_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self.get(name, version)
+        except (Unavailable, NotFound):
+            return False
+        return True
+
+
+def _parse_version(name: str, version: str) -> int:
+    if not version.isdigit() or int(version) < 1:
+        raise NotFound(f"unknown version '{version}' of model '{name}'")
+    return int(version)

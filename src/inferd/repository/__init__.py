@@ -1,0 +1,1 @@
+"""Model repositories: storage, layout, configuration, and the manager that loads models."""

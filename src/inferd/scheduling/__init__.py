@@ -1,0 +1,1 @@
+"""Scheduling: how requests reach execution instances (direct, batched)."""

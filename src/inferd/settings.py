@@ -1,0 +1,125 @@
+"""One Settings object: command-line flags (Triton's names), ``INFERD_*`` environment variables.
+
+Precedence: a flag given on the command line, then the environment, then the default.
+Every field's flag is ``--field-name`` and its variable ``INFERD_FIELD_NAME``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _opt(help_text: str, **extra: Any) -> Any:
+    return {"help": help_text, **extra}
+
+
+@dataclass(slots=True)
+class Settings:
+    model_repository: list[str] = field(
+        default_factory=list,
+        metadata=_opt("model repository folder; repeat for several", repeat=True),
+    )
+    http_address: str = field(default="0.0.0.0", metadata=_opt("address the HTTP server binds"))
+    http_port: int = field(default=8080, metadata=_opt("HTTP port (KServe v2 and TF Serving REST)"))
+    load_model: list[str] = field(
+        default_factory=list,
+        metadata=_opt("load only this model at start (repeat; '*' loads all)", repeat=True),
+    )
+    log_verbose: int = field(default=0, metadata=_opt("verbose logging level (0: info, 1+: debug)"))
+    http_max_body_bytes: int = field(
+        default=128 * 1024 * 1024,
+        metadata=_opt("largest HTTP request body accepted, after decompression"),
+    )
+    default_max_batch_size: int = field(
+        default=64,
+        metadata=_opt("max_batch_size given to a batchable model whose config does not set one"),
+    )
+    disable_auto_complete_config: bool = field(
+        default=False,
+        metadata=_opt("do not complete configs from model files; config.pbtxt must be complete"),
+    )
+    server_name: str = field(default="inferd", metadata=_opt("name reported by GET /v2"))
+
+    def models_to_load(self) -> list[str] | None:
+        """None loads every model in the repository."""
+        if not self.load_model or "*" in self.load_model:
+            return None
+        return list(self.load_model)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _env(name: str) -> str:
+    return "INFERD_" + name.upper()
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: '{text}'")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for f in dataclasses.fields(Settings):
+        meta = f.metadata
+        env = _env(f.name)
+        help_text = f"{meta['help']} (env {env})"
+        if f.type == "bool":
+            parser.add_argument(
+                _flag(f.name),
+                dest=f.name,
+                nargs="?",
+                const="true",
+                default=None,
+                metavar="BOOL",
+                help=help_text,
+            )
+        elif meta.get("repeat"):
+            parser.add_argument(
+                _flag(f.name), dest=f.name, action="append", default=None, help=help_text
+            )
+        else:
+            parser.add_argument(_flag(f.name), dest=f.name, default=None, help=help_text)
+
+
+def from_sources(args: argparse.Namespace | None, environ: Mapping[str, str]) -> Settings:
+    """Build Settings from parsed flags and an environment mapping."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(Settings):
+        raw: Any = getattr(args, f.name, None) if args is not None else None
+        if raw is None and _env(f.name) in environ:
+            text = environ[_env(f.name)]
+            raw = [p for p in text.split(",") if p] if f.metadata.get("repeat") else text
+        if raw is None:
+            continue
+        values[f.name] = _convert(f, raw)
+    return Settings(**values)
+
+
+def _convert(f: dataclasses.Field[Any], raw: Any) -> Any:
+    try:
+        if f.type == "bool":
+            return _parse_bool(str(raw))
+        if f.type == "int":
+            return int(raw)
+    except ValueError as exc:
+        raise SystemExit(f"inferd: invalid value for {_flag(f.name)}: {exc}") from None
+    if f.metadata.get("repeat"):
+        return list(raw)
+    return str(raw)
+
+
+def parse(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Settings:
+    parser = argparse.ArgumentParser(prog="inferd serve")
+    add_arguments(parser)
+    return from_sources(parser.parse_args(list(argv)), os.environ if environ is None else environ)

@@ -1,0 +1,45 @@
+"""The one request/response representation every protocol decodes into and encodes from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# Tensors inside the server: name -> numpy array. BYTES are object arrays of ``bytes``.
+Tensors = dict[str, np.ndarray]
+Parameters = dict[str, Any]
+
+
+@dataclass(slots=True)
+class RequestedOutput:
+    """An output the client asked for, with its per-output wire parameters (e.g. binary_data)."""
+
+    name: str
+    parameters: Parameters = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InferRequest:
+    model_name: str
+    inputs: Tensors
+    model_version: str = ""  # "" selects the model's default version
+    id: str = ""
+    # None: every output of the model. Otherwise only these, in this order.
+    outputs: list[RequestedOutput] | None = None
+    parameters: Parameters = field(default_factory=dict)
+    # Per-input parameters the client sent (passed through; the core ignores them).
+    input_parameters: dict[str, Parameters] = field(default_factory=dict)
+
+    def output_names(self) -> list[str] | None:
+        return None if self.outputs is None else [o.name for o in self.outputs]
+
+
+@dataclass(slots=True)
+class InferResponse:
+    model_name: str
+    model_version: str
+    outputs: Tensors
+    id: str = ""
+    parameters: Parameters = field(default_factory=dict)
