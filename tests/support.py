@@ -1,0 +1,94 @@
+"""Test support: a real inferd server in a subprocess on free ports."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class ServerProcess:
+    """``inferd serve`` on free ports; the log is kept for assertions and failures."""
+
+    repository: Path
+    extra_args: Sequence[str] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    http_port: int = field(default_factory=free_port)
+    grpc_port: int = field(default_factory=free_port)
+    log_path: Path | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def http_address(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def start(self, timeout_s: float = 60.0) -> ServerProcess:
+        self.log_path = self.log_path or self.repository.parent / f"server-{self.http_port}.log"
+        args = [
+            sys.executable,
+            "-m",
+            "inferd",
+            "serve",
+            "--model-repository",
+            str(self.repository),
+            "--http-address",
+            "127.0.0.1",
+            "--http-port",
+            str(self.http_port),
+            *self.extra_args,
+        ]
+        if os.environ.get("INFERD_TEST_GRPC", "0") == "1" and "--grpc-port" not in self.extra_args:
+            args += ["--grpc-port", str(self.grpc_port)]
+        env = {**os.environ, "RUST_BACKTRACE": "0", **self.env}
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"inferd exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.http_url}/v2/health/ready", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"inferd did not become ready in {timeout_s} s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
