@@ -242,6 +242,9 @@ def _native_outputs(spec: ModelSpec, outputs: Tensors) -> Tensors:
 
 
 def _json_value(name: str, array: np.ndarray) -> Any:
+    array = np.asarray(array)
+    if array.ndim == 0 and array.dtype != object:
+        return array.astype(np.float64).item() if array.dtype.kind == "f" else array.item()
     if array.dtype == object:
         if name.endswith("_bytes"):
             return _map_bytes(array.tolist(), lambda b: {"b64": base64.b64encode(b).decode()})

@@ -153,7 +153,7 @@ def _int64_as_numbers(message: Message, raw: dict[str, Any]) -> dict[str, Any]:
                     raw[fd.name] = {
                         k: _int64_as_numbers(sub[_map_key(sub, k)], v) for k, v in value.items()
                     }
-            elif fd.label == FieldDescriptor.LABEL_REPEATED:
+            elif fd.is_repeated:
                 raw[fd.name] = [_int64_as_numbers(m, v) for m, v in zip(sub, value, strict=True)]
             else:
                 raw[fd.name] = _int64_as_numbers(sub, value)
@@ -202,7 +202,7 @@ def check_supported(config: ModelConfig) -> None:
 
 def _is_set(message: Message, fname: str) -> bool:
     fd: Any = message.DESCRIPTOR.fields_by_name[fname]
-    if fd.label == FieldDescriptor.LABEL_REPEATED:
+    if fd.is_repeated:
         return len(getattr(message, fname)) > 0
     return bool(message.HasField(fname))
 

@@ -1,0 +1,97 @@
+"""config.pbtxt parsing, validation, the JSON form, layout and version policies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from inferd.errors import ConfigError
+from inferd.repository import layout
+from inferd.repository.config import build_spec, config_to_dict, parse_config_text, read_config
+from inferd.repository.model_config_pb2 import ModelVersionPolicy
+
+TRITON_CONFIG = """
+name: "resnet"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+version_policy: { latest: { num_versions: 2 } }
+input [ { name: "in", data_type: TYPE_FP32, format: FORMAT_NCHW, dims: [ 3, 224, 224 ] } ]
+output [ { name: "out", data_type: TYPE_FP32, dims: [ 1000 ] } ]
+instance_group [ { count: 2, kind: KIND_CPU } ]
+parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
+"""
+
+
+def test_triton_config_parses_and_builds_spec() -> None:
+    config = parse_config_text(TRITON_CONFIG)
+    spec = build_spec(config)
+    assert spec.max_batch_size == 8
+    assert spec.inputs[0].dims == (3, 224, 224)
+    assert spec.inputs[0].shape(8) == [-1, 3, 224, 224]
+    assert spec.outputs[0].datatype.name == "FP32"
+    assert config.instance_group[0].count == 2
+
+
+def test_config_json_has_numbers_and_enum_names() -> None:
+    as_dict = config_to_dict(parse_config_text(TRITON_CONFIG))
+    assert as_dict["input"][0]["dims"] == [3, 224, 224]
+    assert as_dict["input"][0]["data_type"] == "TYPE_FP32"
+    assert as_dict["version_policy"] == {"latest": {"num_versions": 2}}
+    assert as_dict["parameters"] == {"intra_op_thread_count": {"string_value": "1"}}
+
+
+def test_unknown_field_is_named() -> None:
+    with pytest.raises(ConfigError, match='no field named "sequence_batching"'):
+        parse_config_text('name: "m"\nsequence_batching { }\n')
+
+
+def test_unimplemented_field_is_named() -> None:
+    config = parse_config_text('name: "m"\nresponse_cache { enable: true }\n')
+    with pytest.raises(ConfigError, match="response_cache"):
+        build_spec(config)
+
+
+OUT = '\noutput [{ name: "b", data_type: TYPE_FP32, dims: [1] }]'
+
+
+def test_bad_dims_and_reshape() -> None:
+    bad = 'input [{ name: "a", data_type: TYPE_FP32, dims: [0] }]' + OUT
+    with pytest.raises(ConfigError, match="dims must be positive or -1"):
+        build_spec(parse_config_text(bad))
+    bad = 'input [{ name: "a", data_type: TYPE_FP32, dims: [4], reshape: { shape: [3] } }]' + OUT
+    with pytest.raises(ConfigError, match="different element count"):
+        build_spec(parse_config_text(bad))
+    missing_type = (
+        'input [{ name: "a", dims: [4] }]\noutput [{ name: "b", data_type: TYPE_FP32, dims: [1] }]'
+    )
+    with pytest.raises(ConfigError, match="data_type is missing"):
+        build_spec(parse_config_text(missing_type))
+
+
+def test_read_config_checks_the_name(tmp_path: Path) -> None:
+    model = tmp_path / "mine"
+    model.mkdir()
+    assert read_config(model).name == "mine"
+    (model / "config.pbtxt").write_text('name: "other"')
+    with pytest.raises(ConfigError, match="does not match the model folder 'mine'"):
+        read_config(model)
+
+
+def test_layout_and_version_policies(tmp_path: Path) -> None:
+    model = tmp_path / "m"
+    for v in ("1", "2", "10", "0", "x"):
+        (model / v).mkdir(parents=True)
+    assert list(layout.version_dirs(model)) == [1, 2, 10]
+    policy = ModelVersionPolicy()
+    assert layout.select_versions([1, 2, 10], policy) == [10]
+    policy.latest.num_versions = 2
+    assert layout.select_versions([1, 2, 10], policy) == [2, 10]
+    policy.all.SetInParent()
+    assert layout.select_versions([1, 2, 10], policy) == [1, 2, 10]
+    policy.specific.versions.extend([1, 10])
+    assert layout.select_versions([1, 2, 10], policy) == [1, 10]
+    policy.specific.versions.append(3)
+    with pytest.raises(ConfigError, match=r"version\(s\) \[3\]"):
+        layout.select_versions([1, 2, 10], policy)
+    assert list(layout.list_models([tmp_path])) == ["m"]
