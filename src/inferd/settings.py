@@ -26,6 +26,13 @@ class Settings:
     )
     http_address: str = field(default="0.0.0.0", metadata=_opt("address the HTTP server binds"))
     http_port: int = field(default=8080, metadata=_opt("HTTP port (KServe v2 and TF Serving REST)"))
+    allow_grpc: bool = field(default=True, metadata=_opt("serve gRPC (KServe v2 / Triton)"))
+    grpc_address: str = field(default="0.0.0.0", metadata=_opt("address the gRPC server binds"))
+    grpc_port: int = field(default=8081, metadata=_opt("gRPC port (KServe v2 / Triton)"))
+    grpc_max_message_bytes: int = field(
+        default=128 * 1024 * 1024,
+        metadata=_opt("largest gRPC message accepted or sent"),
+    )
     load_model: list[str] = field(
         default_factory=list,
         metadata=_opt("load only this model at start (repeat; '*' loads all)", repeat=True),
