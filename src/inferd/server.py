@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
+from typing import Any
 
 from granian.constants import Interfaces
 from granian.server.embed import Server as GranianServer
@@ -13,12 +14,15 @@ from granian.server.embed import Server as GranianServer
 from inferd.dataplane import DataPlane
 from inferd.protocols.http import HttpApp, Router
 from inferd.protocols.tfserving_http import TfServingHttp
+from inferd.protocols.v2_grpc import build_server
 from inferd.protocols.v2_http import V2Http
 from inferd.registry import Registry
 from inferd.repository.manager import ModelManager
 from inferd.settings import Settings
 
 log = logging.getLogger("inferd.server")
+
+GRPC_STOP_GRACE_S = 5.0  # in-flight gRPC calls get this long to finish at shutdown
 
 
 class Server:
@@ -65,14 +69,27 @@ class Server:
             self.settings.http_address,
             self.settings.http_port,
         )
+        grpc_server = await self._start_grpc()
         loader = asyncio.create_task(self._load_models())
         try:
             await http.serve()
         finally:
             self.plane.ready = False
             loader.cancel()
+            if grpc_server is not None:
+                await grpc_server.stop(grace=GRPC_STOP_GRACE_S)
             await self.manager.close()
             log.info("server stopped")
+
+    async def _start_grpc(self) -> Any:
+        """The gRPC server, bound and started; None with --allow-grpc=false."""
+        if not self.settings.allow_grpc:
+            return None
+        address = f"{self.settings.grpc_address}:{self.settings.grpc_port}"
+        server = build_server(self.plane, address, self.settings.grpc_max_message_bytes)
+        await server.start()
+        log.info("gRPC (KServe v2 / Triton) on %s", address)
+        return server
 
 
 def run(settings: Settings) -> None:

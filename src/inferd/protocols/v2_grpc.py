@@ -1,0 +1,302 @@
+"""KServe v2 / Triton gRPC: the GRPCInferenceService on grpc.aio, with health and reflection.
+
+A thin adapter over the DataPlane, as v2_http.py is: messages are decoded into the same
+InferRequest (v2_grpc_codec.py) and every check lives in the core. Errors carry their
+ErrorCode and the same one-line message as on HTTP, mapped here to a gRPC status code; in
+ModelStreamInfer one request's error is that response's ``error_message`` and the stream goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection, reflection_pb2
+
+from inferd.dataplane import DataPlane
+from inferd.errors import ErrorCode, InferdError, InvalidInput, Unimplemented
+from inferd.protocols import grpc_service_pb2 as pb
+from inferd.protocols.pool import POOL
+from inferd.protocols.v2_grpc_codec import (
+    EncodedInferResponse,
+    StreamResponse,
+    WireInferRequest,
+    decode_request,
+    encode_response,
+    error_header,
+    parse_infer_request,
+)
+
+log = logging.getLogger("inferd.grpc")
+
+SERVICE = "inference.GRPCInferenceService"
+
+STATUS_OF: dict[ErrorCode, grpc.StatusCode] = {
+    ErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.PAYLOAD_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
+    ErrorCode.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
+    ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
+}
+
+# Requests of one stream that may run at once; reading the stream waits beyond that.
+STREAM_MAX_IN_FLIGHT = 256
+_HEALTH_WATCH_INTERVAL_S = 1.0
+
+Handler = Callable[[Any], Awaitable[Any]]
+
+# RPCs of the service that inferd does not offer (yet): each answers UNIMPLEMENTED and why.
+_UNIMPLEMENTED: dict[str, str] = {
+    "ModelStatistics": "model statistics are not implemented yet",
+    "RepositoryModelLoad": "loading models through the API is not implemented yet",
+    "RepositoryModelUnload": "unloading models through the API is not implemented yet",
+    "SystemSharedMemoryStatus": "system shared memory is not supported",
+    "SystemSharedMemoryRegister": "system shared memory is not supported",
+    "SystemSharedMemoryUnregister": "system shared memory is not supported",
+    "CudaSharedMemoryStatus": "CUDA shared memory is not supported",
+    "CudaSharedMemoryRegister": "CUDA shared memory is not supported",
+    "CudaSharedMemoryUnregister": "CUDA shared memory is not supported",
+    "TraceSetting": "trace settings are not supported",
+    "LogSettings": "log settings are not supported",
+}
+
+
+def _guarded(method: str, handler: Handler) -> Callable[[Any, Any], Awaitable[Any]]:
+    """A grpc.aio unary handler that answers errors with their status code and message."""
+
+    async def run(request: Any, context: Any) -> Any:
+        try:
+            return await handler(request)
+        except InferdError as exc:
+            await context.abort(STATUS_OF[exc.code], exc.message)
+        except Exception as exc:  # a bug must answer INTERNAL, not hang the call
+            log.exception("unhandled error in %s", method)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc}")
+
+    return run
+
+
+class V2Grpc:
+    """The GRPCInferenceService handlers."""
+
+    def __init__(self, plane: DataPlane) -> None:
+        self.plane = plane
+
+    def rpc_handler(self) -> Any:
+        """The service's generic handler, with inferd's own (de)serializers for infer calls."""
+        unary: dict[str, Handler] = {
+            "ServerLive": self.server_live,
+            "ServerReady": self.server_ready,
+            "ModelReady": self.model_ready,
+            "ServerMetadata": self.server_metadata,
+            "ModelMetadata": self.model_metadata,
+            "ModelConfig": self.model_config,
+            "RepositoryIndex": self.repository_index,
+        }
+        for name, why in _UNIMPLEMENTED.items():
+            unary[name] = _unimplemented(f"{name}: {why} in inferd")
+        service = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+        handlers: dict[str, Any] = {}
+        for name, handler in unary.items():
+            method = service.methods_by_name[name]
+            handlers[name] = grpc.unary_unary_rpc_method_handler(
+                _guarded(name, handler),
+                request_deserializer=getattr(pb, method.input_type.name).FromString,
+                response_serializer=_serialize_message,
+            )
+        handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
+            _guarded("ModelInfer", self.model_infer),
+            request_deserializer=parse_infer_request,
+            response_serializer=EncodedInferResponse.serialize,
+        )
+        handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+            self.model_stream_infer,
+            request_deserializer=parse_infer_request,
+            response_serializer=StreamResponse.serialize,
+        )
+        missing = {m.name for m in service.methods} - set(handlers)
+        assert not missing, f"no handler for {missing}"
+        return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+    async def server_live(self, request: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self.plane.live())
+
+    async def server_ready(self, request: pb.ServerReadyRequest) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.plane.ready)
+
+    async def model_ready(self, request: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=self.plane.model_ready(request.name, request.version))
+
+    async def server_metadata(self, request: pb.ServerMetadataRequest) -> pb.ServerMetadataResponse:
+        meta = self.plane.server_metadata()
+        return pb.ServerMetadataResponse(
+            name=meta["name"], version=meta["version"], extensions=meta["extensions"]
+        )
+
+    async def model_metadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
+        meta = self.plane.model_metadata(_model_name(request.name), request.version)
+        tensor = pb.ModelMetadataResponse.TensorMetadata
+        return pb.ModelMetadataResponse(
+            name=meta["name"],
+            versions=meta["versions"],
+            platform=meta["platform"],
+            inputs=[tensor(**t) for t in meta["inputs"]],
+            outputs=[tensor(**t) for t in meta["outputs"]],
+        )
+
+    async def model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
+        config = self.plane.model(_model_name(request.name), request.version).config
+        response = pb.ModelConfigResponse()
+        # inferd.ModelConfig lives in the default pool and the response's in ours: same wire.
+        response.config.MergeFromString(config.SerializeToString())
+        return response
+
+    async def repository_index(
+        self, request: pb.RepositoryIndexRequest
+    ) -> pb.RepositoryIndexResponse:
+        entry = pb.RepositoryIndexResponse.ModelIndex
+        return pb.RepositoryIndexResponse(
+            models=[
+                entry(name=e.name, version=e.version, state=e.state, reason=e.reason)
+                for e in self.plane.index(request.ready)
+            ]
+        )
+
+    async def model_infer(self, wire: WireInferRequest) -> EncodedInferResponse:
+        return encode_response(await self.plane.infer(decode_request(wire)))
+
+    async def model_stream_infer(
+        self, requests: AsyncIterator[WireInferRequest], context: Any
+    ) -> AsyncIterator[StreamResponse]:
+        """Runs the stream's requests concurrently (in arrival order) and answers each."""
+        answers: asyncio.Queue[StreamResponse | None] = asyncio.Queue()
+        slots = asyncio.Semaphore(STREAM_MAX_IN_FLIGHT)
+        running: set[asyncio.Task[None]] = set()
+
+        async def answer(wire: WireInferRequest) -> None:
+            try:
+                answers.put_nowait(await self._stream_one(wire))
+            finally:
+                slots.release()
+
+        async def read() -> None:
+            try:
+                async for wire in requests:
+                    await slots.acquire()
+                    task = asyncio.create_task(answer(wire))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                if running:
+                    await asyncio.wait(list(running))
+            finally:
+                answers.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (item := await answers.get()) is not None:
+                yield item
+        finally:
+            reader.cancel()
+            for task in list(running):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    async def _stream_one(self, wire: WireInferRequest) -> StreamResponse:
+        try:
+            response = await self.plane.infer(decode_request(wire))
+            return StreamResponse(encode_response(response))
+        except InferdError as exc:
+            return StreamResponse(error_header(wire), exc.message)
+        except Exception as exc:
+            log.exception("unhandled error in ModelStreamInfer")
+            return StreamResponse(error_header(wire), f"internal error: {exc}")
+
+
+def _model_name(name: str) -> str:
+    if not name:
+        raise InvalidInput("'name' (the model name) is missing")
+    return name
+
+
+def _unimplemented(message: str) -> Handler:
+    async def handler(request: Any) -> Any:
+        raise Unimplemented(message)
+
+    return handler
+
+
+def _serialize_message(message: Any) -> bytes:
+    data: bytes = message.SerializeToString()
+    return data
+
+
+class Health:
+    """``grpc.health.v1.Health``: the server ("" or the inference service), or one model."""
+
+    def __init__(self, plane: DataPlane) -> None:
+        self.plane = plane
+
+    def status(self, service: str) -> int | None:
+        """The serving status of a service name; None when the name is unknown."""
+        serving: int = health_pb2.HealthCheckResponse.SERVING
+        not_serving: int = health_pb2.HealthCheckResponse.NOT_SERVING
+        if service in ("", SERVICE):
+            return serving if self.plane.ready else not_serving
+        if service in self.plane.registry.names():
+            return serving if self.plane.registry.is_ready(service) else not_serving
+        return None
+
+    async def Check(self, request: Any, context: Any) -> Any:  # gRPC's method name
+        status = self.status(request.service)
+        if status is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service '{request.service}'")
+        return health_pb2.HealthCheckResponse(status=status)
+
+    async def Watch(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        last: int | None = -1
+        while True:
+            status = self.status(request.service)
+            if status is None:
+                status = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+            if status != last:
+                yield health_pb2.HealthCheckResponse(status=status)
+                last = status
+            await asyncio.sleep(_HEALTH_WATCH_INTERVAL_S)
+
+
+def _add_to_pool(file_descriptor: Any) -> None:
+    try:
+        POOL.FindFileByName(file_descriptor.name)
+    except KeyError:
+        POOL.AddSerializedFile(file_descriptor.serialized_pb)
+
+
+def build_server(plane: DataPlane, address: str, max_message_bytes: int) -> Any:
+    """A grpc.aio server with the inference, health and reflection services on ``address``."""
+    options = [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.so_reuseport", 0),  # a port in use is an error, not a silently shared port
+    ]
+    server = grpc.aio.server(options=options)
+    server.add_generic_rpc_handlers((V2Grpc(plane).rpc_handler(),))
+    health_pb2_grpc.add_HealthServicer_to_server(Health(plane), server)
+    # Reflection reads our pool, which must then hold the health and reflection files too.
+    _add_to_pool(health_pb2.DESCRIPTOR)
+    _add_to_pool(reflection_pb2.DESCRIPTOR)
+    services = (SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
+    reflection.enable_server_reflection((*services, reflection.SERVICE_NAME), server, pool=POOL)
+    # TLS: credentials (grpc.ssl_server_credentials) go here, with add_secure_port.
+    try:
+        server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise SystemExit(f"inferd: cannot serve gRPC on {address}: {exc}") from None
+    return server
