@@ -32,7 +32,7 @@ def check_inputs(spec: ModelSpec, inputs: Tensors) -> tuple[Tensors, int]:
         if name not in spec.input_by_name:
             raise InvalidInput(
                 f"unexpected input '{name}' for model '{spec.name}'; it takes "
-                f"{', '.join(s.name for s in spec.inputs)}"
+                f"{', '.join(repr(s.name) for s in spec.inputs)}"
             )
     batched = spec.max_batch_size > 0
     batch = 0
@@ -103,7 +103,7 @@ def check_outputs(spec: ModelSpec, requested: Sequence[str] | None) -> list[str]
         if name not in spec.output_by_name:
             raise InvalidInput(
                 f"unknown output '{name}' for model '{spec.name}'; it has "
-                f"{', '.join(o.name for o in spec.outputs)}"
+                f"{', '.join(repr(o.name) for o in spec.outputs)}"
             )
         if name in seen:
             raise InvalidInput(f"output '{name}' is requested twice")
