@@ -60,7 +60,9 @@ class ServerProcess:
             str(self.http_port),
             *self.extra_args,
         ]
-        if os.environ.get("INFERD_TEST_GRPC", "0") == "1" and "--grpc-port" not in self.extra_args:
+        if os.environ.get("INFERD_TEST_GRPC", "1") != "1":
+            args.append("--allow-grpc=false")  # else every server would bind the default 8081
+        elif "--grpc-port" not in self.extra_args:
             args += ["--grpc-port", str(self.grpc_port)]
         env = {**os.environ, "RUST_BACKTRACE": "0", **self.env}
         with open(self.log_path, "wb") as log:
