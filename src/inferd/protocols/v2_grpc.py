@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from inferd.dataplane import DataPlane
-from inferd.errors import ErrorCode, InferdError, InvalidInput, Unimplemented
+from inferd.errors import ErrorCode, InferdError, InvalidInput, NotFound, Unimplemented
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols.pool import POOL
 from inferd.protocols.v2_grpc_codec import (
@@ -250,9 +250,10 @@ class Health:
         not_serving: int = health_pb2.HealthCheckResponse.NOT_SERVING
         if service in ("", SERVICE):
             return serving if self.plane.ready else not_serving
-        if service in self.plane.registry.names():
-            return serving if self.plane.registry.is_ready(service) else not_serving
-        return None
+        try:
+            return serving if self.plane.model_ready(service) else not_serving
+        except NotFound:
+            return None
 
     async def Check(self, request: Any, context: Any) -> Any:  # gRPC's method name
         status = self.status(request.service)
@@ -279,8 +280,13 @@ def _add_to_pool(file_descriptor: Any) -> None:
         POOL.AddSerializedFile(file_descriptor.serialized_pb)
 
 
-def build_server(plane: DataPlane, address: str, max_message_bytes: int) -> Any:
-    """A grpc.aio server with the inference, health and reflection services on ``address``."""
+def build_server(
+    plane: DataPlane, address: str, max_message_bytes: int, credentials: Any = None
+) -> Any:
+    """A grpc.aio server with the inference, health and reflection services on ``address``.
+
+    ``credentials`` (``grpc.ssl_server_credentials(...)``) serves TLS; None serves plaintext.
+    """
     options = [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
@@ -294,9 +300,11 @@ def build_server(plane: DataPlane, address: str, max_message_bytes: int) -> Any:
     _add_to_pool(reflection_pb2.DESCRIPTOR)
     services = (SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
     reflection.enable_server_reflection((*services, reflection.SERVICE_NAME), server, pool=POOL)
-    # TLS: credentials (grpc.ssl_server_credentials) go here, with add_secure_port.
     try:
-        server.add_insecure_port(address)
+        if credentials is None:
+            server.add_insecure_port(address)
+        else:
+            server.add_secure_port(address, credentials)
     except RuntimeError as exc:
         raise SystemExit(f"inferd: cannot serve gRPC on {address}: {exc}") from None
     return server
