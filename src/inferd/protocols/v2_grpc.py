@@ -89,8 +89,8 @@ class V2Grpc:
     def __init__(self, plane: DataPlane) -> None:
         self.plane = plane
 
-    def rpc_handler(self) -> Any:
-        """The service's generic handler, with inferd's own (de)serializers for infer calls."""
+    def method_handlers(self) -> dict[str, Any]:
+        """Every RPC's handler, with inferd's own (de)serializers for the infer calls."""
         unary: dict[str, Handler] = {
             "ServerLive": self.server_live,
             "ServerReady": self.server_ready,
@@ -123,7 +123,7 @@ class V2Grpc:
         )
         missing = {m.name for m in service.methods} - set(handlers)
         assert not missing, f"no handler for {missing}"
-        return grpc.method_handlers_generic_handler(SERVICE, handlers)
+        return handlers
 
     async def server_live(self, request: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self.plane.live())
@@ -293,7 +293,8 @@ def build_server(
         ("grpc.so_reuseport", 0),  # a port in use is an error, not a silently shared port
     ]
     server = grpc.aio.server(options=options)
-    server.add_generic_rpc_handlers((V2Grpc(plane).rpc_handler(),))
+    # Registered (not generic) handlers: grpc core matches the method, no Python lookup per call.
+    server.add_registered_method_handlers(SERVICE, V2Grpc(plane).method_handlers())
     health_pb2_grpc.add_HealthServicer_to_server(Health(plane), server)
     # Reflection reads our pool, which must then hold the health and reflection files too.
     _add_to_pool(health_pb2.DESCRIPTOR)
