@@ -163,6 +163,22 @@ def test_stream_infer_goes_on_after_an_error(client: Client) -> None:
     assert got == {str(i): [i / 2 + 2, 7.0] for i in (0, 1, 2, 4, 5)}
 
 
+def test_stream_more_requests_than_in_flight_slots(client: Client) -> None:
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    count = 300  # above STREAM_MAX_IN_FLIGHT: slots must come back as answers leave
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        x = _input("x", np.array([[2.0]], dtype=np.float32))
+        for i in range(count):
+            client.async_stream_infer("half_plus_two", [x], request_id=str(i))
+        got = [answers.get(timeout=10) for _ in range(count)]
+    finally:
+        client.stop_stream()
+    assert all(error is None for _, error in got)
+    assert sorted(int(r.get_response().id) for r, _ in got) == list(range(count))
+    assert {float(r.as_numpy("y")[0, 0]) for r, _ in got} == {3.0}
+
+
 @pytest.mark.parametrize(
     ("call", "fragment"),
     [

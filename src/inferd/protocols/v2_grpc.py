@@ -175,16 +175,17 @@ class V2Grpc:
     async def model_stream_infer(
         self, requests: AsyncIterator[WireInferRequest], context: Any
     ) -> AsyncIterator[StreamResponse]:
-        """Runs the stream's requests concurrently (in arrival order) and answers each."""
+        """Runs the stream's requests concurrently (started in arrival order), answers each.
+
+        A slot is held from a request's arrival until its answer is handed to gRPC, so a client
+        that does not read its answers stops the reading of its requests.
+        """
         answers: asyncio.Queue[StreamResponse | None] = asyncio.Queue()
         slots = asyncio.Semaphore(STREAM_MAX_IN_FLIGHT)
         running: set[asyncio.Task[None]] = set()
 
         async def answer(wire: WireInferRequest) -> None:
-            try:
-                answers.put_nowait(await self._stream_one(wire))
-            finally:
-                slots.release()
+            answers.put_nowait(await self._stream_one(wire))
 
         async def read() -> None:
             try:
@@ -202,6 +203,7 @@ class V2Grpc:
         try:
             while (item := await answers.get()) is not None:
                 yield item
+                slots.release()
         finally:
             reader.cancel()
             for task in list(running):
