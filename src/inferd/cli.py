@@ -1,4 +1,4 @@
-"""The ``inferd`` command line: serve, demo-models."""
+"""The ``inferd`` command line: serve, demo-models, bench."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from inferd import __version__, settings
+from inferd.bench.options import add_arguments as add_bench_arguments
 
 
 def _setup_logging(verbose: int) -> None:
@@ -43,6 +44,12 @@ def _demo_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from inferd.bench.runner import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="inferd", description=__doc__)
     parser.add_argument("--version", action="version", version=f"inferd {__version__}")
@@ -58,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", dest="models", action="append", help="only this model (repeat); default all"
     )
     demo.set_defaults(func=_demo_models)
+
+    bench = commands.add_parser(
+        "bench", help="measure a KServe v2 or TF Serving server (perf_analyzer style)"
+    )
+    add_bench_arguments(bench)
+    bench.set_defaults(func=_bench)
     return parser
 
 
