@@ -82,6 +82,21 @@ class DataPlane:
             entries = [e for e in entries if e.state == "READY"]
         return entries
 
+    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        """Triton's statistics extension: every ready version, or one model's, or one version."""
+        if not name:
+            versions = [v for r in self.registry.records() for v in r.versions.values()]
+        elif version:
+            versions = [self.registry.get(name, version)]
+        else:
+            versions = list(self.registry.record(name).versions.values())
+        return {
+            "model_stats": [
+                v.stats.as_dict(v.name, str(v.version))
+                for v in sorted(versions, key=lambda v: (v.name, v.version))
+            ]
+        }
+
     async def infer(self, request: InferRequest) -> InferResponse:
         model = self.registry.get(request.model_name, request.model_version)
         return await model.infer(request)

@@ -1,15 +1,17 @@
-"""A loaded model version: its config, its spec, and the scheduler that runs its requests."""
+"""A loaded model version: its config, spec, scheduler, statistics and optional cache."""
 
 from __future__ import annotations
 
-import asyncio
 import enum
+import time
 from dataclasses import dataclass, field
 
 from inferd import validate
 from inferd.repository.config import ModelSpec
 from inferd.repository.model_config_pb2 import ModelConfig
-from inferd.scheduling.instances import InstancePool
+from inferd.scheduling.batcher import Scheduler
+from inferd.scheduling.cache import ResponseCache
+from inferd.stats import ModelStats
 from inferd.types import InferRequest, InferResponse
 
 
@@ -28,19 +30,38 @@ class ModelVersion:
     version: int
     config: ModelConfig
     spec: ModelSpec
-    pool: InstancePool
+    scheduler: Scheduler
+    stats: ModelStats = field(default_factory=ModelStats)
+    cache: ResponseCache | None = None  # set when the config enables response_cache
+    instance_count: int = 1
     state: ModelState = ModelState.READY
-    in_flight: int = field(default=0)
+
+    @property
+    def queued(self) -> bool:
+        return self.scheduler.queued
 
     async def infer(self, request: InferRequest) -> InferResponse:
-        inputs, batch = validate.check_inputs(self.spec, request.inputs)
-        names = validate.check_outputs(self.spec, request.output_names())
-        self.in_flight += 1
+        started = time.perf_counter_ns()
         try:
-            outputs = await self.pool.execute(inputs, names)
-        finally:
-            self.in_flight -= 1
-        outputs = validate.shape_outputs(self.spec, outputs, batch)
+            inputs, rows = validate.check_inputs(self.spec, request.inputs)
+            names = tuple(validate.check_outputs(self.spec, request.output_names()))
+            key = None
+            outputs = None
+            if self.cache is not None:
+                key = ResponseCache.key(self.name, self.version, inputs, names)
+                outputs = self.cache.get(key)
+                (self.stats.cache_miss if outputs is None else self.stats.cache_hit).add(
+                    time.perf_counter_ns() - started
+                )
+            if outputs is None:
+                outputs = await self.scheduler.run(inputs, rows, names, request.parameters)
+                outputs = validate.shape_outputs(self.spec, outputs, rows)
+                if key is not None and self.cache is not None:
+                    self.cache.put(key, outputs)
+        except BaseException:
+            self.stats.fail.add(time.perf_counter_ns() - started)
+            raise
+        self.stats.success.add(time.perf_counter_ns() - started)
         return InferResponse(
             model_name=self.name,
             model_version=str(self.version),
@@ -51,5 +72,5 @@ class ModelVersion:
     async def close(self) -> None:
         """Retire this version: queued work finishes, then the instances close."""
         self.state = ModelState.UNLOADING
-        await asyncio.to_thread(self.pool.close)
+        await self.scheduler.close()
         self.state = ModelState.UNAVAILABLE

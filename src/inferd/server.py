@@ -18,6 +18,7 @@ from inferd.protocols.v2_grpc import build_server
 from inferd.protocols.v2_http import V2Http
 from inferd.registry import Registry
 from inferd.repository.manager import ModelManager
+from inferd.scheduling.cache import ResponseCache
 from inferd.settings import Settings
 
 log = logging.getLogger("inferd.server")
@@ -36,6 +37,7 @@ class Server:
             self.registry,
             default_max_batch_size=settings.default_max_batch_size,
             auto_complete=not settings.disable_auto_complete_config,
+            cache=ResponseCache(settings.cache_size) if settings.cache_size > 0 else None,
         )
         self.plane = DataPlane(self.registry, settings.server_name)
         router = Router()

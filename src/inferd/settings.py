@@ -50,6 +50,10 @@ class Settings:
         default=False,
         metadata=_opt("do not complete configs from model files; config.pbtxt must be complete"),
     )
+    cache_size: int = field(
+        default=0,
+        metadata=_opt("response cache size in bytes, for models with response_cache (0: off)"),
+    )
     server_name: str = field(default="inferd", metadata=_opt("name reported by GET /v2"))
 
     def models_to_load(self) -> list[str] | None:

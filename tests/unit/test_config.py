@@ -47,9 +47,9 @@ def test_unknown_field_is_named() -> None:
 
 
 def test_unimplemented_field_is_named() -> None:
-    config = parse_config_text('name: "m"\nresponse_cache { enable: true }\n')
-    with pytest.raises(ConfigError, match="response_cache"):
-        build_spec(config)
+    text = 'input [{ name: "a", data_type: TYPE_INT64, dims: [1], is_shape_tensor: true }]'
+    with pytest.raises(ConfigError, match="input 'a': config field 'is_shape_tensor'"):
+        build_spec(parse_config_text(text + OUT))
 
 
 OUT = '\noutput [{ name: "b", data_type: TYPE_FP32, dims: [1] }]'

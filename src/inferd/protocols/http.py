@@ -8,13 +8,14 @@ uvicorn's ASGI (wrk, keep-alive, 16 connections).
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import logging
 import re
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -23,6 +24,7 @@ from inferd.errors import ErrorCode, InferdError, InvalidInput, NotFound, Payloa
 log = logging.getLogger("inferd.http")
 
 Headers = Mapping[str, str]
+T = TypeVar("T")
 
 STATUS_OF: dict[ErrorCode, int] = {
     ErrorCode.INVALID_ARGUMENT: 400,
@@ -45,6 +47,8 @@ class HttpRequest:
     body: bytes
     params: dict[str, str]
     query: str = ""
+    # Resolves when the client hangs up (RSGI's client_disconnect).
+    disconnected: Callable[[], Awaitable[None]] | None = None
 
 
 @dataclass(slots=True)
@@ -106,9 +110,10 @@ class HttpApp:
         try:
             handler, params = self.router.match(method, path)
             body = await self._read_body(headers, protocol)
-            response = await handler(
-                HttpRequest(method, path, headers, body, params, scope.query_string)
+            request = HttpRequest(
+                method, path, headers, body, params, scope.query_string, protocol.client_disconnect
             )
+            response = await handler(request)
         except _MethodNotAllowed as exc:
             response = json_response({"error": exc.message}, 405)
         except InferdError as exc:
@@ -143,6 +148,27 @@ class HttpApp:
         if encoding and body:
             body = _decompress(encoding, body, self.max_body_bytes)
         return body
+
+
+async def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> T:
+    """Await ``work``, cancelling it if the client hangs up first (so a queued request is
+    dropped, not executed)."""
+    if request.disconnected is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(request.disconnected())
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():
+        task.cancel()
+        raise ClientGone(f"client disconnected during {request.method} {request.path}")
+    return task.result()
+
+
+class ClientGone(InferdError):
+    """The client hung up; nobody reads the answer."""
 
 
 def _decompress(encoding: str, body: bytes, limit: int) -> bytes:

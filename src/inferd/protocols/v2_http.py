@@ -14,7 +14,13 @@ from inferd import datatypes
 from inferd.dataplane import DataPlane
 from inferd.errors import InvalidInput
 from inferd.protocols import codecs
-from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
+from inferd.protocols.http import (
+    HttpRequest,
+    HttpResponse,
+    Router,
+    cancel_on_disconnect,
+    json_response,
+)
 from inferd.types import InferRequest, InferResponse, RequestedOutput, Tensors
 
 HEADER_LENGTH = "inference-header-content-length"
@@ -181,6 +187,8 @@ class V2Http:
     def register(self, router: Router) -> None:
         router.add("POST", _MODEL + "/infer", self.infer)
         router.add("GET", "/v2", self.server_metadata)
+        router.add("GET", "/v2/models/stats", self.statistics)
+        router.add("GET", _MODEL + "/stats", self.statistics)
         router.add("GET", "/v2/health/live", self.live)
         router.add("GET", "/v2/health/ready", self.ready)
         router.add("GET", _MODEL, self.model_metadata)
@@ -192,8 +200,15 @@ class V2Http:
         doc, binary = _split_body(request)
         model, version = request.params["model"], request.params.get("version", "")
         infer_request = decode_request(doc, binary, model, version)
-        response = await self.plane.infer(infer_request)
+        if self.plane.model(model, version).queued:
+            response = await cancel_on_disconnect(request, self.plane.infer(infer_request))
+        else:
+            response = await self.plane.infer(infer_request)
         return encode_response(response, infer_request)
+
+    async def statistics(self, request: HttpRequest) -> HttpResponse:
+        p = request.params
+        return json_response(self.plane.statistics(p.get("model", ""), p.get("version", "")))
 
     async def server_metadata(self, request: HttpRequest) -> HttpResponse:
         return json_response(self.plane.server_metadata())

@@ -30,13 +30,8 @@ from inferd.repository.model_config_pb2 import (
 
 CONFIG_FILENAME = "config.pbtxt"
 
-# Fields present in the message (so Triton configs parse) that this server does not act on yet.
-# Setting one is an error naming it; the list shrinks as features land.
-_NOT_IMPLEMENTED: dict[str, str] = {
-    "dynamic_batching": "dynamic batching",
-    "model_warmup": "model warmup",
-    "response_cache": "the response cache",
-}
+# Fields present in the message (so Triton configs parse) that this server does not act on.
+# Setting one is an error naming it.
 _INPUT_NOT_IMPLEMENTED = ("is_shape_tensor", "allow_ragged_batch")
 _OUTPUT_NOT_IMPLEMENTED = ("is_shape_tensor", "label_filename")
 
@@ -182,9 +177,6 @@ def config_enum_of(datatype: DataType) -> int:
 
 def check_supported(config: ModelConfig) -> None:
     """Reject fields that parse but that this server does not implement."""
-    for fname, what in _NOT_IMPLEMENTED.items():
-        if _is_set(config, fname):
-            raise ConfigError(f"config field '{fname}' ({what}) is not supported by inferd yet")
     for inp in config.input:
         for fname in _INPUT_NOT_IMPLEMENTED:
             if getattr(inp, fname):
@@ -198,13 +190,6 @@ def check_supported(config: ModelConfig) -> None:
             raise ConfigError("instance_group kind KIND_MODEL is not supported")
         if group.count < 0:
             raise ConfigError(f"instance_group count must be positive, got {group.count}")
-
-
-def _is_set(message: Message, fname: str) -> bool:
-    fd: Any = message.DESCRIPTOR.fields_by_name[fname]
-    if fd.is_repeated:
-        return len(getattr(message, fname)) > 0
-    return bool(message.HasField(fname))
 
 
 def build_spec(config: ModelConfig) -> ModelSpec:

@@ -20,7 +20,12 @@ from inferd.registry import ModelRecord, Registry, VersionStatus
 from inferd.repository.config import build_spec, read_config
 from inferd.repository.layout import list_models, select_versions, version_dirs
 from inferd.repository.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from inferd.repository.warmup import run_warmup
+from inferd.scheduling.batcher import DirectScheduler, DynamicBatcher, Scheduler
+from inferd.scheduling.cache import ResponseCache
 from inferd.scheduling.instances import InstancePool
+from inferd.scheduling.policy import BatchingOptions
+from inferd.stats import ModelStats
 
 log = logging.getLogger("inferd.repository")
 
@@ -33,11 +38,13 @@ class ModelManager:
         *,
         default_max_batch_size: int = 64,
         auto_complete: bool = True,
+        cache: ResponseCache | None = None,
     ) -> None:
         self.roots = [Path(r) for r in roots]
         self.registry = registry
         self.default_max_batch_size = default_max_batch_size
         self.auto_complete = auto_complete
+        self.cache = cache  # the server-wide response cache, if --cache-size > 0
         self._locks: dict[str, asyncio.Lock] = {}
 
     def available(self) -> dict[str, Path]:
@@ -102,7 +109,9 @@ class ModelManager:
         for version in selected:
             started = time.perf_counter()
             try:
-                loaded = self._load_version(name, version, dirs[version], config, backend)
+                loaded = self._load_version(
+                    name, version, model_dir, dirs[version], config, backend
+                )
             except Exception as exc:
                 reason = exc.message if isinstance(exc, InferdError) else f"{exc}"
                 log.error("model '%s' version %d is UNAVAILABLE: %s", name, version, reason)
@@ -116,7 +125,7 @@ class ModelManager:
                 name,
                 version,
                 backend.name,
-                loaded.pool.count,
+                loaded.instance_count,
                 time.perf_counter() - started,
             )
         if record.versions:
@@ -129,7 +138,13 @@ class ModelManager:
         return record
 
     def _load_version(
-        self, name: str, version: int, version_dir: Path, base: ModelConfig, backend: Backend
+        self,
+        name: str,
+        version: int,
+        model_dir: Path,
+        version_dir: Path,
+        base: ModelConfig,
+        backend: Backend,
     ) -> ModelVersion:
         config = ModelConfig()
         config.CopyFrom(base)
@@ -138,16 +153,42 @@ class ModelManager:
         elif not config.platform and not config.backend:
             config.backend = backend.name
         spec = build_spec(config)
+        batching = (
+            BatchingOptions.from_config(config) if config.HasField("dynamic_batching") else None
+        )
+        if config.response_cache.enable and self.cache is None:
+            raise ConfigError(
+                "response_cache is enabled but the server has no cache (start it with "
+                "--cache-size BYTES)"
+            )
         runtimes: list[Runtime] = []
         try:
             for placement in placements(config, backend):
                 runtimes.append(backend.load(version_dir, config, placement))
+            warmups = run_warmup(config, spec, runtimes, model_dir)
         except Exception:
             for rt in runtimes:
                 rt.close()
             raise
+        if warmups:
+            log.info("warmed up model '%s' version %d: %d execution(s)", name, version, warmups)
         pool = InstancePool(f"{name}/{version}", runtimes)
-        return ModelVersion(name=name, version=version, config=config, spec=spec, pool=pool)
+        stats = ModelStats()
+        scheduler: Scheduler = (
+            DynamicBatcher(f"{name}/{version}", pool, batching, stats)
+            if batching is not None
+            else DirectScheduler(pool, stats)
+        )
+        return ModelVersion(
+            name=name,
+            version=version,
+            config=config,
+            spec=spec,
+            scheduler=scheduler,
+            stats=stats,
+            cache=self.cache if config.response_cache.enable else None,
+            instance_count=pool.count,
+        )
 
 
 def placements(config: ModelConfig, backend: Backend) -> list[InstancePlacement]:

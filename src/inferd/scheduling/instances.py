@@ -26,6 +26,8 @@ from inferd.types import Tensors
 log = logging.getLogger("inferd.scheduling")
 
 INLINE_BELOW_S = 100e-6
+# An execution's outputs and how long the model itself ran, in nanoseconds.
+Executed = tuple[Tensors, int]
 _EWMA_WEIGHT = 0.1
 
 
@@ -33,7 +35,7 @@ _EWMA_WEIGHT = 0.1
 class _Work:
     inputs: Tensors
     output_names: Sequence[str]
-    future: asyncio.Future[Tensors]
+    future: asyncio.Future[Executed]
     loop: asyncio.AbstractEventLoop
 
 
@@ -64,25 +66,29 @@ class InstancePool:
     def count(self) -> int:
         return len(self._runtimes)
 
-    def execute(self, inputs: Tensors, output_names: Sequence[str]) -> asyncio.Future[Tensors]:
-        """Queue one batch; the returned future resolves on the event loop."""
+    def execute(self, inputs: Tensors, output_names: Sequence[str]) -> asyncio.Future[Executed]:
+        """Queue one batch; the future resolves on the event loop with outputs and run time."""
         if self._closed:
             raise Unavailable(f"model '{self.name}' is unloading")
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Tensors] = loop.create_future()
+        future: asyncio.Future[Executed] = loop.create_future()
         if self._pending == 0 and self._mean_s < INLINE_BELOW_S:
-            started = time.perf_counter()
+            started = time.perf_counter_ns()
             try:
-                future.set_result(self._runtimes[0].execute(inputs, output_names))
+                outputs = self._runtimes[0].execute(inputs, output_names)
             except Exception as exc:
                 future.set_exception(_as_inferd_error(self.name, exc))
-            self._observe(time.perf_counter() - started)
+                return future
+            elapsed = time.perf_counter_ns() - started
+            future.set_result((outputs, elapsed))
+            self._observe(elapsed)
             return future
         self._pending += 1
         self._queue.put(_Work(inputs, output_names, future, loop))
         return future
 
-    def _observe(self, seconds: float) -> None:
+    def _observe(self, ns: int) -> None:
+        seconds = ns * 1e-9
         if self._mean_s == float("inf"):
             self._mean_s = seconds
         else:
@@ -90,21 +96,21 @@ class InstancePool:
 
     def _deliver(
         self,
-        future: asyncio.Future[Tensors],
+        future: asyncio.Future[Executed],
         result: Tensors | None,
         error: Exception | None,
-        seconds: float,
+        ns: int,
     ) -> None:
         self._pending -= 1
-        if seconds >= 0:
-            self._observe(seconds)
+        if ns >= 0:
+            self._observe(ns)
         if future.done():  # the caller went away
             return
         if error is not None:
             future.set_exception(error)
         else:
             assert result is not None
-            future.set_result(result)
+            future.set_result((result, ns))
 
     def _worker(self, runtime: Runtime) -> None:
         while True:
@@ -113,16 +119,16 @@ class InstancePool:
                 return
             result: Tensors | None = None
             error: Exception | None = None
-            started = time.perf_counter()
+            started = time.perf_counter_ns()
             if not work.future.done():  # cancelled while queued: do not execute
                 try:
                     result = runtime.execute(work.inputs, work.output_names)
                 except Exception as exc:  # a backend bug must not kill the worker
                     error = _as_inferd_error(self.name, exc)
             # A skipped (cancelled) item says nothing about the model's speed.
-            seconds = time.perf_counter() - started if result is not None else -1.0
+            ns = time.perf_counter_ns() - started if result is not None else -1
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting
-                work.loop.call_soon_threadsafe(self._deliver, work.future, result, error, seconds)
+                work.loop.call_soon_threadsafe(self._deliver, work.future, result, error, ns)
 
     def close(self) -> None:
         """Finish queued work, stop the workers and release the runtimes (blocking)."""

@@ -1,0 +1,313 @@
+"""Dynamic batching, priorities, queue policy, timeouts, warmup, instances and the cache.
+
+Each behaviour is proven by counts from the statistics API and by the values each caller
+gets back, never by timing. A slow model (ResNet-50, one row per batch) keeps the single
+instance busy so that later requests really wait in the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.support import ServerProcess
+
+HPT = "half_plus_two"
+IMAGE = np.zeros((1, 3, 224, 224), dtype=np.float32).tobytes()
+# A JSON body, or one pre-encoded (bytes, headers) so that sending costs the client nothing.
+Body = dict[str, Any] | tuple[bytes, dict[str, str]]
+
+
+# One ORT thread for the slow models leaves a core to the clients and the server's loop.
+ONE_THREAD = 'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
+
+
+def _model(root: Path, name: str, source: Path, config: str) -> None:
+    (root / name / "1").mkdir(parents=True)
+    os.link(source, root / name / "1" / "model.onnx")
+    (root / name / "config.pbtxt").write_text(f'name: "{name}"\n{config}')
+
+
+@pytest.fixture(scope="module")
+def sched_server(
+    demo_repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("sched") / "models"
+    hpt = demo_repo / HPT / "1" / "model.onnx"
+    resnet = demo_repo / "resnet50" / "1" / "model.onnx"
+    digits = demo_repo / "digits" / "1" / "model.onnx"
+    batching = "dynamic_batching { max_queue_delay_microseconds: %d preferred_batch_size: [4] }"
+    _model(root, "batched", hpt, "max_batch_size: 8\n" + batching % 2_000_000)
+    _model(root, "digits_batched", digits, "max_batch_size: 16\n" + batching % 300_000)
+    _model(
+        root,
+        "slow",
+        resnet,
+        ONE_THREAD + "max_batch_size: 1\ninstance_group [{ count: 1 }]\n"
+        "dynamic_batching { priority_levels: 2 default_priority_level: 2 "
+        "default_queue_policy { max_queue_size: 3 } }",
+    )
+    _model(
+        root,
+        "slow_timeout",
+        resnet,
+        ONE_THREAD + "max_batch_size: 1\ndynamic_batching { default_queue_policy { "
+        "default_timeout_microseconds: 1000 allow_timeout_override: true } }",
+    )
+    _model(
+        root,
+        "slow_delay",
+        resnet,
+        ONE_THREAD + "max_batch_size: 1\ndynamic_batching { default_queue_policy { "
+        "default_timeout_microseconds: 1000 timeout_action: DELAY } }",
+    )
+    _model(
+        root,
+        "warm",
+        hpt,
+        'max_batch_size: 4\nmodel_warmup [{ name: "zeros" batch_size: 2 count: 3 '
+        'inputs { key: "x" value: { data_type: TYPE_FP32 dims: [1] zero_data: true } } }]',
+    )
+    _model(
+        root,
+        "warm_broken",
+        hpt,
+        'max_batch_size: 4\nmodel_warmup [{ name: "file" batch_size: 1 '
+        'inputs { key: "x" value: { data_type: TYPE_FP32 dims: [1] input_data_file: "nope" } } }]',
+    )
+    _model(root, "cached", hpt, "max_batch_size: 4\nresponse_cache { enable: true }")
+    _model(root, "two", hpt, "max_batch_size: 4\ninstance_group [{ count: 2, kind: KIND_CPU }]")
+    server = ServerProcess(root, extra_args=["--cache-size", "100000"]).start()
+    yield server
+    server.stop()
+
+
+def _x(values: list[float], **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "inputs": [{"name": "x", "shape": [len(values), 1], "datatype": "FP32", "data": values}]
+    }
+    body.update(extra)
+    return body
+
+
+def _image(**params: Any) -> Body:
+    """One zero image as a binary tensor (the binary tensor data extension)."""
+    tensor = {"name": "input", "shape": [1, 3, 224, 224], "datatype": "FP32"}
+    tensor["parameters"] = {"binary_data_size": len(IMAGE)}
+    header: dict[str, Any] = {"inputs": [tensor]}
+    if params:
+        header["parameters"] = params
+    head = json.dumps(header).encode()
+    return head + IMAGE, {"Inference-Header-Content-Length": str(len(head))}
+
+
+def _kwargs(body: Body) -> dict[str, Any]:
+    if isinstance(body, dict):
+        return {"json": body}
+    return {"content": body[0], "headers": body[1]}
+
+
+def _post(server: ServerProcess, model: str, body: Body) -> httpx.Response:
+    return httpx.post(f"{server.http_url}/v2/models/{model}/infer", timeout=60, **_kwargs(body))
+
+
+def _stats(server: ServerProcess, model: str) -> dict[str, Any]:
+    r = httpx.get(f"{server.http_url}/v2/models/{model}/stats")
+    assert r.status_code == 200, r.text
+    (stats,) = r.json()["model_stats"]
+    return dict(stats)
+
+
+async def _post_all(
+    server: ServerProcess, model: str, bodies: list[Body], gap_s: float = 0.0
+) -> list[httpx.Response]:
+    async with httpx.AsyncClient(base_url=server.http_url, timeout=60) as client:
+        tasks = []
+        for body in bodies:
+            post = client.post(f"/v2/models/{model}/infer", **_kwargs(body))
+            tasks.append(asyncio.create_task(post))
+            await asyncio.sleep(gap_s)
+        return list(await asyncio.gather(*tasks))
+
+
+def test_requests_are_batched_and_split(sched_server: ServerProcess) -> None:
+    bodies = [_x([1.0]), _x([2.0, 3.0]), _x([10.0])]
+    responses = asyncio.run(_post_all(sched_server, "batched", bodies))
+    outs = [r.json()["outputs"][0] for r in responses]
+    assert [o["data"] for o in outs] == [[2.5], [3.0, 3.5], [7.0]]
+    assert [o["shape"] for o in outs] == [[1, 1], [2, 1], [1, 1]]
+    stats = _stats(sched_server, "batched")
+    assert stats["execution_count"] == 1  # three requests, one execution of 4 rows
+    assert stats["inference_count"] == 4
+    assert [b["batch_size"] for b in stats["batch_stats"]] == [4]
+    assert stats["inference_stats"]["success"]["count"] == 3
+
+
+def test_only_compatible_requests_share_a_batch(
+    sched_server: ServerProcess, demo_repo: Path
+) -> None:
+    row = np.zeros(64).tolist()
+    bodies = []
+    for output in ("label", "probabilities", "label", "probabilities"):
+        bodies.append(
+            {
+                "inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": row}],
+                "outputs": [{"name": output}],
+            }
+        )
+    responses = asyncio.run(_post_all(sched_server, "digits_batched", bodies))
+    names = [[o["name"] for o in r.json()["outputs"]] for r in responses]
+    assert names == [["label"], ["probabilities"], ["label"], ["probabilities"]]
+    stats = _stats(sched_server, "digits_batched")
+    assert stats["execution_count"] == 2
+    assert sorted(b["batch_size"] for b in stats["batch_stats"]) == [2]
+    assert stats["batch_stats"][0]["compute_infer"]["count"] == 2
+
+
+def test_priorities_jump_the_queue(sched_server: ServerProcess) -> None:
+    async def scenario() -> list[str]:
+        finished: list[str] = []
+        async with httpx.AsyncClient(base_url=sched_server.http_url, timeout=60) as client:
+
+            async def send(tag: str, body: Body) -> None:
+                r = await client.post("/v2/models/slow/infer", **_kwargs(body))
+                assert r.status_code == 200, r.text
+                finished.append(tag)
+
+            tasks = [asyncio.create_task(send("first", _image()))]
+            await asyncio.sleep(0.03)
+            for i in range(2):
+                tasks.append(asyncio.create_task(send(f"low{i}", _image())))
+                await asyncio.sleep(0.03)
+            tasks.append(asyncio.create_task(send("high", _image(priority=1))))
+            await asyncio.gather(*tasks)
+        return finished
+
+    order = asyncio.run(scenario())
+    assert order.index("high") < order.index("low1")
+
+
+def test_bad_priority_and_timeout_parameters(sched_server: ServerProcess) -> None:
+    url = f"{sched_server.http_url}/v2/models"
+    r = _post(sched_server, "slow", _image(priority=3))
+    assert r.status_code == 400
+    assert "priority 3 is out of range 1..2" in r.json()["error"]
+    r = _post(sched_server, "slow", _image(timeout="soon"))
+    assert r.status_code == 400
+    assert "parameter 'timeout' must be a non-negative integer" in r.json()["error"]
+    r = httpx.post(f"{url}/batched/infer", json=_x([1.0], parameters={"priority": 1}))
+    assert r.status_code == 400
+    assert "has no priority levels" in r.json()["error"]
+    r = httpx.post(f"{url}/two/infer", json=_x([1.0], parameters={"timeout": -1}))
+    assert r.status_code == 400
+
+
+def test_full_queue_rejects_at_once(sched_server: ServerProcess) -> None:
+    responses = asyncio.run(_post_all(sched_server, "slow", [_image() for _ in range(6)], 0.005))
+    codes = [r.status_code for r in responses]
+    assert codes.count(200) >= 4  # one executing and three queued at least
+    rejected = [r for r in responses if r.status_code != 200]
+    assert rejected, codes
+    for r in rejected:
+        assert r.status_code == 503
+        assert "queue of model 'slow/1' is full (max_queue_size 3" in r.json()["error"]
+
+
+def test_queue_timeout_reject_and_delay(sched_server: ServerProcess) -> None:
+    responses = asyncio.run(_post_all(sched_server, "slow_timeout", [_image(), _image()], 0.01))
+    assert responses[0].status_code == 200
+    assert responses[1].status_code == 504
+    assert "timed out after 1000 us in the queue" in responses[1].json()["error"]
+    # A request may ask for a shorter timeout than the default only; 0 keeps the default.
+    responses = asyncio.run(
+        _post_all(sched_server, "slow_timeout", [_image(), _image(timeout=0)], 0.01)
+    )
+    assert responses[1].status_code == 504
+    responses = asyncio.run(_post_all(sched_server, "slow_delay", [_image(), _image()], 0.01))
+    assert [r.status_code for r in responses] == [200, 200]
+    assert _stats(sched_server, "slow_delay")["execution_count"] == 2
+
+
+def test_disconnected_client_is_dropped_from_the_queue(sched_server: ServerProcess) -> None:
+    body, headers = _image()
+    request = (
+        f"POST /v2/models/slow/infer HTTP/1.1\r\nHost: test\r\nContent-Length: {len(body)}\r\n"
+        f"Inference-Header-Content-Length: {headers['Inference-Header-Content-Length']}\r\n\r\n"
+    ).encode() + body
+    before = _stats(sched_server, "slow")["execution_count"]
+    with socket.create_connection(("127.0.0.1", sched_server.http_port)) as first:
+        first.sendall(request)  # keeps the only instance busy
+        time.sleep(0.01)
+        with socket.create_connection(("127.0.0.1", sched_server.http_port)) as gone:
+            gone.sendall(request)  # waits in the queue ...
+            time.sleep(0.02)  # ... and its client hangs up
+        first.settimeout(60)
+        assert first.recv(65536).startswith(b"HTTP/1.1 200")
+    time.sleep(0.5)  # had it stayed queued, it would have run by now
+    after = _stats(sched_server, "slow")
+    assert after["execution_count"] == before + 1  # the abandoned request never ran
+
+
+def test_warmup_runs_before_ready(sched_server: ServerProcess) -> None:
+    assert "warmed up model 'warm' version 1: 3 execution(s)" in sched_server.log()
+    assert _stats(sched_server, "warm")["execution_count"] == 0  # warmup is not traffic
+    r = httpx.post(f"{sched_server.http_url}/v2/models/warm/infer", json=_x([2.0]))
+    assert r.json()["outputs"][0]["data"] == [3.0]
+    index = {
+        e["name"]: e for e in httpx.post(f"{sched_server.http_url}/v2/repository/index").json()
+    }
+    assert index["warm_broken"]["state"] == "UNAVAILABLE"
+    assert "cannot read input_data_file" in index["warm_broken"]["reason"]
+
+
+def test_cache_hit_returns_same_bytes_without_executing(sched_server: ServerProcess) -> None:
+    url = f"{sched_server.http_url}/v2/models/cached/infer"
+    first = httpx.post(url, json=_x([7.0, 8.0]))
+    second = httpx.post(url, json=_x([7.0, 8.0]))
+    other = httpx.post(url, json=_x([7.0, 9.0]))
+    assert first.content == second.content
+    assert other.json()["outputs"][0]["data"] == [5.5, 6.5]
+    stats = _stats(sched_server, "cached")
+    assert stats["execution_count"] == 2
+    assert stats["inference_stats"]["cache_hit"]["count"] == 1
+    assert stats["inference_stats"]["cache_miss"]["count"] == 2
+
+
+def test_instance_groups(sched_server: ServerProcess) -> None:
+    assert "loaded model 'two' version 1 (onnxruntime, 2 instance(s))" in sched_server.log()
+    bodies = [_x([float(i)]) for i in range(12)]
+    responses = asyncio.run(_post_all(sched_server, "two", bodies))
+    assert [r.json()["outputs"][0]["data"][0] for r in responses] == [
+        0.5 * i + 2 for i in range(12)
+    ]
+    config = httpx.get(f"{sched_server.http_url}/v2/models/two/config").json()
+    assert config["instance_group"][0]["count"] == 2
+
+
+def test_statistics_shape(sched_server: ServerProcess) -> None:
+    r = httpx.get(f"{sched_server.http_url}/v2/models/stats")
+    names = {s["name"] for s in r.json()["model_stats"]}
+    assert {"batched", "cached", "slow", "two"} <= names
+    one = httpx.get(f"{sched_server.http_url}/v2/models/batched/versions/1/stats").json()
+    stat = one["model_stats"][0]
+    assert set(stat["inference_stats"]) == {
+        "success",
+        "fail",
+        "queue",
+        "compute_input",
+        "compute_infer",
+        "compute_output",
+        "cache_hit",
+        "cache_miss",
+    }
+    assert stat["last_inference"] > 0
