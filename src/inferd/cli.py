@@ -25,8 +25,7 @@ def _serve(args: argparse.Namespace) -> int:
     from inferd.server import run
 
     config = settings.from_sources(args, os.environ)
-    _setup_logging(config.log_verbose)
-    run(config)
+    run(config)  # the server configures the engine and access logs from its settings
     return 0
 
 

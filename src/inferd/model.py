@@ -12,7 +12,7 @@ from inferd.repository.model_config_pb2 import ModelConfig
 from inferd.scheduling.batcher import Scheduler
 from inferd.scheduling.cache import ResponseCache
 from inferd.stats import ModelStats
-from inferd.types import InferRequest, InferResponse
+from inferd.types import InferRequest, InferResponse, Timings
 
 
 class ModelState(enum.Enum):
@@ -34,6 +34,7 @@ class ModelVersion:
     stats: ModelStats = field(default_factory=ModelStats)
     cache: ResponseCache | None = None  # set when the config enables response_cache
     instance_count: int = 1
+    load_seconds: float = 0.0
     state: ModelState = ModelState.READY
 
     @property
@@ -42,6 +43,8 @@ class ModelVersion:
 
     async def infer(self, request: InferRequest) -> InferResponse:
         started = time.perf_counter_ns()
+        timings = Timings()
+        self.stats.pending += 1
         try:
             inputs, rows = validate.check_inputs(self.spec, request.inputs)
             names = tuple(validate.check_outputs(self.spec, request.output_names()))
@@ -54,19 +57,22 @@ class ModelVersion:
                     time.perf_counter_ns() - started
                 )
             if outputs is None:
-                outputs = await self.scheduler.run(inputs, rows, names, request.parameters)
+                outputs = await self.scheduler.run(inputs, rows, names, request.parameters, timings)
                 outputs = validate.shape_outputs(self.spec, outputs, rows)
                 if key is not None and self.cache is not None:
                     self.cache.put(key, outputs)
         except BaseException:
             self.stats.fail.add(time.perf_counter_ns() - started)
             raise
+        finally:
+            self.stats.pending -= 1
         self.stats.success.add(time.perf_counter_ns() - started)
         return InferResponse(
             model_name=self.name,
             model_version=str(self.version),
             outputs=outputs,
             id=request.id,
+            timings=timings,
         )
 
     async def close(self) -> None:

@@ -10,8 +10,14 @@ from typing import Any
 
 from granian.constants import Interfaces
 from granian.server.embed import Server as GranianServer
+from prometheus_client import start_http_server
 
 from inferd.dataplane import DataPlane
+from inferd.observability.logging import Logs
+from inferd.observability.metrics import EndpointStats, build_registry
+from inferd.observability.requests import RequestObserver
+from inferd.observability.tracing import Tracer
+from inferd.protocols.admin_http import AdminHttp
 from inferd.protocols.http import HttpApp, Router
 from inferd.protocols.tfserving_http import TfServingHttp
 from inferd.protocols.v2_grpc import build_server
@@ -27,7 +33,7 @@ GRPC_STOP_GRACE_S = 5.0  # in-flight gRPC calls get this long to finish at shutd
 
 
 class Server:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, logs: Logs | None = None) -> None:
         if not settings.model_repository:
             raise SystemExit("inferd: --model-repository is required (or INFERD_MODEL_REPOSITORY)")
         self.settings = settings
@@ -40,10 +46,22 @@ class Server:
             cache=ResponseCache(settings.cache_size) if settings.cache_size > 0 else None,
         )
         self.plane = DataPlane(self.registry, settings.server_name)
+        self.logs = logs or logs_from(settings)
+        self.endpoints = EndpointStats()
+        self.metrics = build_registry(self.registry, self.endpoints)
+        self.tracer = (
+            Tracer(settings.trace_exporter, settings.trace_endpoint, settings.server_name)
+            if settings.trace_exporter
+            else None
+        )
+        self.observer = RequestObserver(self.endpoints, self.logs, self.tracer, settings.node_name)
         router = Router()
         V2Http(self.plane).register(router)
         TfServingHttp(self.plane).register(router)
-        self.http_app = HttpApp(router, max_body_bytes=settings.http_max_body_bytes)
+        AdminHttp(self.metrics if settings.allow_metrics else None, self.logs).register(router)
+        self.http_app = HttpApp(
+            router, max_body_bytes=settings.http_max_body_bytes, observer=self.observer
+        )
 
     async def _load_models(self) -> None:
         try:
@@ -72,6 +90,13 @@ class Server:
             self.settings.http_port,
         )
         grpc_server = await self._start_grpc()
+        if self.settings.allow_metrics and self.settings.metrics_port:
+            start_http_server(
+                self.settings.metrics_port, self.settings.http_address, registry=self.metrics
+            )
+            log.info(
+                "metrics on %s:%d/metrics", self.settings.http_address, self.settings.metrics_port
+            )
         loader = asyncio.create_task(self._load_models())
         try:
             await http.serve()
@@ -81,6 +106,8 @@ class Server:
             if grpc_server is not None:
                 await grpc_server.stop(grace=GRPC_STOP_GRACE_S)
             await self.manager.close()
+            if self.tracer is not None:
+                self.tracer.close()
             log.info("server stopped")
 
     async def _start_grpc(self) -> Any:
@@ -101,3 +128,15 @@ def run(settings: Settings) -> None:
         asyncio.run(Server(settings).run())
     else:
         uvloop.run(Server(settings).run())
+
+
+def logs_from(settings: Settings) -> Logs:
+    return Logs(
+        verbose=settings.log_verbose,
+        log_format=settings.log_format,
+        log_file=settings.log_file,
+        access_log=settings.access_log,
+        access_log_file=settings.access_log_file,
+        max_bytes=settings.log_max_bytes,
+        backup_count=settings.log_backup_count,
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,34 @@ class Settings:
     cache_size: int = field(
         default=0,
         metadata=_opt("response cache size in bytes, for models with response_cache (0: off)"),
+    )
+    allow_metrics: bool = field(
+        default=True, metadata=_opt("serve Prometheus metrics at GET /metrics on the HTTP port")
+    )
+    metrics_port: int = field(
+        default=0, metadata=_opt("also serve /metrics on this port, like Triton's 8002 (0: off)")
+    )
+    log_format: str = field(default="text", metadata=_opt("engine and access logs: text or json"))
+    log_file: str = field(default="", metadata=_opt("also write the engine log to this file"))
+    log_max_bytes: int = field(
+        default=50 * 1024 * 1024, metadata=_opt("rotate a log file when it reaches this size")
+    )
+    log_backup_count: int = field(default=5, metadata=_opt("rotated log files kept"))
+    access_log: bool = field(
+        default=False, metadata=_opt("write one access-log line per request (to stderr)")
+    )
+    access_log_file: str = field(
+        default="", metadata=_opt("write the access log to this file instead (turns it on)")
+    )
+    node_name: str = field(
+        default_factory=socket.gethostname,
+        metadata=_opt("node name in access-log lines (default: the host name)"),
+    )
+    trace_exporter: str = field(
+        default="", metadata=_opt("OpenTelemetry span exporter: console or otlp (default: off)")
+    )
+    trace_endpoint: str = field(
+        default="", metadata=_opt("OTLP/HTTP traces endpoint (default: the exporter's own)")
     )
     server_name: str = field(default="inferd", metadata=_opt("name reported by GET /v2"))
 

@@ -7,18 +7,44 @@ of its batch, as Triton does; ``batch_stats`` counts executions per batch size.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
+
+# Histogram bucket upper bounds for every duration, in seconds (Prometheus ``le``).
+BUCKETS_S: tuple[float, ...] = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+_BOUNDS_NS = tuple(int(b * 1e9) for b in BUCKETS_S)
 
 
 @dataclass(slots=True)
 class Duration:
+    """A count, a total and a histogram of durations (one bisect per observation)."""
+
     count: int = 0
     ns: int = 0
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(_BOUNDS_NS) + 1))
 
     def add(self, ns: int, count: int = 1) -> None:
         self.count += count
         self.ns += ns
+        self.buckets[bisect_left(_BOUNDS_NS, ns // max(count, 1))] += count
 
     def as_dict(self) -> dict[str, int]:
         return {"count": self.count, "ns": self.ns}
@@ -41,6 +67,7 @@ class ModelStats:
     compute_output: Duration = field(default_factory=Duration)
     cache_hit: Duration = field(default_factory=Duration)
     cache_miss: Duration = field(default_factory=Duration)
+    pending: int = 0  # requests inside the model version right now
     inference_count: int = 0  # rows inferred (a batch of 8 rows counts 8)
     execution_count: int = 0  # model executions (one per batch)
     last_inference_ms: int = 0

@@ -37,9 +37,19 @@ class InferRequest:
 
 
 @dataclass(slots=True)
+class Timings:
+    """``perf_counter_ns`` timestamps of one request's phases in a model (0: not reached)."""
+
+    queue_start_ns: int = 0
+    compute_start_ns: int = 0
+    compute_end_ns: int = 0
+
+
+@dataclass(slots=True)
 class InferResponse:
     model_name: str
     model_version: str
     outputs: Tensors
     id: str = ""
     parameters: Parameters = field(default_factory=dict)
+    timings: Timings | None = None

@@ -12,6 +12,7 @@ import asyncio
 import gzip
 import logging
 import re
+import time
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from typing import Any, TypeVar
 import orjson
 
 from inferd.errors import ErrorCode, InferdError, InvalidInput, NotFound, PayloadTooLarge
+from inferd.observability.requests import Finished, RequestObserver, new_request_id
+from inferd.types import Timings
 
 log = logging.getLogger("inferd.http")
 
@@ -57,6 +60,11 @@ class HttpResponse:
     status: int = 200
     content_type: str = JSON_TYPE
     headers: list[tuple[str, str]] = field(default_factory=list)
+    # For the access log and traces, set by handlers that serve a model.
+    model: str = ""
+    version: str = ""
+    request_id: str = ""
+    timings: Timings | None = None
 
 
 def json_response(value: Any, status: int = 200) -> HttpResponse:
@@ -78,6 +86,7 @@ class Router:
         self._routes.append((method, re.compile(pattern + r"\Z"), handler))
 
     def match(self, method: str, path: str) -> tuple[Handler, dict[str, str]]:
+        """The handler and path parameters; NotFound, or 405 for a known path."""
         allowed = False
         for route_method, regex, handler in self._routes:
             found = regex.match(path)
@@ -98,17 +107,24 @@ class _MethodNotAllowed(InvalidInput):
 class HttpApp:
     """The RSGI entry point for every HTTP route of the server."""
 
-    def __init__(self, router: Router, *, max_body_bytes: int) -> None:
+    def __init__(
+        self, router: Router, *, max_body_bytes: int, observer: RequestObserver | None = None
+    ) -> None:
         self.router = router
         self.max_body_bytes = max_body_bytes
+        self.observer = observer
 
     async def __rsgi__(self, scope: Any, protocol: Any) -> None:
         if scope.proto != "http":
             return
+        start_ns = time.perf_counter_ns()
         method, path = scope.method, scope.path
         headers: Headers = scope.headers
+        endpoint = "unmatched"
+        body = b""
         try:
             handler, params = self.router.match(method, path)
+            endpoint = handler.__qualname__
             body = await self._read_body(headers, protocol)
             request = HttpRequest(
                 method, path, headers, body, params, scope.query_string, protocol.client_disconnect
@@ -121,7 +137,34 @@ class HttpApp:
         except Exception as exc:  # a bug must answer 500, not drop the connection
             log.exception("unhandled error on %s %s", method, path)
             response = json_response({"error": f"internal error: {exc}"}, 500)
-        _send(protocol, response, headers.get("accept-encoding", ""))
+        request_id = headers.get("x-request-id") or response.request_id or new_request_id()
+        response.headers.append(("x-request-id", request_id))
+        sent = _send(protocol, response, headers.get("accept-encoding", ""))
+        observer = self.observer
+        if observer is None:
+            return
+        if not observer.detailed:  # metrics only: skip building the record
+            ns = time.perf_counter_ns() - start_ns
+            observer.endpoints.observe("http", endpoint, str(response.status), ns)
+        else:
+            observer.finish(
+                Finished(
+                    "http",
+                    method,
+                    path,
+                    endpoint,
+                    str(response.status),
+                    start_ns,
+                    len(body),
+                    sent,
+                    scope.client,
+                    request_id,
+                    response.model,
+                    response.version,
+                    response.timings,
+                ),
+                headers,
+            )
 
     async def _read_body(self, headers: Headers, protocol: Any) -> bytes:
         length = headers.get("content-length")
@@ -202,7 +245,8 @@ def _response_encoding(accept: str) -> str | None:
     return None
 
 
-def _send(protocol: Any, response: HttpResponse, accept_encoding: str) -> None:
+def _send(protocol: Any, response: HttpResponse, accept_encoding: str) -> int:
+    """Answer; returns the body bytes sent."""
     body = response.body
     headers = [("content-type", response.content_type), *response.headers]
     encoding = _response_encoding(accept_encoding) if body else None
@@ -213,3 +257,4 @@ def _send(protocol: Any, response: HttpResponse, accept_encoding: str) -> None:
     if encoding is not None:
         headers.append(("content-encoding", encoding))
     protocol.response_bytes(response.status, headers, body)
+    return len(body)

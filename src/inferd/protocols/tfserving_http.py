@@ -66,10 +66,14 @@ class TfServingHttp:
         response = await self.plane.infer(infer)
         outputs = _native_outputs(model.spec, response.outputs)
         if verb == "predict":
-            return json_response(_predictions(model.spec, outputs, row_format))
-        if verb == "classify":
-            return json_response({"results": _classify_results(model, outputs)})
-        return json_response({"results": _regress_results(model, outputs)})
+            answer = json_response(_predictions(model.spec, outputs, row_format))
+        elif verb == "classify":
+            answer = json_response({"results": _classify_results(model, outputs)})
+        else:
+            answer = json_response({"results": _regress_results(model, outputs)})
+        answer.model, answer.version = response.model_name, response.model_version
+        answer.timings = response.timings
+        return answer
 
     async def status(self, request: HttpRequest) -> HttpResponse:
         p = request.params

@@ -204,7 +204,10 @@ class V2Http:
             response = await cancel_on_disconnect(request, self.plane.infer(infer_request))
         else:
             response = await self.plane.infer(infer_request)
-        return encode_response(response, infer_request)
+        answer = encode_response(response, infer_request)
+        answer.model, answer.version = response.model_name, response.model_version
+        answer.request_id, answer.timings = infer_request.id, response.timings
+        return answer
 
     async def statistics(self, request: HttpRequest) -> HttpResponse:
         p = request.params

@@ -117,6 +117,7 @@ class ModelManager:
                 log.error("model '%s' version %d is UNAVAILABLE: %s", name, version, reason)
                 record.status[version] = VersionStatus(version, ModelState.UNAVAILABLE, reason)
                 continue
+            loaded.load_seconds = time.perf_counter() - started
             record.versions[version] = loaded
             record.status[version] = VersionStatus(version, ModelState.READY)
             record.config = loaded.config

@@ -22,7 +22,7 @@ from inferd.errors import DeadlineExceeded, InternalError, Unavailable
 from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.policy import BatchingOptions, check_request_parameters, timeout_parameter_us
 from inferd.stats import ModelStats
-from inferd.types import Parameters, Tensors
+from inferd.types import Parameters, Tensors, Timings
 
 Names = tuple[str, ...]
 log = logging.getLogger("inferd.scheduling")
@@ -31,7 +31,9 @@ log = logging.getLogger("inferd.scheduling")
 class Scheduler(Protocol):
     queued: bool  # requests may wait in a queue (worth watching for client disconnects)
 
-    async def run(self, inputs: Tensors, rows: int, names: Names, params: Parameters) -> Tensors:
+    async def run(
+        self, inputs: Tensors, rows: int, names: Names, params: Parameters, timings: Timings
+    ) -> Tensors:
         """Execute one validated request (``rows``: its batch size, 0 if unbatched)."""
         ...
 
@@ -47,11 +49,15 @@ class DirectScheduler:
         self.pool = pool
         self.stats = stats
 
-    async def run(self, inputs: Tensors, rows: int, names: Names, params: Parameters) -> Tensors:
+    async def run(
+        self, inputs: Tensors, rows: int, names: Names, params: Parameters, timings: Timings
+    ) -> Tensors:
         check_request_parameters(params)
-        started = time.perf_counter_ns()
+        started = timings.queue_start_ns = time.perf_counter_ns()
         outputs, infer_ns = await self.pool.execute(inputs, names)
-        self.stats.queue.add(time.perf_counter_ns() - started - infer_ns)
+        ended = timings.compute_end_ns = time.perf_counter_ns()
+        timings.compute_start_ns = ended - infer_ns
+        self.stats.queue.add(ended - started - infer_ns)
         self.stats.record_execution(rows or 1, 1, 0, infer_ns, 0)
         return outputs
 
@@ -68,6 +74,7 @@ class _Pending:
     future: asyncio.Future[Tensors]
     enqueued_ns: int
     level: int
+    timings: Timings
     timer: asyncio.TimerHandle | None = field(default=None)
 
 
@@ -96,7 +103,9 @@ class DynamicBatcher:
         # Started by the first request: the batcher may be built on a loading thread.
         self._task: asyncio.Task[None] | None = None
 
-    async def run(self, inputs: Tensors, rows: int, names: Names, params: Parameters) -> Tensors:
+    async def run(
+        self, inputs: Tensors, rows: int, names: Names, params: Parameters, timings: Timings
+    ) -> Tensors:
         if self._closed:
             raise Unavailable(f"model '{self.name}' is unloading")
         level = self.options.level_of(params, self.name)
@@ -111,14 +120,16 @@ class DynamicBatcher:
                     f"{policy.max_queue_size}, priority level {level}); retry later"
                 )
         loop = asyncio.get_running_loop()
+        now = timings.queue_start_ns = time.perf_counter_ns()
         entry = _Pending(
             inputs,
             rows,
             names,
             _compat_key(inputs, names),
             loop.create_future(),
-            time.perf_counter_ns(),
+            now,
             level,
+            timings,
         )
         if timeout_ns:
             entry.timer = loop.call_later(timeout_ns * 1e-9, self._expire, entry, timeout_ns)
@@ -232,6 +243,7 @@ class DynamicBatcher:
         started = time.perf_counter_ns()
         for entry in batch:
             self.stats.queue.add(started - entry.enqueued_ns)
+            entry.timings.compute_start_ns = started
         try:
             if len(batch) == 1:
                 inputs = batch[0].inputs
@@ -242,6 +254,8 @@ class DynamicBatcher:
             assembled = time.perf_counter_ns()
             outputs, infer_ns = await self.pool.execute(inputs, batch[0].names)
             split_started = time.perf_counter_ns()
+            for entry in batch:
+                entry.timings.compute_end_ns = split_started
             parts = self._split(outputs, batch, rows)
             if previous is not None:
                 await asyncio.shield(previous)

@@ -1,0 +1,1 @@
+"""Observability: Prometheus metrics, engine and access logs, tracing."""

@@ -1,0 +1,154 @@
+"""Engine and access logs: text or JSON lines, to stderr and/or size-rotated files.
+
+The last lines of each log are also kept in memory so ``GET /v2/logs`` can show them.
+The access log writes one line per request and costs nothing when it is off.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import logging.handlers
+import sys
+import threading
+import time
+from typing import Any
+
+import orjson
+
+ENGINE = "inferd"
+ACCESS = "inferd.access"
+TAIL_LINES = 1000
+
+# The fields of an access-log line, in order.
+ACCESS_FIELDS = (
+    "time",
+    "node",
+    "protocol",
+    "method",
+    "path",
+    "model",
+    "version",
+    "status",
+    "latency_ms",
+    "bytes_in",
+    "bytes_out",
+    "client",
+    "request_id",
+)
+
+
+class TailHandler(logging.Handler):
+    """Keeps the last formatted lines of a log in memory."""
+
+    def __init__(self, capacity: int = TAIL_LINES) -> None:
+        super().__init__()
+        self.lines: collections.deque[str] = collections.deque(maxlen=capacity)
+        self._lines_lock = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = self.format(record)
+        with self._lines_lock:
+            self.lines.append(line)
+
+    def tail(self, count: int) -> list[str]:
+        with self._lines_lock:
+            return list(self.lines)[-count:] if count > 0 else []
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            return orjson.dumps(fields).decode()
+        entry: dict[str, Any] = {
+            "time": _iso(record.created),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry).decode()
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            return " ".join(f"{k}={_text(fields[k])}" for k in ACCESS_FIELDS)
+        return super().format(record)
+
+
+def _text(value: Any) -> str:
+    text = str(value) if value not in (None, "") else "-"
+    return f'"{text}"' if " " in text else text
+
+
+def _iso(created: float) -> str:
+    millis = int((created % 1) * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{millis:03d}Z"
+
+
+class Logs:
+    """The configured engine and access logs."""
+
+    def __init__(
+        self,
+        *,
+        verbose: int = 0,
+        log_format: str = "text",
+        log_file: str = "",
+        access_log: bool = False,
+        access_log_file: str = "",
+        max_bytes: int = 50 * 1024 * 1024,
+        backup_count: int = 5,
+    ) -> None:
+        if log_format not in ("text", "json"):
+            raise SystemExit(f"inferd: --log-format must be text or json, got '{log_format}'")
+        formatter: logging.Formatter = JsonFormatter() if log_format == "json" else TextFormatter()
+        self.engine_tail = TailHandler()
+        self.access_tail = TailHandler()
+        engine = logging.getLogger(ENGINE)
+        engine.handlers.clear()
+        engine.setLevel(logging.DEBUG if verbose > 0 else logging.INFO)
+        engine.propagate = False
+        handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr), self.engine_tail]
+        if log_file:
+            handlers.append(_rotating(log_file, max_bytes, backup_count))
+        for handler in handlers:
+            handler.setFormatter(formatter)
+            engine.addHandler(handler)
+        access = logging.getLogger(ACCESS)
+        access.handlers.clear()
+        access.propagate = False
+        access.setLevel(logging.INFO)
+        self.access_enabled = access_log or bool(access_log_file)
+        access_handlers: list[logging.Handler] = [self.access_tail]
+        if self.access_enabled:
+            access_handlers.append(
+                _rotating(access_log_file, max_bytes, backup_count)
+                if access_log_file
+                else logging.StreamHandler(sys.stderr)
+            )
+        for handler in access_handlers:
+            handler.setFormatter(formatter)
+            access.addHandler(handler)
+        self._access = access
+
+    def access(self, fields: dict[str, Any]) -> None:
+        """One access-log line; ``fields`` holds ACCESS_FIELDS (time is filled in here)."""
+        fields["time"] = _iso(time.time())
+        self._access.info("", extra={"fields": fields})
+
+    def tail(self, kind: str, count: int) -> list[str]:
+        return (self.engine_tail if kind == "engine" else self.access_tail).tail(count)
+
+
+def _rotating(path: str, max_bytes: int, backup_count: int) -> logging.Handler:
+    return logging.handlers.RotatingFileHandler(
+        path, maxBytes=max_bytes, backupCount=backup_count, encoding="utf-8"
+    )

@@ -1,0 +1,152 @@
+"""Prometheus metrics, rendered at scrape time from the counters the server keeps anyway.
+
+Nothing here runs on the request path except ``EndpointStats.observe`` (two dict updates and
+a bisect): model figures come from each version's ``ModelStats`` when Prometheus scrapes.
+Labels are bounded: only loaded model versions and registered routes ever become labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+from inferd.registry import Registry
+from inferd.stats import BUCKETS_S, Duration
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+# name suffix, ModelStats attribute, help text
+_DURATIONS = (
+    ("request", "success", "Whole successful requests inside the model version"),
+    ("queue", "queue", "Time requests waited in the queue"),
+    ("compute_input", "compute_input", "Time assembling batch inputs, per request"),
+    ("compute_infer", "compute_infer", "Model execution time, per request"),
+    ("compute_output", "compute_output", "Time splitting batch outputs, per request"),
+)
+
+
+@dataclass(slots=True)
+class EndpointStats:
+    """Requests per protocol and endpoint (a route or an RPC), with their latency."""
+
+    counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    durations: dict[tuple[str, str], Duration] = field(default_factory=dict)
+
+    def observe(self, protocol: str, endpoint: str, status: str, ns: int) -> None:
+        key = (protocol, endpoint, status)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        where = (protocol, endpoint)
+        duration = self.durations.get(where)
+        if duration is None:
+            duration = self.durations[where] = Duration()
+        duration.add(ns)
+
+
+def _histogram(family: HistogramMetricFamily, labels: list[str], duration: Duration) -> None:
+    cumulative = 0
+    buckets: list[tuple[str, float]] = []
+    for bound, count in zip(BUCKETS_S, duration.buckets, strict=False):
+        cumulative += count
+        buckets.append((repr(bound), cumulative))
+    buckets.append(("+Inf", duration.count))
+    family.add_metric(labels, buckets, duration.ns / 1e9)
+
+
+class InferdCollector(Collector):
+    def __init__(self, registry: Registry, endpoints: EndpointStats) -> None:
+        self.registry = registry
+        self.endpoints = endpoints
+
+    def collect(self) -> Iterable[Metric]:
+        yield from self._models()
+        yield from self._endpoints()
+
+    def _models(self) -> Iterator[Metric]:
+        mv = ["model", "version"]
+        success = CounterMetricFamily("inferd_request_success", "Successful requests", labels=mv)
+        failure = CounterMetricFamily("inferd_request_failure", "Failed requests", labels=mv)
+        inferences = CounterMetricFamily(
+            "inferd_inference", "Rows inferred (a batch of 8 rows counts 8)", labels=mv
+        )
+        executions = CounterMetricFamily(
+            "inferd_execution", "Model executions (one per batch)", labels=mv
+        )
+        hits = CounterMetricFamily("inferd_cache_hit", "Response cache hits", labels=mv)
+        misses = CounterMetricFamily("inferd_cache_miss", "Response cache misses", labels=mv)
+        pending = GaugeMetricFamily("inferd_pending_requests", "Requests in flight", labels=mv)
+        ready = GaugeMetricFamily("inferd_model_ready", "1 when the version is READY", labels=mv)
+        load = GaugeMetricFamily(
+            "inferd_model_load_duration_seconds", "Seconds the version took to load", labels=mv
+        )
+        durations = {
+            attr: HistogramMetricFamily(f"inferd_{suffix}_duration_seconds", text, labels=mv)
+            for suffix, attr, text in _DURATIONS
+        }
+        batch = HistogramMetricFamily("inferd_batch_size", "Rows per model execution", labels=mv)
+        for record in self.registry.records():
+            for version in record.versions.values():
+                labels = [version.name, str(version.version)]
+                stats = version.stats
+                success.add_metric(labels, stats.success.count)
+                failure.add_metric(labels, stats.fail.count)
+                inferences.add_metric(labels, stats.inference_count)
+                executions.add_metric(labels, stats.execution_count)
+                hits.add_metric(labels, stats.cache_hit.count)
+                misses.add_metric(labels, stats.cache_miss.count)
+                pending.add_metric(labels, stats.pending)
+                ready.add_metric(labels, 1 if version.state.value == "READY" else 0)
+                load.add_metric(labels, version.load_seconds)
+                for attr, family in durations.items():
+                    _histogram(family, labels, getattr(stats, attr))
+                sizes = {size: b.compute_infer.count for size, b in stats.batches.items()}
+                cumulative = 0
+                buckets: list[tuple[str, float]] = []
+                for bound in _BATCH_BUCKETS:
+                    cumulative = sum(c for s, c in sizes.items() if s <= bound)
+                    buckets.append((str(bound), cumulative))
+                buckets.append(("+Inf", sum(sizes.values())))
+                batch.add_metric(labels, buckets, sum(s * c for s, c in sizes.items()))
+        yield from (success, failure, inferences, executions, hits, misses, pending, ready, load)
+        yield from durations.values()
+        yield batch
+
+    def _endpoints(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "inferd_endpoint_requests",
+            "Requests per protocol, endpoint and status",
+            labels=["protocol", "endpoint", "status"],
+        )
+        for (protocol, endpoint, status), count in sorted(self.endpoints.counts.items()):
+            requests.add_metric([protocol, endpoint, status], count)
+        latency = HistogramMetricFamily(
+            "inferd_endpoint_duration_seconds",
+            "Request latency per protocol and endpoint, decoding to encoding",
+            labels=["protocol", "endpoint"],
+        )
+        for (protocol, endpoint), duration in sorted(self.endpoints.durations.items()):
+            _histogram(latency, [protocol, endpoint], duration)
+        yield requests
+        yield latency
+
+
+def build_registry(registry: Registry, endpoints: EndpointStats) -> CollectorRegistry:
+    """A Prometheus registry with inferd's metrics and the process's CPU, memory and fds."""
+    metrics = CollectorRegistry(auto_describe=False)
+    metrics.register(InferdCollector(registry, endpoints))
+    ProcessCollector(registry=metrics)
+    return metrics
+
+
+def render(metrics: CollectorRegistry) -> bytes:
+    return generate_latest(metrics)

@@ -1,0 +1,38 @@
+"""Operator routes on the HTTP port: Prometheus ``/metrics`` and ``/v2/logs`` tails."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs
+
+from prometheus_client import CollectorRegistry
+
+from inferd.errors import InvalidInput
+from inferd.observability.logging import TAIL_LINES, Logs
+from inferd.observability.metrics import CONTENT_TYPE, render
+from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
+
+
+class AdminHttp:
+    def __init__(self, metrics: CollectorRegistry | None, logs: Logs) -> None:
+        self.metrics = metrics
+        self.logs = logs
+
+    def register(self, router: Router) -> None:
+        if self.metrics is not None:
+            router.add("GET", "/metrics", self.prometheus)
+        router.add("GET", "/v2/logs", self.tail)
+
+    async def prometheus(self, request: HttpRequest) -> HttpResponse:
+        assert self.metrics is not None
+        return HttpResponse(render(self.metrics), content_type=CONTENT_TYPE)
+
+    async def tail(self, request: HttpRequest) -> HttpResponse:
+        query = parse_qs(request.query)
+        kind = query.get("kind", ["engine"])[0]
+        if kind not in ("engine", "access"):
+            raise InvalidInput(f"kind must be engine or access, got '{kind}'")
+        text = query.get("lines", ["100"])[0]
+        if not text.isdigit():
+            raise InvalidInput(f"lines must be a non-negative integer, got '{text}'")
+        count = min(int(text), TAIL_LINES)
+        return json_response({"kind": kind, "lines": self.logs.tail(kind, count)})
