@@ -115,7 +115,9 @@ class Server:
         if not self.settings.allow_grpc:
             return None
         address = f"{self.settings.grpc_address}:{self.settings.grpc_port}"
-        server = build_server(self.plane, address, self.settings.grpc_max_message_bytes)
+        server = build_server(
+            self.plane, address, self.settings.grpc_max_message_bytes, observer=self.observer
+        )
         await server.start()
         log.info("gRPC (KServe v2 / Triton) on %s", address)
         return server

@@ -228,3 +228,31 @@ def test_json_engine_log_and_rotation(tmp_path: Path) -> None:
     assert entry["level"] == "INFO"
     assert os.path.exists(tmp_path / "e.log.1")  # rotated by size
     assert logs.tail("engine", 1) == [lines[-1]]
+
+
+def test_grpc_statistics_and_endpoint_metrics(observed: ServerProcess) -> None:
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(observed.grpc_address)
+    x = grpcclient.InferInput("x", [1, 1], "FP32")
+    x.set_data_from_numpy(np.array([[3.0]], dtype=np.float32))
+    assert client.infer("half_plus_two", [x]).as_numpy("y").tolist() == [[3.5]]
+    stats = client.get_inference_statistics("half_plus_two", as_json=True)["model_stats"][0]
+    http = httpx.get(f"{observed.http_url}/v2/models/half_plus_two/stats").json()
+    assert int(stats["inference_count"]) == http["model_stats"][0]["inference_count"] == 8
+    assert int(stats["execution_count"]) == 5
+    assert int(stats["inference_stats"]["success"]["count"]) == 5
+    assert int(stats["inference_stats"]["fail"]["count"]) == 2
+    s = _samples(httpx.get(f"{observed.http_url}/metrics").text)
+    grpc_infer = {"protocol": "grpc", "endpoint": "ModelInfer", "status": "OK"}
+    assert _value(s, "inferd_endpoint_requests_total", **grpc_infer) == 1
+    grpc_lines = [e for e in _access_lines(observed) if e["protocol"] == "grpc"]
+    infer = [e for e in grpc_lines if e["method"] == "ModelInfer"]
+    assert len(infer) == 1
+    assert (infer[0]["model"], infer[0]["version"], infer[0]["status"]) == (
+        "half_plus_two",
+        "1",
+        "OK",
+    )
+    assert int(infer[0]["bytes_in"]) > 0 and int(infer[0]["bytes_out"]) > 0

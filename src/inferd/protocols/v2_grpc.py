@@ -11,15 +11,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from inferd.dataplane import DataPlane
 from inferd.errors import ErrorCode, InferdError, InvalidInput, NotFound, Unimplemented
+from inferd.observability.requests import Finished, RequestObserver, new_request_id
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols.pool import POOL
 from inferd.protocols.v2_grpc_codec import (
@@ -54,7 +57,6 @@ Handler = Callable[[Any], Awaitable[Any]]
 
 # RPCs of the service that inferd does not offer (yet): each answers UNIMPLEMENTED and why.
 _UNIMPLEMENTED: dict[str, str] = {
-    "ModelStatistics": "model statistics are not implemented yet",
     "RepositoryModelLoad": "loading models through the API is not implemented yet",
     "RepositoryModelUnload": "unloading models through the API is not implemented yet",
     "SystemSharedMemoryStatus": "system shared memory is not supported",
@@ -68,26 +70,82 @@ _UNIMPLEMENTED: dict[str, str] = {
 }
 
 
-def _guarded(method: str, handler: Handler) -> Callable[[Any, Any], Awaitable[Any]]:
-    """A grpc.aio unary handler that answers errors with their status code and message."""
+def _guarded(
+    method: str, handler: Handler, observer: RequestObserver | None = None
+) -> Callable[[Any, Any], Awaitable[Any]]:
+    """A grpc.aio unary handler that answers errors with their status code and message,
+    and reports each call to the observer (endpoint metrics, access log, trace)."""
 
     async def run(request: Any, context: Any) -> Any:
+        start_ns = time.perf_counter_ns()
+        status = grpc.StatusCode.OK
+        response: Any = None
         try:
-            return await handler(request)
+            response = await handler(request)
+            return response
         except InferdError as exc:
-            await context.abort(STATUS_OF[exc.code], exc.message)
+            status = STATUS_OF[exc.code]
+            await context.abort(status, exc.message)
         except Exception as exc:  # a bug must answer INTERNAL, not hang the call
+            status = grpc.StatusCode.INTERNAL
             log.exception("unhandled error in %s", method)
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc}")
+            await context.abort(status, f"internal error: {exc}")
+        finally:
+            if observer is not None:
+                _observe(observer, method, status, start_ns, request, response, context)
 
     return run
+
+
+def _observe(
+    observer: RequestObserver,
+    method: str,
+    status: grpc.StatusCode,
+    start_ns: int,
+    request: Any,
+    response: Any,
+    context: Any,
+) -> None:
+    if not observer.detailed:
+        ns = time.perf_counter_ns() - start_ns
+        observer.endpoints.observe("grpc", method, status.name, ns)
+        return
+    model = version = request_id = ""
+    bytes_in = bytes_out = 0
+    if isinstance(request, WireInferRequest):
+        message = request.message
+        model, version, request_id = message.model_name, message.model_version, message.id
+        bytes_in = message.ByteSize() + sum(len(raw) for raw in request.raw_inputs)
+    elif hasattr(request, "name"):
+        model, version = request.name, getattr(request, "version", "")
+    if isinstance(response, EncodedInferResponse):
+        version = response.header.model_version
+        bytes_out = response.header.ByteSize() + sum(len(raw) for raw in response.raw_outputs)
+    elif response is not None:
+        bytes_out = response.ByteSize()
+    done = Finished(
+        "grpc",
+        method,
+        f"/{SERVICE}/{method}",
+        method,
+        status.name,
+        start_ns,
+        bytes_in,
+        bytes_out,
+        context.peer(),
+        request_id or new_request_id(),
+        model,
+        version,
+    )
+    observer.finish(done, {k: v for k, v in context.invocation_metadata() or ()})
 
 
 class V2Grpc:
     """The GRPCInferenceService handlers."""
 
-    def __init__(self, plane: DataPlane) -> None:
+    def __init__(self, plane: DataPlane, observer: RequestObserver | None = None) -> None:
         self.plane = plane
+        self.observer = observer
 
     def method_handlers(self) -> dict[str, Any]:
         """Every RPC's handler, with inferd's own (de)serializers for the infer calls."""
@@ -98,6 +156,7 @@ class V2Grpc:
             "ServerMetadata": self.server_metadata,
             "ModelMetadata": self.model_metadata,
             "ModelConfig": self.model_config,
+            "ModelStatistics": self.model_statistics,
             "RepositoryIndex": self.repository_index,
         }
         for name, why in _UNIMPLEMENTED.items():
@@ -107,12 +166,12 @@ class V2Grpc:
         for name, handler in unary.items():
             method = service.methods_by_name[name]
             handlers[name] = grpc.unary_unary_rpc_method_handler(
-                _guarded(name, handler),
+                _guarded(name, handler, self.observer),
                 request_deserializer=getattr(pb, method.input_type.name).FromString,
                 response_serializer=_serialize_message,
             )
         handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
-            _guarded("ModelInfer", self.model_infer),
+            _guarded("ModelInfer", self.model_infer, self.observer),
             request_deserializer=parse_infer_request,
             response_serializer=EncodedInferResponse.serialize,
         )
@@ -168,6 +227,15 @@ class V2Grpc:
                 for e in self.plane.index(request.ready)
             ]
         )
+
+    async def model_statistics(
+        self, request: pb.ModelStatisticsRequest
+    ) -> pb.ModelStatisticsResponse:
+        name = _model_name(request.name) if request.name else ""
+        stats = self.plane.statistics(name, request.version)
+        response = pb.ModelStatisticsResponse()
+        json_format.ParseDict(stats, response)
+        return response
 
     async def model_infer(self, wire: WireInferRequest) -> EncodedInferResponse:
         return encode_response(await self.plane.infer(decode_request(wire)))
@@ -283,7 +351,11 @@ def _add_to_pool(file_descriptor: Any) -> None:
 
 
 def build_server(
-    plane: DataPlane, address: str, max_message_bytes: int, credentials: Any = None
+    plane: DataPlane,
+    address: str,
+    max_message_bytes: int,
+    credentials: Any = None,
+    observer: RequestObserver | None = None,
 ) -> Any:
     """A grpc.aio server with the inference, health and reflection services on ``address``.
 
@@ -296,7 +368,7 @@ def build_server(
     ]
     server = grpc.aio.server(options=options)
     # Registered (not generic) handlers: grpc core matches the method, no Python lookup per call.
-    server.add_registered_method_handlers(SERVICE, V2Grpc(plane).method_handlers())
+    server.add_registered_method_handlers(SERVICE, V2Grpc(plane, observer).method_handlers())
     health_pb2_grpc.add_HealthServicer_to_server(Health(plane), server)
     # Reflection reads our pool, which must then hold the health and reflection files too.
     _add_to_pool(health_pb2.DESCRIPTOR)
