@@ -1,16 +1,19 @@
-"""The registry: models loaded in memory, routed by name and version.
+"""The registry: models loaded in memory, routed by name, version, label or traffic split.
 
 The repository manager writes records here; protocols only read. A record is replaced
-whole, so a request sees either the old set of versions or the new one, never half.
+whole, so a request sees either the old set of versions or the new one, never half. Each
+name's routing state (labels, split, shadow; ``inferd.routing``) outlives its reloads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from inferd.errors import NotFound, Unavailable
+from inferd.errors import InvalidInput, NotFound, Unavailable
 from inferd.model import ModelState, ModelVersion
 from inferd.repository.model_config_pb2 import ModelConfig
+from inferd.routing import ModelRouting
+from inferd.types import InferRequest, InferResponse
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +42,25 @@ class ModelRecord:
 class Registry:
     def __init__(self) -> None:
         self._models: dict[str, ModelRecord] = {}
+        self._routing: dict[str, ModelRouting] = {}
 
     def put(self, record: ModelRecord) -> None:
         self._models[record.name] = record
 
     def remove(self, name: str) -> ModelRecord | None:
         return self._models.pop(name, None)
+
+    def forget(self, name: str) -> ModelRecord | None:
+        """Remove a model and its routing state (it left the repository)."""
+        self._routing.pop(name, None)
+        return self._models.pop(name, None)
+
+    def routing(self, name: str) -> ModelRouting:
+        """The routing state of a model name, created on first use."""
+        found = self._routing.get(name)
+        if found is None:
+            found = self._routing[name] = ModelRouting(name)
+        return found
 
     def names(self) -> list[str]:
         return sorted(self._models)
@@ -76,6 +92,34 @@ class Registry:
             raise NotFound(f"unknown version '{version}' of model '{name}'")
         why = f": {status.reason}" if status.reason else ""
         raise Unavailable(f"version {number} of model '{name}' is {status.state.value}{why}")
+
+    def route(
+        self, name: str, version: str = "", label: str = "", request_id: str = ""
+    ) -> ModelVersion:
+        """The version that serves a request: by version, by label, else by the traffic split
+        (hashing ``request_id`` when given), else the highest ready version."""
+        if version and label:
+            raise InvalidInput("a request names a version or a version label, not both")
+        record = self.record(name)
+        routing = self._routing.get(name)
+        if label:
+            if routing is None:
+                raise NotFound(f"model '{name}' has no version label '{label}'")
+            return self.get(name, str(routing.label_version(label)))
+        if not version and routing is not None and routing.policy.split:
+            chosen = routing.split_choice(record, request_id)
+            if chosen is not None:
+                return chosen
+        return self.get(name, version)
+
+    def mirror(self, model: ModelVersion, request: InferRequest, response: InferResponse) -> None:
+        """Copy a served request to the model's shadow version, if it has one."""
+        routing = self._routing.get(model.name)
+        if routing is None or routing.policy.shadow is None:
+            return
+        record = self._models.get(model.name)
+        if record is not None:
+            routing.mirror(record, model, request, response)
 
     def is_ready(self, name: str, version: str = "") -> bool:
         try:

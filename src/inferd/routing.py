@@ -1,0 +1,378 @@
+"""Version routing for one model: labels, a weighted traffic split and shadow copies.
+
+The registry asks here which loaded version serves a request that names a label or no
+version; the data plane asks here whether to mirror a request to a shadow version. Policies
+come from config ``parameters`` (``version_labels``, ``traffic_split``, ``shadow``) and from
+the repository API; the last change wins, whichever it came from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import random
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from inferd.errors import ConfigError, InferdError, InvalidInput, NotFound
+from inferd.model import ModelState, ModelVersion
+from inferd.repository.model_config_pb2 import ModelConfig
+from inferd.types import InferRequest, InferResponse, Tensors
+
+if TYPE_CHECKING:
+    from inferd.registry import ModelRecord
+
+log = logging.getLogger("inferd.routing")
+
+LABELS_PARAMETER = "version_labels"
+SPLIT_PARAMETER = "traffic_split"
+SHADOW_PARAMETER = "shadow"
+ROUTING_PARAMETERS = (LABELS_PARAMETER, SPLIT_PARAMETER, SHADOW_PARAMETER)
+LABEL_PARAMETER = "version_label"  # request parameter naming a label
+SHADOW_MAX_IN_FLIGHT = 64  # shadow copies of one model running at once; more are skipped
+SHADOW_LOG_INTERVAL_S = 10.0
+_LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowPolicy:
+    """Mirror ``fraction`` of the requests to ``target`` (a version number or a label)."""
+
+    target: str
+    fraction: float
+    tolerance: float = 0.0  # largest absolute difference that still agrees (0: exact)
+
+    def as_dict(self) -> dict[str, Any]:
+        key = "version" if self.target.isdigit() else "label"
+        target: int | str = int(self.target) if self.target.isdigit() else self.target
+        return {key: target, "fraction": self.fraction, "tolerance": self.tolerance}
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingPolicy:
+    labels: Mapping[str, int] = field(default_factory=dict)
+    # (version number or label, weight) for requests that name no version.
+    split: tuple[tuple[str, float], ...] = ()
+    shadow: ShadowPolicy | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "labels": dict(sorted(self.labels.items())),
+            "traffic_split": {t: w for t, w in self.split},
+            "shadow": self.shadow.as_dict() if self.shadow else None,
+        }
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def check_label(label: Any, where: str) -> str:
+    if not isinstance(label, str) or not _LABEL.match(label):
+        raise InvalidInput(
+            f"{where}: label {label!r} must start with a letter or '_' and hold only letters, "
+            "digits, '_', '.', '-'"
+        )
+    return label
+
+
+def check_version(value: Any, where: str) -> int:
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput(f"{where}: version {value!r} must be a positive integer")
+    return value
+
+
+def _target(value: Any, where: str) -> str:
+    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        return str(check_version(value, where))
+    return check_label(value, where)
+
+
+def _pairs(text: str, where: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in (p.strip() for p in text.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise InvalidInput(f"{where}: '{item}' is not KEY=VALUE")
+        pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+def labels_from_mapping(value: Mapping[str, Any], where: str) -> dict[str, int]:
+    return {check_label(k, where): check_version(v, f"{where} '{k}'") for k, v in value.items()}
+
+
+def split_from_mapping(value: Mapping[str, Any], where: str) -> tuple[tuple[str, float], ...]:
+    split = []
+    for key, weight in value.items():
+        target = _target(key, where)
+        if isinstance(weight, str):
+            try:
+                weight = float(weight)
+            except ValueError:
+                raise InvalidInput(f"{where}: weight of '{key}' is not a number") from None
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise InvalidInput(f"{where}: weight of '{key}' is not a number")
+        if not math.isfinite(weight) or weight < 0:
+            raise InvalidInput(f"{where}: weight of '{key}' must be a number >= 0")
+        split.append((target, float(weight)))
+    if split and sum(w for _, w in split) <= 0:
+        raise InvalidInput(f"{where}: the weights add up to 0")
+    return tuple(split)
+
+
+def shadow_from_mapping(value: Mapping[str, Any], where: str) -> ShadowPolicy:
+    unknown = set(value) - {"version", "label", "fraction", "tolerance"}
+    if unknown:
+        raise InvalidInput(f"{where}: unknown key(s) {sorted(unknown)}")
+    if ("version" in value) == ("label" in value):
+        raise InvalidInput(f"{where}: give exactly one of 'version' or 'label'")
+    target = (
+        str(check_version(value["version"], where))
+        if "version" in value
+        else check_label(value["label"], where)
+    )
+    numbers = {}
+    for key, default in (("fraction", 1.0), ("tolerance", 0.0)):
+        raw = value.get(key, default)
+        try:
+            number = float(raw)
+        except (TypeError, ValueError):
+            raise InvalidInput(f"{where}: {key} {raw!r} is not a number") from None
+        if isinstance(raw, bool) or not math.isfinite(number) or number < 0:
+            raise InvalidInput(f"{where}: {key} must be a number >= 0")
+        numbers[key] = number
+    if numbers["fraction"] > 1:
+        raise InvalidInput(f"{where}: fraction must be between 0 and 1")
+    return ShadowPolicy(target, numbers["fraction"], numbers["tolerance"])
+
+
+def policy_from_config(config: ModelConfig) -> RoutingPolicy:
+    """The routing parameters of a config; a malformed one is a ConfigError naming it."""
+    params = config.parameters
+    try:
+        labels: dict[str, int] = {}
+        if LABELS_PARAMETER in params:
+            text = params[LABELS_PARAMETER].string_value
+            labels = labels_from_mapping(dict(_pairs(text, LABELS_PARAMETER)), LABELS_PARAMETER)
+        split: tuple[tuple[str, float], ...] = ()
+        if SPLIT_PARAMETER in params:
+            text = params[SPLIT_PARAMETER].string_value
+            split = split_from_mapping(dict(_pairs(text, SPLIT_PARAMETER)), SPLIT_PARAMETER)
+        shadow = None
+        if SHADOW_PARAMETER in params:
+            text = params[SHADOW_PARAMETER].string_value
+            shadow = shadow_from_mapping(dict(_pairs(text, SHADOW_PARAMETER)), SHADOW_PARAMETER)
+    except InvalidInput as exc:
+        raise ConfigError(f"parameters: {exc.message}") from None
+    return RoutingPolicy(labels, split, shadow)
+
+
+# --------------------------------------------------------------------------- shadow results
+
+
+def compare(primary: Tensors, shadow: Tensors, tolerance: float) -> tuple[bool, float]:
+    """Whether two answers agree, and their largest absolute difference (inf: not comparable)."""
+    if primary.keys() != shadow.keys():
+        return False, math.inf
+    worst = 0.0
+    for name, a in primary.items():
+        b = shadow[name]
+        if a.shape != b.shape:
+            return False, math.inf
+        if a.dtype.kind not in "iufb" or b.dtype.kind not in "iufb":
+            if not np.array_equal(a, b):
+                return False, math.inf
+            continue
+        if a.size:
+            diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+            both_nan = np.isnan(diff) & np.isnan(a.astype(np.float64))
+            worst = max(worst, float(np.max(np.where(both_nan, 0.0, diff))))
+    if math.isnan(worst):
+        return False, math.inf
+    return worst <= tolerance, worst
+
+
+@dataclass(slots=True)
+class ShadowStats:
+    sent: int = 0
+    agreed: int = 0
+    disagreed: int = 0
+    failed: int = 0  # the shadow version answered an error
+    skipped: int = 0  # not sent: SHADOW_MAX_IN_FLIGHT copies were already running
+    max_abs_diff: float = 0.0  # over the answers that could be compared
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "sent": self.sent,
+            "agreed": self.agreed,
+            "disagreed": self.disagreed,
+            "failed": self.failed,
+            "skipped": self.skipped,
+            "max_abs_diff": self.max_abs_diff if math.isfinite(self.max_abs_diff) else None,
+        }
+
+
+# --------------------------------------------------------------------------- per-model state
+
+
+def request_unit(request_id: str) -> float:
+    """A number in [0, 1): a stable hash of the request id, or random without one."""
+    if not request_id:
+        return random.random()
+    digest = hashlib.blake2b(request_id.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64
+
+
+def _ready(record: ModelRecord, number: int | None) -> ModelVersion | None:
+    found = record.versions.get(number) if number is not None else None
+    return found if found is not None and found.state is ModelState.READY else None
+
+
+class ModelRouting:
+    """The routing state of one model name; it outlives reloads of the model."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.policy = RoutingPolicy()
+        self.shadow_stats = ShadowStats()
+        self._from_config: RoutingPolicy | None = None
+        self._shadows: set[asyncio.Task[None]] = set()
+        self._last_log_s = 0.0
+
+    def apply_config(self, policy: RoutingPolicy) -> None:
+        """Take the config's policy when it differs from the config's last one."""
+        if policy != self._from_config:
+            self._from_config = policy
+            self.set(policy)
+
+    def set(self, policy: RoutingPolicy) -> None:
+        if policy.shadow != self.policy.shadow:
+            self.shadow_stats = ShadowStats()
+        self.policy = policy
+
+    def set_labels(self, changes: Mapping[str, int | None]) -> dict[str, int]:
+        labels = dict(self.policy.labels)
+        for label, version in changes.items():
+            if version is None:
+                labels.pop(label, None)
+            else:
+                labels[label] = version
+        self.set(replace(self.policy, labels=labels))
+        return labels
+
+    def version_of(self, target: str) -> int | None:
+        return int(target) if target.isdigit() else self.policy.labels.get(target)
+
+    def label_version(self, label: str) -> int:
+        number = self.policy.labels.get(label)
+        if number is None:
+            raise NotFound(f"model '{self.name}' has no version label '{label}'")
+        return number
+
+    def split_choice(self, record: ModelRecord, request_id: str) -> ModelVersion | None:
+        """The version the traffic split picks (None: no split, or none of it is ready)."""
+        choices = [
+            (found, weight)
+            for target, weight in self.policy.split
+            if weight > 0 and (found := _ready(record, self.version_of(target))) is not None
+        ]
+        if not choices:
+            return None
+        point = request_unit(request_id) * sum(w for _, w in choices)
+        for found, weight in choices:
+            point -= weight
+            if point < 0:
+                return found
+        return choices[-1][0]
+
+    def mirror(
+        self,
+        record: ModelRecord,
+        primary: ModelVersion,
+        request: InferRequest,
+        answer: InferResponse,
+    ) -> None:
+        """Send a copy of a served request to the shadow version, in the background."""
+        policy = self.policy.shadow
+        if policy is None or random.random() >= policy.fraction:
+            return
+        target = _ready(record, self.version_of(policy.target))
+        if target is None or target is primary:
+            return
+        if len(self._shadows) >= SHADOW_MAX_IN_FLIGHT:
+            self.shadow_stats.skipped += 1
+            return
+        copy = InferRequest(
+            model_name=request.model_name,
+            inputs=request.inputs,
+            model_version=str(target.version),
+            id=request.id,
+            outputs=request.outputs,
+            parameters=request.parameters,
+        )
+        self.shadow_stats.sent += 1
+        task = asyncio.get_running_loop().create_task(
+            self._shadow(target, copy, answer.outputs, policy, self.shadow_stats)
+        )
+        self._shadows.add(task)
+        task.add_done_callback(self._shadows.discard)
+
+    async def _shadow(
+        self,
+        target: ModelVersion,
+        request: InferRequest,
+        expected: Tensors,
+        policy: ShadowPolicy,
+        stats: ShadowStats,
+    ) -> None:
+        try:
+            answer = await target.infer(request)
+        except InferdError as exc:
+            stats.failed += 1
+            log.debug("shadow copy to model '%s' v%d failed: %s", self.name, target.version, exc)
+        except Exception:
+            stats.failed += 1
+            log.exception("shadow copy to model '%s' v%d failed", self.name, target.version)
+        else:
+            agreed, diff = compare(expected, answer.outputs, policy.tolerance)
+            if agreed:
+                stats.agreed += 1
+            else:
+                stats.disagreed += 1
+                log.debug(
+                    "shadow v%d of model '%s' disagrees with the primary (max |diff| %g)",
+                    target.version,
+                    self.name,
+                    diff,
+                )
+            if math.isfinite(diff):
+                stats.max_abs_diff = max(stats.max_abs_diff, diff)
+        now = time.monotonic()
+        if now - self._last_log_s >= SHADOW_LOG_INTERVAL_S:
+            self._last_log_s = now
+            log.info(
+                "shadow v%d of model '%s': %d sent, %d agreed, %d disagreed, %d failed "
+                "(tolerance %g, max |diff| %g)",
+                target.version,
+                self.name,
+                stats.sent,
+                stats.agreed,
+                stats.disagreed,
+                stats.failed,
+                policy.tolerance,
+                stats.max_abs_diff,
+            )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.policy.as_dict(), "shadow_stats": self.shadow_stats.as_dict()}
