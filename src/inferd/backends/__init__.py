@@ -21,16 +21,73 @@ def _onnxruntime() -> Backend:
     return OnnxRuntimeBackend()
 
 
+def _tensorflow() -> Backend:
+    from inferd.backends.tensorflow import TensorFlowBackend
+
+    return TensorFlowBackend()
+
+
+def _pytorch() -> Backend:
+    from inferd.backends.torch import TorchBackend
+
+    return TorchBackend()
+
+
+def _openvino() -> Backend:
+    from inferd.backends.openvino import OpenVinoBackend
+
+    return OpenVinoBackend()
+
+
+def _sklearn() -> Backend:
+    from inferd.backends.sklearn import SklearnBackend
+
+    return SklearnBackend()
+
+
+def _xgboost() -> Backend:
+    from inferd.backends.xgboost import XGBoostBackend
+
+    return XGBoostBackend()
+
+
+def _lightgbm() -> Backend:
+    from inferd.backends.lightgbm import LightGBMBackend
+
+    return LightGBMBackend()
+
+
+# Each framework is imported by its own backend, when a model first needs it.
 BUILTIN: dict[str, Callable[[], Backend]] = {
     "onnxruntime": _onnxruntime,
+    "tensorflow": _tensorflow,
+    "pytorch": _pytorch,
+    "torch": _pytorch,
+    "openvino": _openvino,
+    "sklearn": _sklearn,
+    "xgboost": _xgboost,
+    "lightgbm": _lightgbm,
 }
 # Triton's ``platform`` values and the backend each selects.
 PLATFORMS: dict[str, str] = {
     "onnxruntime_onnx": "onnxruntime",
+    "tensorflow_savedmodel": "tensorflow",
+    "pytorch_libtorch": "pytorch",
+    "openvino": "openvino",
 }
 # The file a version directory holds, for a config that names no backend.
 DEFAULT_FILES: dict[str, str] = {
     "model.onnx": "onnxruntime",
+    "model.savedmodel": "tensorflow",  # Triton's SavedModel folder
+    "saved_model.pb": "tensorflow",  # TF Serving's layout: the SavedModel is the version folder
+    "model.pt": "pytorch",  # TorchScript
+    "model.pt2": "pytorch",  # torch.export
+    "model.xml": "openvino",  # OpenVINO IR (+ model.bin)
+    "model.joblib": "sklearn",
+    "model.pkl": "sklearn",
+    "model.json": "xgboost",
+    "model.ubj": "xgboost",
+    "model.txt": "lightgbm",
 }
 
 _cache: dict[str, Backend] = {}

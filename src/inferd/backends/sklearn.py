@@ -1,0 +1,109 @@
+"""scikit-learn backend: a fitted estimator or pipeline saved with joblib (``model.joblib``).
+
+Loading a pickle runs code from the file, so a model loads only when its config opts in with
+``parameters { key: "allow_pickle" value: { string_value: "true" } }``. Classifiers (with
+``predict_proba``) serve ``label`` and ``probabilities``; regressors serve ``prediction``
+(see ``inferd.backends.tabular``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inferd import datatypes
+from inferd.backends.base import InstancePlacement
+from inferd.backends.completion import (
+    bool_parameter,
+    check_parameters,
+    missing_extra,
+    string_parameters,
+)
+from inferd.backends.tabular import TabularModel, TabularRuntime, complete_tabular
+from inferd.errors import ConfigError, ModelLoadError
+from inferd.repository.model_config_pb2 import ModelConfig
+
+_KNOWN_PARAMETERS = {"allow_pickle"}
+_FILENAMES = ("model.joblib", "model.pkl")
+
+
+def _path(version_dir: Path, config: ModelConfig) -> Path:
+    if config.default_model_filename:
+        return version_dir / config.default_model_filename
+    for name in _FILENAMES:
+        if (version_dir / name).exists():
+            return version_dir / name
+    return version_dir / _FILENAMES[0]
+
+
+def read_model(version_dir: Path, config: ModelConfig) -> TabularModel:
+    params = string_parameters(config)
+    check_parameters(params, _KNOWN_PARAMETERS, "sklearn")
+    path = _path(version_dir, config)
+    if not bool_parameter(params, "allow_pickle"):
+        raise ConfigError(
+            f"{path.name} is a pickle, and loading a pickle runs code from the file: if you "
+            'trust it, add parameters { key: "allow_pickle" value: { string_value: "true" } } '
+            "to the model's config.pbtxt"
+        )
+    try:
+        import joblib
+        import sklearn  # noqa: F401  (the estimator's classes live there)
+    except ImportError as exc:
+        raise missing_extra("scikit-learn", "sklearn", exc) from None
+    if not path.is_file():
+        raise ModelLoadError(f"no model file {path.name} in version folder {version_dir.name}")
+    try:
+        estimator = joblib.load(path)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load {path.name} with joblib: {exc}") from None
+    return _adapt(estimator, path.name)
+
+
+def _adapt(estimator: Any, filename: str) -> TabularModel:
+    if not callable(getattr(estimator, "predict", None)):
+        raise ModelLoadError(
+            f"{filename} holds a {type(estimator).__name__}, which has no predict()"
+        )
+    n_features = int(getattr(estimator, "n_features_in_", -1))
+    classes = getattr(estimator, "classes_", None)
+    proba = getattr(estimator, "predict_proba", None)
+    if classes is not None and callable(proba):
+        classes = np.asarray(classes)
+        label_type = (
+            datatypes.BYTES
+            if classes.dtype.kind in ("U", "S", "O")
+            else datatypes.from_numpy(classes.dtype)
+        )
+        if label_type.name in ("FP16", "FP32", "FP64", "BOOL"):
+            label_type = datatypes.BY_NAME["INT64"] if label_type.name == "BOOL" else label_type
+        return TabularModel(
+            n_features=n_features,
+            predict=estimator.predict,
+            predict_proba=proba,
+            n_classes=len(classes),
+            label_type=label_type,
+        )
+    n_targets = int(getattr(estimator, "n_outputs_", 1))
+    return TabularModel(n_features=n_features, predict=estimator.predict, n_targets=n_targets)
+
+
+class SklearnBackend:
+    name = "sklearn"
+    platforms: tuple[str, ...] = ()
+    default_filename = "model.joblib"
+
+    def gpu_available(self) -> bool:
+        return False
+
+    def complete_config(
+        self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
+    ) -> None:
+        complete_tabular(config, read_model(version_dir, config), default_max_batch_size, self.name)
+
+    def load(
+        self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
+    ) -> TabularRuntime:
+        return TabularRuntime(read_model(version_dir, config), config, "scikit-learn")
