@@ -6,14 +6,27 @@ this module knows nothing of HTTP or gRPC.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
-from inferd.model import ModelVersion
+from inferd.errors import InvalidInput, Unavailable, Unimplemented
+from inferd.model import ModelState, ModelVersion
 from inferd.registry import ModelRecord, Registry
 from inferd.repository.config import config_to_dict
+from inferd.routing import (
+    LABEL_PARAMETER,
+    RoutingPolicy,
+    check_label,
+    check_version,
+    labels_from_mapping,
+    shadow_from_mapping,
+    split_from_mapping,
+)
 from inferd.types import InferRequest, InferResponse
+
+if TYPE_CHECKING:
+    from inferd.repository.control import RepositoryControl
 
 EXTENSIONS = ["binary_tensor_data", "model_configuration", "model_repository"]
 
@@ -27,9 +40,15 @@ class IndexEntry:
 
 
 class DataPlane:
-    def __init__(self, registry: Registry, server_name: str = "inferd") -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        server_name: str = "inferd",
+        repository: RepositoryControl | None = None,
+    ) -> None:
         self.registry = registry
         self.server_name = server_name
+        self.repository = repository  # None: no repository API (load, unload, upload)
         self.ready = False  # set once startup loading has settled
 
     def live(self) -> bool:
@@ -38,8 +57,26 @@ class DataPlane:
     def server_metadata(self) -> dict[str, Any]:
         return {"name": self.server_name, "version": __version__, "extensions": EXTENSIONS}
 
-    def model(self, name: str, version: str = "") -> ModelVersion:
+    def model(self, name: str, version: str = "", label: str = "") -> ModelVersion:
+        """The version a version or label names, else the highest ready one (no split)."""
+        if label:
+            return self.registry.route(name, version, label)
         return self.registry.get(name, version)
+
+    def version_of(self, name: str, version: str = "", label: str = "") -> str:
+        """The version number a label names (or ``version`` itself when no label is given)."""
+        if not label:
+            return version
+        if version:
+            raise InvalidInput("a request names a version or a version label, not both")
+        self.registry.record(name)  # unknown model -> NotFound
+        return str(self.registry.routing(name).label_version(label))
+
+    def route(
+        self, name: str, version: str = "", label: str = "", request_id: str = ""
+    ) -> ModelVersion:
+        """The version a request goes to: by version or label, else by the traffic split."""
+        return self.registry.route(name, version, label, request_id)
 
     def record(self, name: str) -> ModelRecord:
         return self.registry.record(name)
@@ -69,8 +106,15 @@ class DataPlane:
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
         return config_to_dict(self.registry.get(name, version).config)
 
-    def index(self, ready_only: bool = False) -> list[IndexEntry]:
+    async def index(self, ready_only: bool = False) -> list[IndexEntry]:
+        """Every model version with its state; models in the repository but not loaded are
+        listed with no version as UNAVAILABLE 'unloaded', as Triton does."""
         entries: list[IndexEntry] = []
+        loaded = set(self.registry.names())
+        if self.repository is not None:
+            for name in await self.repository.manager.repository_names():
+                if name not in loaded:
+                    entries.append(IndexEntry(name, "", "UNAVAILABLE", "unloaded"))
         for record in self.registry.records():
             if not record.status:
                 entries.append(IndexEntry(record.name, "", record.state.value, record.reason))
@@ -80,7 +124,7 @@ class DataPlane:
                 )
         if ready_only:
             entries = [e for e in entries if e.state == "READY"]
-        return entries
+        return sorted(entries, key=lambda e: (e.name, int(e.version or 0)))
 
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         """Triton's statistics extension: every ready version, or one model's, or one version."""
@@ -98,5 +142,96 @@ class DataPlane:
         }
 
     async def infer(self, request: InferRequest) -> InferResponse:
-        model = self.registry.get(request.model_name, request.model_version)
-        return await model.infer(request)
+        label = request.parameters.get(LABEL_PARAMETER, "")
+        if not isinstance(label, str):
+            raise InvalidInput(f"parameter '{LABEL_PARAMETER}' must be a string")
+        name, version = request.model_name, request.model_version
+        model = self.registry.route(name, version, label, request.id)
+        try:
+            response = await model.infer(request)
+        except Unavailable:
+            if model.state is ModelState.READY:
+                raise
+            # Retired between routing and running (a version swap): route once more.
+            model = self.registry.route(name, version, label, request.id)
+            response = await model.infer(request)
+        self.registry.mirror(model, request, response)
+        return response
+
+    # ------------------------------------------------------------------ repository API
+
+    def _control(self) -> RepositoryControl:
+        if self.repository is None:
+            raise Unimplemented("this server has no repository API")
+        return self.repository
+
+    async def load_model(
+        self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        await self._control().load(name, config_json, files)
+
+    async def unload_model(self, name: str) -> None:
+        await self._control().unload(name)
+
+    async def upload_model(self, name: str, archive: bytes) -> list[IndexEntry]:
+        await self._control().upload(name, archive)
+        return [e for e in await self.index() if e.name == name]
+
+    def routing(self, name: str) -> dict[str, Any]:
+        """Labels, traffic split, shadow policy and shadow counts of a model."""
+        record = self.registry.record(name)
+        return {"name": record.name, **self.registry.routing(name).as_dict()}
+
+    def set_labels(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Set (a version) or remove (None) version labels; a label must name a ready version."""
+        self.registry.record(name)
+        updates: dict[str, int | None] = {}
+        for label, value in changes.items():
+            check_label(label, "labels")
+            if value is None:
+                updates[label] = None
+                continue
+            version = check_version(value, f"label '{label}'")
+            if not self.registry.is_ready(name, str(version)):
+                raise InvalidInput(
+                    f"label '{label}': version {version} of model '{name}' is not ready"
+                )
+            updates[label] = version
+        self.registry.routing(name).set_labels(updates)
+        return self.routing(name)
+
+    def set_routing(self, name: str, doc: dict[str, Any]) -> dict[str, Any]:
+        """Replace any of labels, traffic_split and shadow (null clears it)."""
+        self.registry.record(name)
+        unknown = set(doc) - {"labels", "traffic_split", "shadow"}
+        if unknown:
+            raise InvalidInput(f"unknown routing key(s) {sorted(unknown)}")
+        routing = self.registry.routing(name)
+        policy: RoutingPolicy = routing.policy
+        if "labels" in doc:
+            policy = replace(
+                policy, labels=labels_from_mapping(_mapping(doc["labels"], "labels"), "labels")
+            )
+        if "traffic_split" in doc:
+            split = split_from_mapping(
+                _mapping(doc["traffic_split"], "traffic_split"), "traffic_split"
+            )
+            policy = replace(policy, split=split)
+        if "shadow" in doc:
+            value = doc["shadow"]
+            policy = replace(
+                policy,
+                shadow=None
+                if value is None
+                else shadow_from_mapping(_mapping(value, "shadow"), "shadow"),
+            )
+        routing.set(policy)
+        return self.routing(name)
+
+
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput(f"'{what}' must be an object")
+    return value

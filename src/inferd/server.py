@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from pathlib import Path
 from typing import Any
 
 from granian.constants import Interfaces
@@ -19,10 +18,12 @@ from inferd.observability.requests import RequestObserver
 from inferd.observability.tracing import Tracer
 from inferd.protocols.admin_http import AdminHttp
 from inferd.protocols.http import HttpApp, Router
+from inferd.protocols.repository_http import RepositoryHttp
 from inferd.protocols.tfserving_http import TfServingHttp
 from inferd.protocols.v2_grpc import build_server
 from inferd.protocols.v2_http import V2Http
 from inferd.registry import Registry
+from inferd.repository.control import RepositoryControl
 from inferd.repository.manager import ModelManager
 from inferd.scheduling.cache import ResponseCache
 from inferd.settings import Settings
@@ -38,14 +39,10 @@ class Server:
             raise SystemExit("inferd: --model-repository is required (or INFERD_MODEL_REPOSITORY)")
         self.settings = settings
         self.registry = Registry()
-        self.manager = ModelManager(
-            [Path(p) for p in settings.model_repository],
-            self.registry,
-            default_max_batch_size=settings.default_max_batch_size,
-            auto_complete=not settings.disable_auto_complete_config,
-            cache=ResponseCache(settings.cache_size) if settings.cache_size > 0 else None,
-        )
-        self.plane = DataPlane(self.registry, settings.server_name)
+        cache = ResponseCache(settings.cache_size) if settings.cache_size > 0 else None
+        self.manager = ModelManager.from_settings(settings, self.registry, cache)
+        control = RepositoryControl(self.manager, settings.max_upload_bytes)
+        self.plane = DataPlane(self.registry, settings.server_name, control)
         self.logs = logs or logs_from(settings)
         self.endpoints = EndpointStats()
         self.metrics = build_registry(self.registry, self.endpoints)
@@ -58,6 +55,7 @@ class Server:
         router = Router()
         V2Http(self.plane).register(router)
         TfServingHttp(self.plane).register(router)
+        RepositoryHttp(self.plane, settings.max_upload_bytes).register(router)
         AdminHttp(self.metrics if settings.allow_metrics else None, self.logs).register(router)
         self.http_app = HttpApp(
             router, max_body_bytes=settings.http_max_body_bytes, observer=self.observer
@@ -65,7 +63,7 @@ class Server:
 
     async def _load_models(self) -> None:
         try:
-            await self.manager.load_all(self.settings.models_to_load())
+            await self.manager.start(self.settings.load_model)  # then polls, in poll mode
         finally:
             self.plane.ready = True
             ready = [r.name for r in self.registry.records() if r.versions]

@@ -23,7 +23,9 @@ def _opt(help_text: str, **extra: Any) -> Any:
 class Settings:
     model_repository: list[str] = field(
         default_factory=list,
-        metadata=_opt("model repository folder; repeat for several", repeat=True),
+        metadata=_opt(
+            "model repository: a folder or s3://bucket/prefix; repeat for several", repeat=True
+        ),
     )
     http_address: str = field(default="0.0.0.0", metadata=_opt("address the HTTP server binds"))
     http_port: int = field(default=8080, metadata=_opt("HTTP port (KServe v2 and TF Serving REST)"))
@@ -37,6 +39,39 @@ class Settings:
     load_model: list[str] = field(
         default_factory=list,
         metadata=_opt("load only this model at start (repeat; '*' loads all)", repeat=True),
+    )
+    model_control_mode: str = field(
+        default="none",
+        metadata=_opt(
+            "none: load the repository at start; poll: follow its changes; explicit: "
+            "--load-model at start, then the repository API"
+        ),
+    )
+    repository_poll_secs: int = field(
+        default=15, metadata=_opt("seconds between repository polls (--model-control-mode poll)")
+    )
+    model_cache_dir: str = field(
+        default="",
+        metadata=_opt("local copies of models from S3 (default: a folder under the temp dir)"),
+    )
+    max_upload_bytes: int = field(
+        default=1 << 30,
+        metadata=_opt("largest model upload (PUT /v2/repository/models/NAME), packed or not"),
+    )
+    s3_endpoint_url: str = field(
+        default="",
+        metadata=_opt("S3-compatible endpoint (MinIO, QingStor...) for s3:// repositories"),
+    )
+    s3_access_key_id: str = field(
+        default="", metadata=_opt("S3 access key (default: AWS_ACCESS_KEY_ID, profiles...)")
+    )
+    s3_secret_access_key: str = field(
+        default="", metadata=_opt("S3 secret key (default: AWS_SECRET_ACCESS_KEY, profiles...)")
+    )
+    s3_region: str = field(default="", metadata=_opt("S3 region (optional)"))
+    s3_addressing_style: str = field(
+        default="auto",
+        metadata=_opt("S3 URLs: path, virtual, or auto (path with --s3-endpoint-url)"),
     )
     log_verbose: int = field(default=0, metadata=_opt("verbose logging level (0: info, 1+: debug)"))
     http_max_body_bytes: int = field(

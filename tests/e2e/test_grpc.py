@@ -182,8 +182,6 @@ def test_stream_more_requests_than_in_flight_slots(client: Client) -> None:
 @pytest.mark.parametrize(
     ("call", "fragment"),
     [
-        (lambda c: c.load_model("digits"), "RepositoryModelLoad"),
-        (lambda c: c.unload_model("digits"), "RepositoryModelUnload"),
         (lambda c: c.get_system_shared_memory_status(), "system shared memory"),
     ],
 )

@@ -81,9 +81,21 @@ Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
 class Router:
     def __init__(self) -> None:
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
+        # A handler's own body limit and the flag that sets it (default: --http-max-body-bytes).
+        self.body_limits: dict[Handler, tuple[int, str]] = {}
 
-    def add(self, method: str, pattern: str, handler: Handler) -> None:
+    def add(
+        self,
+        method: str,
+        pattern: str,
+        handler: Handler,
+        *,
+        max_body_bytes: int | None = None,
+        limit_flag: str = "",
+    ) -> None:
         self._routes.append((method, re.compile(pattern + r"\Z"), handler))
+        if max_body_bytes is not None:
+            self.body_limits[handler] = (max_body_bytes, limit_flag)
 
     def match(self, method: str, path: str) -> tuple[Handler, dict[str, str]]:
         """The handler and path parameters; NotFound, or 405 for a known path."""
@@ -125,7 +137,10 @@ class HttpApp:
         try:
             handler, params = self.router.match(method, path)
             endpoint = handler.__qualname__
-            body = await self._read_body(headers, protocol)
+            limit = self.router.body_limits.get(
+                handler, (self.max_body_bytes, "--http-max-body-bytes")
+            )
+            body = await self._read_body(headers, protocol, *limit)
             request = HttpRequest(
                 method, path, headers, body, params, scope.query_string, protocol.client_disconnect
             )
@@ -166,12 +181,11 @@ class HttpApp:
                 headers,
             )
 
-    async def _read_body(self, headers: Headers, protocol: Any) -> bytes:
+    async def _read_body(self, headers: Headers, protocol: Any, limit: int, flag: str) -> bytes:
         length = headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+        if length is not None and length.isdigit() and int(length) > limit:
             raise PayloadTooLarge(
-                f"request body of {int(length)} bytes exceeds the limit of "
-                f"{self.max_body_bytes} bytes (--http-max-body-bytes)"
+                f"request body of {int(length)} bytes exceeds the limit of {limit} bytes ({flag})"
             )
         if length is not None and length.isdigit():
             body: bytes = await protocol()
@@ -180,16 +194,15 @@ class HttpApp:
             size = 0
             async for chunk in protocol:
                 size += len(chunk)
-                if size > self.max_body_bytes:
+                if size > limit:
                     raise PayloadTooLarge(
-                        f"request body exceeds the limit of {self.max_body_bytes} bytes "
-                        "(--http-max-body-bytes)"
+                        f"request body exceeds the limit of {limit} bytes ({flag})"
                     )
                 chunks.append(chunk)
             body = b"".join(chunks)
         encoding = headers.get("content-encoding")
         if encoding and body:
-            body = _decompress(encoding, body, self.max_body_bytes)
+            body = _decompress(encoding, body, limit)
         return body
 
 

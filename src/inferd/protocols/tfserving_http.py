@@ -22,6 +22,7 @@ from inferd.types import InferRequest, Tensors
 
 _MODEL = r"/v1/models/(?P<model>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
 _DEFAULT_SIGNATURE = "serving_default"
+_UNLOADED = "unloaded"  # a retired or unloaded version: TF Serving's END state
 _TF_STATE = {
     ModelState.READY: "AVAILABLE",
     ModelState.LOADING: "LOADING",
@@ -42,9 +43,10 @@ class TfServingHttp:
         router.add("GET", _MODEL + "/metadata", self.metadata)
 
     def _version(self, params: dict[str, str]) -> str:
-        if "label" in params:
-            raise NotFound(f"model '{params['model']}' has no version label '{params['label']}'")
-        return params.get("version", "")
+        """The version a URL names, by number or by label (/labels/{l})."""
+        return self.plane.version_of(
+            params["model"], params.get("version", ""), params.get("label", "")
+        )
 
     async def call(self, request: HttpRequest) -> HttpResponse:
         doc = parse_json(request.body)
@@ -56,7 +58,7 @@ class TfServingHttp:
                 f"unknown signature_name '{signature}'; the model serves '{_DEFAULT_SIGNATURE}'"
             )
         p = request.params
-        model = self.plane.model(p["model"], self._version(p))
+        model = self.plane.route(p["model"], self._version(p))  # the traffic split applies
         verb = p["verb"]
         if verb == "predict":
             inputs, row_format = _predict_inputs(model.spec, doc)
@@ -91,9 +93,9 @@ class TfServingHttp:
                 "model_version_status": [
                     {
                         "version": str(s.version),
-                        "state": _TF_STATE[s.state],
+                        "state": "END" if s.reason == _UNLOADED else _TF_STATE[s.state],
                         "status": {
-                            "error_code": "OK" if not s.reason else "UNKNOWN",
+                            "error_code": "OK" if s.reason in ("", _UNLOADED) else "UNKNOWN",
                             "error_message": s.reason,
                         },
                     }

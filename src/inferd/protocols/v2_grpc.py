@@ -57,8 +57,6 @@ Handler = Callable[[Any], Awaitable[Any]]
 
 # RPCs of the service that inferd does not offer (yet): each answers UNIMPLEMENTED and why.
 _UNIMPLEMENTED: dict[str, str] = {
-    "RepositoryModelLoad": "loading models through the API is not implemented yet",
-    "RepositoryModelUnload": "unloading models through the API is not implemented yet",
     "SystemSharedMemoryStatus": "system shared memory is not supported",
     "SystemSharedMemoryRegister": "system shared memory is not supported",
     "SystemSharedMemoryUnregister": "system shared memory is not supported",
@@ -158,6 +156,8 @@ class V2Grpc:
             "ModelConfig": self.model_config,
             "ModelStatistics": self.model_statistics,
             "RepositoryIndex": self.repository_index,
+            "RepositoryModelLoad": self.repository_model_load,
+            "RepositoryModelUnload": self.repository_model_unload,
         }
         for name, why in _UNIMPLEMENTED.items():
             unary[name] = _unimplemented(f"{name}: {why} in inferd")
@@ -224,9 +224,34 @@ class V2Grpc:
         return pb.RepositoryIndexResponse(
             models=[
                 entry(name=e.name, version=e.version, state=e.state, reason=e.reason)
-                for e in self.plane.index(request.ready)
+                for e in await self.plane.index(request.ready)
             ]
         )
+
+    async def repository_model_load(
+        self, request: pb.RepositoryModelLoadRequest
+    ) -> pb.RepositoryModelLoadResponse:
+        config: str | None = None
+        files: dict[str, bytes] = {}
+        for key, param in request.parameters.items():
+            choice = param.WhichOneof("parameter_choice")
+            if key == "config":
+                if choice != "string_param":
+                    raise InvalidInput("parameter 'config' must be a string (the config JSON)")
+                config = param.string_param
+            elif key.startswith("file:"):
+                if choice != "bytes_param":
+                    raise InvalidInput(f"parameter '{key}' must carry bytes")
+                files[key[len("file:") :]] = param.bytes_param
+        await self.plane.load_model(_model_name(request.model_name), config, files)
+        return pb.RepositoryModelLoadResponse()
+
+    async def repository_model_unload(
+        self, request: pb.RepositoryModelUnloadRequest
+    ) -> pb.RepositoryModelUnloadResponse:
+        # No model has dependents (ensembles) yet, so unload_dependents changes nothing.
+        await self.plane.unload_model(_model_name(request.model_name))
+        return pb.RepositoryModelUnloadResponse()
 
     async def model_statistics(
         self, request: pb.ModelStatisticsRequest

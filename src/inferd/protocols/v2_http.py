@@ -21,10 +21,11 @@ from inferd.protocols.http import (
     cancel_on_disconnect,
     json_response,
 )
+from inferd.routing import LABEL_PARAMETER
 from inferd.types import InferRequest, InferResponse, RequestedOutput, Tensors
 
 HEADER_LENGTH = "inference-header-content-length"
-_MODEL = r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?"
+_MODEL = r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+)|/labels/(?P<label>[^/]+))?"
 
 
 def parse_json(body: bytes | memoryview, what: str = "request body") -> Any:
@@ -194,12 +195,21 @@ class V2Http:
         router.add("GET", _MODEL, self.model_metadata)
         router.add("GET", _MODEL + "/ready", self.model_ready)
         router.add("GET", _MODEL + "/config", self.model_config)
-        router.add("POST", "/v2/repository/index", self.repository_index)
+        # /v2/repository/* lives in repository_http.py.
+
+    def _version(self, params: dict[str, str]) -> str:
+        """The version a route names, by number or by label (/labels/{l})."""
+        version = params.get("version", "")
+        if "label" in params:
+            return self.plane.version_of(params["model"], version, params["label"])
+        return version
 
     async def infer(self, request: HttpRequest) -> HttpResponse:
         doc, binary = _split_body(request)
         model, version = request.params["model"], request.params.get("version", "")
         infer_request = decode_request(doc, binary, model, version)
+        if "label" in request.params:
+            infer_request.parameters[LABEL_PARAMETER] = request.params["label"]
         if self.plane.model(model, version).queued:
             response = await cancel_on_disconnect(request, self.plane.infer(infer_request))
         else:
@@ -211,7 +221,8 @@ class V2Http:
 
     async def statistics(self, request: HttpRequest) -> HttpResponse:
         p = request.params
-        return json_response(self.plane.statistics(p.get("model", ""), p.get("version", "")))
+        version = self._version(p) if "model" in p else ""
+        return json_response(self.plane.statistics(p.get("model", ""), version))
 
     async def server_metadata(self, request: HttpRequest) -> HttpResponse:
         return json_response(self.plane.server_metadata())
@@ -225,25 +236,14 @@ class V2Http:
 
     async def model_metadata(self, request: HttpRequest) -> HttpResponse:
         p = request.params
-        return json_response(self.plane.model_metadata(p["model"], p.get("version", "")))
+        return json_response(self.plane.model_metadata(p["model"], self._version(p)))
 
     async def model_ready(self, request: HttpRequest) -> HttpResponse:
         p = request.params
-        ready = self.plane.model_ready(p["model"], p.get("version", ""))
+        ready = self.plane.model_ready(p["model"], self._version(p))
         body = {"name": p["model"], "ready": ready}
         return json_response(body, 200 if ready else 400)
 
     async def model_config(self, request: HttpRequest) -> HttpResponse:
         p = request.params
-        return json_response(self.plane.model_config(p["model"], p.get("version", "")))
-
-    async def repository_index(self, request: HttpRequest) -> HttpResponse:
-        doc = parse_json(request.body) if request.body.strip() else {}
-        ready_only = bool(_object(doc, "body").get("ready", False))
-        entries = self.plane.index(ready_only)
-        return json_response(
-            [
-                {"name": e.name, "version": e.version, "state": e.state, "reason": e.reason}
-                for e in entries
-            ]
-        )
+        return json_response(self.plane.model_config(p["model"], self._version(p)))

@@ -1,0 +1,128 @@
+"""The model repository API over HTTP: Triton's routes, uploads, and version routing.
+
+``POST /v2/repository/index``, ``.../models/{m}/load`` and ``.../unload`` are Triton's
+model repository extension (a load may carry ``parameters.config`` and base64
+``file:<version>/<path>`` contents). ``PUT /v2/repository/models/{m}`` takes a .tar.gz or
+.zip of a model folder. ``.../labels`` and ``.../routing`` set version labels, the traffic
+split and shadow copies; ``GET /v2/models/{m}/routing`` reads them with the shadow counts.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from inferd.dataplane import DataPlane
+from inferd.errors import InvalidInput
+from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
+from inferd.protocols.v2_http import parse_json
+
+_REPO_MODEL = r"/v2/repository/models/(?P<model>[^/]+)"
+FILE_PREFIX = "file:"
+
+
+def _body(request: HttpRequest) -> dict[str, Any]:
+    if not request.body.strip():
+        return {}
+    doc = parse_json(request.body)
+    if not isinstance(doc, dict):
+        raise InvalidInput("the request body must be a JSON object")
+    return doc
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput(f"'{what}' must be an object")
+    return value
+
+
+def load_parameters(params: dict[str, Any]) -> tuple[str | None, dict[str, bytes]]:
+    """The ``config`` string and the decoded ``file:`` contents of a load call."""
+    config = params.get("config")
+    if config is not None and not isinstance(config, str):
+        raise InvalidInput("parameters.config must be a string holding the model config JSON")
+    files: dict[str, bytes] = {}
+    for key, value in params.items():
+        if not key.startswith(FILE_PREFIX):
+            continue
+        if not isinstance(value, str):
+            raise InvalidInput(f"parameter '{key}' must be a base64 string")
+        try:
+            files[key[len(FILE_PREFIX) :]] = base64.b64decode(value, validate=True)
+        except binascii.Error:
+            raise InvalidInput(f"parameter '{key}' is not valid base64") from None
+    return config, files
+
+
+class RepositoryHttp:
+    """Handlers for ``/v2/repository`` and ``/v2/models/{m}/routing``."""
+
+    def __init__(self, plane: DataPlane, max_upload_bytes: int) -> None:
+        self.plane = plane
+        self.max_upload_bytes = max_upload_bytes
+
+    def register(self, router: Router) -> None:
+        router.add("POST", "/v2/repository/index", self.index)
+        router.add("POST", _REPO_MODEL + "/load", self.load)
+        router.add("POST", _REPO_MODEL + "/unload", self.unload)
+        router.add(
+            "PUT",
+            _REPO_MODEL,
+            self.upload,
+            max_body_bytes=self.max_upload_bytes,
+            limit_flag="--max-upload-bytes",
+        )
+        router.add("POST", _REPO_MODEL + "/labels", self.labels)
+        router.add("POST", _REPO_MODEL + "/routing", self.set_routing)
+        router.add("GET", r"/v2/models/(?P<model>[^/]+)/routing", self.routing)
+
+    async def index(self, request: HttpRequest) -> HttpResponse:
+        ready_only = bool(_body(request).get("ready", False))
+        entries = await self.plane.index(ready_only)
+        return json_response(
+            [
+                {"name": e.name, "version": e.version, "state": e.state, "reason": e.reason}
+                for e in entries
+            ]
+        )
+
+    async def load(self, request: HttpRequest) -> HttpResponse:
+        params = _object(_body(request).get("parameters"), "parameters")
+        config, files = load_parameters(params)
+        await self.plane.load_model(request.params["model"], config, files)
+        return HttpResponse(b"")
+
+    async def unload(self, request: HttpRequest) -> HttpResponse:
+        params = _object(_body(request).get("parameters"), "parameters")
+        if not isinstance(params.get("unload_dependents", False), bool):
+            raise InvalidInput("parameters.unload_dependents must be a boolean")
+        # No model has dependents (ensembles) yet, so unload_dependents changes nothing.
+        await self.plane.unload_model(request.params["model"])
+        return HttpResponse(b"")
+
+    async def upload(self, request: HttpRequest) -> HttpResponse:
+        if not request.body:
+            raise InvalidInput("the body is empty: send a .tar.gz or .zip of the model folder")
+        entries = await self.plane.upload_model(request.params["model"], request.body)
+        return json_response(
+            [
+                {"name": e.name, "version": e.version, "state": e.state, "reason": e.reason}
+                for e in entries
+            ]
+        )
+
+    async def labels(self, request: HttpRequest) -> HttpResponse:
+        doc = _body(request)
+        if "labels" not in doc:
+            raise InvalidInput('the body must be {"labels": {"LABEL": VERSION or null, ...}}')
+        labels = _object(doc["labels"], "labels")
+        return json_response(self.plane.set_labels(request.params["model"], labels))
+
+    async def set_routing(self, request: HttpRequest) -> HttpResponse:
+        return json_response(self.plane.set_routing(request.params["model"], _body(request)))
+
+    async def routing(self, request: HttpRequest) -> HttpResponse:
+        return json_response(self.plane.routing(request.params["model"]))

@@ -1,0 +1,152 @@
+"""Turns one model folder into loaded versions: config, version policy, backend, instances.
+
+Everything here blocks (reading files, loading runtimes, warmup): the manager calls it on
+worker threads and decides what to swap in or retire.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from inferd.backends import select_backend
+from inferd.backends.base import Backend, InstancePlacement, Runtime
+from inferd.errors import ConfigError
+from inferd.model import ModelVersion
+from inferd.repository.config import build_spec, read_config
+from inferd.repository.layout import select_versions, version_dirs
+from inferd.repository.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from inferd.repository.warmup import run_warmup
+from inferd.routing import ROUTING_PARAMETERS, RoutingPolicy, policy_from_config
+from inferd.scheduling.batcher import DirectScheduler, DynamicBatcher, Scheduler
+from inferd.scheduling.cache import ResponseCache
+from inferd.scheduling.instances import InstancePool
+from inferd.scheduling.policy import BatchingOptions
+from inferd.stats import ModelStats
+
+log = logging.getLogger("inferd.repository")
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOptions:
+    default_max_batch_size: int = 64
+    auto_complete: bool = True
+    cache: ResponseCache | None = None  # the server-wide response cache, if --cache-size > 0
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a model folder asks for: its config, the versions to serve, backend, routing."""
+
+    folder: Path
+    config: ModelConfig
+    dirs: dict[int, Path]
+    selected: list[int]
+    backend: Backend
+    routing: RoutingPolicy
+
+
+def plan(name: str, folder: Path, override: ModelConfig | None = None) -> Plan:
+    """Read and check a model folder (ConfigError naming the problem)."""
+    if override is not None:
+        config = ModelConfig()
+        config.CopyFrom(override)
+        if not config.name:
+            config.name = name
+        elif config.name != name:
+            raise ConfigError(f"config name '{config.name}' does not match the model '{name}'")
+    else:
+        config = read_config(folder)
+    dirs = version_dirs(folder)
+    if not dirs:
+        raise ConfigError(f"model '{name}' has no version folder (expected {name}/1/<model file>)")
+    selected = select_versions(dirs, config.version_policy)
+    backend = select_backend(config, (dirs[v] for v in selected))
+    return Plan(folder, config, dirs, selected, backend, policy_from_config(config))
+
+
+def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions) -> ModelVersion:
+    """Load, warm up and wrap one version (raises on failure; nothing is left open)."""
+    started = time.perf_counter()
+    backend = model_plan.backend
+    version_dir = model_plan.dirs[version]
+    config = ModelConfig()
+    config.CopyFrom(model_plan.config)
+    # Routing parameters are the server's, not the backend's: it does not see them.
+    routing = {
+        k: config.parameters[k].string_value for k in ROUTING_PARAMETERS if k in config.parameters
+    }
+    for key in routing:
+        del config.parameters[key]
+    if options.auto_complete:
+        backend.complete_config(version_dir, config, options.default_max_batch_size)
+    elif not config.platform and not config.backend:
+        config.backend = backend.name
+    spec = build_spec(config)
+    batching = BatchingOptions.from_config(config) if config.HasField("dynamic_batching") else None
+    if config.response_cache.enable and options.cache is None:
+        raise ConfigError(
+            "response_cache is enabled but the server has no cache (start it with "
+            "--cache-size BYTES)"
+        )
+    runtimes: list[Runtime] = []
+    try:
+        for placement in placements(config, backend):
+            runtimes.append(backend.load(version_dir, config, placement))
+        warmups = run_warmup(config, spec, runtimes, model_plan.folder)
+    except Exception:
+        for rt in runtimes:
+            rt.close()
+        raise
+    for key, value in routing.items():
+        config.parameters[key].string_value = value
+    if warmups:
+        log.info("warmed up model '%s' version %d: %d execution(s)", name, version, warmups)
+    pool = InstancePool(f"{name}/{version}", runtimes)
+    stats = ModelStats()
+    scheduler: Scheduler = (
+        DynamicBatcher(f"{name}/{version}", pool, batching, stats)
+        if batching is not None
+        else DirectScheduler(pool, stats)
+    )
+    loaded = ModelVersion(
+        name=name,
+        version=version,
+        config=config,
+        spec=spec,
+        scheduler=scheduler,
+        stats=stats,
+        cache=options.cache if config.response_cache.enable else None,
+        instance_count=pool.count,
+    )
+    loaded.load_seconds = time.perf_counter() - started
+    log.info(
+        "loaded model '%s' version %d (%s, %d instance(s)) in %.2f s",
+        name,
+        version,
+        backend.name,
+        loaded.instance_count,
+        loaded.load_seconds,
+    )
+    return loaded
+
+
+def placements(config: ModelConfig, backend: Backend) -> list[InstancePlacement]:
+    """One placement per execution instance, from ``instance_group`` (default: one)."""
+    groups = list(config.instance_group) or [ModelInstanceGroup(count=1)]
+    has_gpu = backend.gpu_available()
+    wanted: list[tuple[str, int]] = []
+    for group in groups:
+        count = group.count or 1
+        kind = "CPU"
+        if group.kind == ModelInstanceGroup.KIND_GPU and not has_gpu:
+            log.warning(
+                "model '%s' asks for KIND_GPU but no GPU is available; using the CPU", config.name
+            )
+        elif group.kind in (ModelInstanceGroup.KIND_GPU, ModelInstanceGroup.KIND_AUTO) and has_gpu:
+            kind = "GPU"
+        devices = list(group.gpus) if kind == "GPU" and group.gpus else [0]
+        wanted.extend((kind, device) for device in devices for _ in range(count))
+    return [InstancePlacement(kind, device, len(wanted)) for kind, device in wanted]
