@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from inferd.errors import ConfigError, InferdError, NotFound
 from inferd.model import ModelState, ModelVersion
 from inferd.registry import ModelRecord, Registry, VersionStatus
+from inferd.repository import records
 from inferd.repository.loader import LoadOptions, load_version, plan
 from inferd.repository.model_config_pb2 import ModelConfig
 from inferd.repository.poller import Poller
@@ -392,7 +393,7 @@ class ModelManager:
                 reused[v] = current
         to_load = [v for v in model_plan.selected if v not in reused]
         if to_load:
-            self.registry.put(_interim(name, old, to_load))
+            self.registry.put(records.interim(name, old, to_load))
         loaded: dict[int, ModelVersion] = {}
         failed: dict[int, str] = {}
         for v in to_load:
@@ -425,34 +426,17 @@ class ModelManager:
         self.registry.put(record)
         self._keys[name] = {v: keys[v] for v in versions}
         if retired:
-            await _retire(record, retired, set(model_plan.dirs))
+            await records.retire(record, retired, set(model_plan.dirs))
         return Outcome(record, ok=not failed, took_over=True, reason=reason)
 
     def _failed(
-        self, name: str, old: ModelRecord | None, reason: str, failed: dict[int, str]
+        self, name: str, old: ModelRecord | None, reason: str, failures: dict[int, str]
     ) -> Outcome:
-        statuses = {v: VersionStatus(v, ModelState.UNAVAILABLE, r) for v, r in failed.items()}
-        if old is not None and old.versions:
-            status = {**old.status, **{v: s for v, s in statuses.items() if v not in old.versions}}
-            record = ModelRecord(
-                name,
-                versions=old.versions,
-                status=dict(sorted(status.items())),
-                state=ModelState.READY,
-                reason=f"the last reload failed: {reason}",
-                config=old.config,
-            )
-            log.warning(
-                "model '%s': the reload failed, version(s) %s keep serving",
-                name,
-                ", ".join(str(v) for v in old.versions),
-            )
-            self.registry.put(record)
-            return Outcome(record, ok=False, took_over=False, reason=reason)
-        record = ModelRecord(name, status=statuses, state=ModelState.UNAVAILABLE, reason=reason)
+        record, kept = records.failed(name, old, reason, failures)
         self.registry.put(record)
-        self._keys.pop(name, None)
-        return Outcome(record, ok=False, took_over=True, reason=reason)
+        if not kept:
+            self._keys.pop(name, None)
+        return Outcome(record, ok=False, took_over=not kept, reason=reason)
 
     async def unload_model(self, name: str) -> None:
         async with self.locked(name):
@@ -468,16 +452,7 @@ class ModelManager:
         old = self.current(name)
         if old is None:
             return
-        draining = {v: VersionStatus(v, ModelState.UNLOADING) for v in old.versions}
-        self.registry.put(
-            ModelRecord(
-                name,
-                status=draining,
-                state=ModelState.UNLOADING if old.versions else ModelState.UNAVAILABLE,
-                reason="unloading",
-                config=old.config,
-            )
-        )
+        self.registry.put(records.draining(old))
         await asyncio.gather(*(v.close() for v in old.versions.values()))
         self._keys.pop(name, None)
         self._fetch_failed.pop(name, None)
@@ -487,12 +462,7 @@ class ModelManager:
         if forget:
             self.registry.forget(name)
         else:
-            unloaded = {
-                v: VersionStatus(v, ModelState.UNAVAILABLE, "unloaded") for v in old.versions
-            }
-            self.registry.put(
-                ModelRecord(name, status=unloaded, state=ModelState.UNAVAILABLE, reason="unloaded")
-            )
+            self.registry.put(records.unloaded(old))
         log.info("unloaded model '%s'", name)
 
     async def close(self) -> None:
@@ -503,42 +473,3 @@ class ModelManager:
             if record is not None:
                 await asyncio.gather(*(v.close() for v in record.versions.values()))
         await asyncio.to_thread(remove_tree, self.files_dir)
-
-
-async def _retire(record: ModelRecord, retired: list[ModelVersion], on_disk: set[int]) -> None:
-    """Close versions the new record no longer serves, once their in-flight requests finish;
-    they then show UNAVAILABLE 'unloaded' (or vanish when their folder is gone)."""
-    await asyncio.gather(*(m.close() for m in retired))
-    for m in retired:
-        status = record.status.get(m.version)
-        if status is None or status.state is not ModelState.UNLOADING:
-            continue
-        if m.version in on_disk:
-            record.status[m.version] = VersionStatus(m.version, ModelState.UNAVAILABLE, "unloaded")
-        else:
-            del record.status[m.version]
-    log.info(
-        "model '%s': retired version(s) %s; serving %s",
-        record.name,
-        ", ".join(str(m.version) for m in retired),
-        ", ".join(str(v) for v in record.versions),
-    )
-
-
-def _interim(name: str, old: ModelRecord | None, loading: list[int]) -> ModelRecord:
-    """The record while new versions load: the old versions serve, the new ones show LOADING."""
-    if old is None:
-        status = {v: VersionStatus(v, ModelState.LOADING) for v in loading}
-        return ModelRecord(name, status=status, state=ModelState.LOADING)
-    status = dict(old.status)
-    for v in loading:
-        if v not in old.versions:
-            status[v] = VersionStatus(v, ModelState.LOADING)
-    return ModelRecord(
-        name,
-        versions=old.versions,
-        status=dict(sorted(status.items())),
-        state=old.state if old.versions else ModelState.LOADING,
-        reason=old.reason,
-        config=old.config,
-    )
