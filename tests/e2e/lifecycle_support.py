@@ -1,0 +1,102 @@
+"""Helpers for the model lifecycle tests: tiny ONNX models, repository edits, polling waits."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.support import ServerProcess
+
+T = TypeVar("T")
+HPT = "half_plus_two"
+# One client for the whole run: httpx.post() builds a client (and an SSL context) per call.
+HTTP = httpx.Client(timeout=30)
+
+
+def affine_onnx(scale: float, offset: float) -> bytes:
+    """y = scale * x + offset on FP32 ``[batch]``, like the demo's half_plus_two."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x", "scale"], ["scaled"]),
+            helper.make_node("Add", ["scaled", "offset"], ["y"]),
+        ],
+        "affine",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch"])],
+        initializer=[
+            numpy_helper.from_array(np.array(scale, dtype=np.float32), "scale"),
+            numpy_helper.from_array(np.array(offset, dtype=np.float32), "offset"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    data: bytes = model.SerializeToString()
+    onnx.checker.check_model(model)
+    return data
+
+
+HALF_PLUS_TWO = affine_onnx(0.5, 2.0)
+HALF_PLUS_THREE = affine_onnx(0.5, 3.0)
+
+
+def write_version(model_dir: Path, version: int, onnx_bytes: bytes = HALF_PLUS_TWO) -> None:
+    """Add a version folder atomically (written aside, then renamed into place)."""
+    model_dir.mkdir(parents=True, exist_ok=True)
+    aside = model_dir.parent / f".tmp-{model_dir.name}-{version}"
+    (aside).mkdir(parents=True)
+    (aside / "model.onnx").write_bytes(onnx_bytes)
+    os.rename(aside, model_dir / str(version))
+
+
+def remove_version(model_dir: Path, version: int) -> None:
+    aside = model_dir.parent / f".gone-{model_dir.name}-{version}"
+    os.rename(model_dir / str(version), aside)
+    shutil.rmtree(aside)
+
+
+def wait_for(check: Callable[[], T | None], what: str, timeout_s: float = 20.0) -> T:
+    """Poll ``check`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def index(server: ServerProcess, **body: Any) -> list[dict[str, str]]:
+    r = HTTP.post(f"{server.http_url}/v2/repository/index", json=body)
+    assert r.status_code == 200, r.text
+    entries: list[dict[str, str]] = r.json()
+    return entries
+
+
+def states(server: ServerProcess, name: str) -> dict[str, str]:
+    """``{version: state}`` of one model in the index ('' for a model not loaded)."""
+    return {e["version"]: e["state"] for e in index(server) if e["name"] == name}
+
+
+def x_body(values: list[float], **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "inputs": [{"name": "x", "shape": [len(values), 1], "datatype": "FP32", "data": values}]
+    }
+    body.update(extra)
+    return body
+
+
+def infer(
+    server: ServerProcess, model: str, values: list[float], path: str = "", **extra: Any
+) -> httpx.Response:
+    url = f"{server.http_url}/v2/models/{model}{path}/infer"
+    return HTTP.post(url, json=x_body(values, **extra))

@@ -1,0 +1,166 @@
+"""Uploads: PUT /v2/repository/models/{m} with a .tar.gz or .zip, and ``inferd repo push``.
+
+A good archive is written into the repository and serves; a bad one answers 4xx naming the
+problem and leaves the repository exactly as it was.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.lifecycle_support import (
+    HALF_PLUS_THREE,
+    HALF_PLUS_TWO,
+    HPT,
+    HTTP,
+    infer,
+    states,
+    write_version,
+)
+from tests.support import ServerProcess
+
+MAX_UPLOAD_BYTES = 100_000
+
+
+@pytest.fixture(scope="module")
+def uploads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Path]]:
+    root = tmp_path_factory.mktemp("upload") / "models"
+    write_version(root / HPT, 1)
+    args = ["--model-control-mode", "explicit", "--load-model", "*"]
+    server = ServerProcess(root, extra_args=[*args, "--max-upload-bytes", str(MAX_UPLOAD_BYTES)])
+    server.start()
+    yield server, root
+    server.stop()
+
+
+def _tar(files: dict[str, bytes], links: dict[str, str] | None = None, prefix: str = "") -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(prefix + name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(prefix + name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+    return buffer.getvalue()
+
+
+def _zip(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def _put(server: ServerProcess, name: str, body: bytes) -> tuple[int, object]:
+    r = HTTP.put(f"{server.http_url}/v2/repository/models/{name}", content=body)
+    return r.status_code, r.json()
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*"))
+
+
+def test_a_tar_gz_upload_serves(uploads: tuple[ServerProcess, Path]) -> None:
+    server, root = uploads
+    status, doc = _put(server, "tarred", _tar({"1/model.onnx": HALF_PLUS_THREE}))
+    assert status == 200, doc
+    assert doc == [{"name": "tarred", "version": "1", "state": "READY", "reason": ""}]
+    assert infer(server, "tarred", [1.0]).json()["outputs"][0]["data"] == [3.5]
+    assert (root / "tarred" / "1" / "model.onnx").read_bytes() == HALF_PLUS_THREE
+
+
+def test_a_zip_with_a_top_folder_replaces_the_model(uploads: tuple[ServerProcess, Path]) -> None:
+    server, root = uploads
+    files = {
+        "mymodel/config.pbtxt": b"version_policy { all {} }\nmax_batch_size: 2\n",
+        "mymodel/1/model.onnx": HALF_PLUS_TWO,
+        "mymodel/2/model.onnx": HALF_PLUS_THREE,
+    }
+    status, doc = _put(server, "zipped", _zip(files))
+    assert status == 200, doc
+    assert states(server, "zipped") == {"1": "READY", "2": "READY"}
+    status, doc = _put(server, "zipped", _zip({"1/model.onnx": HALF_PLUS_THREE}))
+    assert status == 200, doc
+    assert _tree(root / "zipped") == ["1", "1/model.onnx"]  # PUT replaces the whole folder
+    assert infer(server, "zipped", [1.0]).json()["outputs"][0]["data"] == [3.5]
+    assert states(server, "zipped") == {"1": "READY"}
+
+
+def test_repo_push_packs_and_uploads_a_folder(
+    uploads: tuple[ServerProcess, Path], tmp_path: Path
+) -> None:
+    server, root = uploads
+    folder = tmp_path / "local_model"
+    write_version(folder, 1, HALF_PLUS_THREE)
+    write_version(folder, 2)
+    command = [
+        sys.executable,
+        "-m",
+        "inferd",
+        "repo",
+        "push",
+        str(folder),
+        "--url",
+        server.http_url,
+    ]
+    done = subprocess.run(
+        [*command, "--name", "pushed"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"state": "READY"' in done.stdout
+    assert infer(server, "pushed", [1.0]).json()["model_version"] == "2"
+    assert _tree(root / "pushed") == ["1", "1/model.onnx", "2", "2/model.onnx"]
+    missing = subprocess.run(
+        [sys.executable, "-m", "inferd", "repo", "push", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 2 and "is not a folder" in missing.stderr
+
+
+GOOD = {"1/model.onnx": HALF_PLUS_TWO}
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "status", "fragment"),
+    [
+        ("evil", _tar({**GOOD, "../escape": b"x"}), 400, "leaves its folder ('..')"),
+        ("evil", _tar({**GOOD, "/tmp/escape": b"x"}), 400, "absolute path '/tmp/escape'"),
+        ("evil", _tar(GOOD, links={"1/link": "/etc/passwd"}), 400, "is a link"),
+        ("evil", os.urandom(MAX_UPLOAD_BYTES + 1), 413, "--max-upload-bytes"),
+        ("evil", _tar({"1/big": b"\0" * (MAX_UPLOAD_BYTES + 1)}), 413, "extracts to more than"),
+        ("evil", b"plain text", 400, "not a .tar.gz, .tar or .zip archive"),
+        ("evil", _tar({"config.pbtxt": b"max_batch_size: x\n", **GOOD}), 400, "config.pbtxt"),
+        ("evil", _tar({"config.pbtxt": b"max_batch_size: 1\n"}), 400, "has no version folder"),
+        ("evil", _tar({"config.pbtxt": b"name: 'x'\n", **GOOD}), 400, "does not match"),
+        ("evil", _tar({"1/model.onnx": b"not onnx"}), 400, "did not load"),
+        (".hidden", _tar(GOOD), 400, "model name '.hidden'"),
+        (HPT, _tar({"1/model.onnx": b"not onnx"}), 400, "the repository was left as it was"),
+    ],
+)
+def test_bad_uploads_are_4xx_and_write_nothing(
+    uploads: tuple[ServerProcess, Path], name: str, body: bytes, status: int, fragment: str
+) -> None:
+    server, root = uploads
+    before = _tree(root)
+    got, doc = _put(server, name, body)
+    assert got == status, doc
+    assert isinstance(doc, dict) and fragment in doc["error"]
+    assert _tree(root) == before
+    assert not (root.parent / "escape").exists() and not Path("/tmp/escape").exists()
+    assert states(server, "evil") == {}
+    assert infer(server, HPT, [1.0]).json()["outputs"][0]["data"] == [2.5]
