@@ -25,6 +25,8 @@ from inferd.errors import ErrorCode, InferdError, InvalidInput, NotFound, Unimpl
 from inferd.observability.requests import Finished, RequestObserver, new_request_id
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols.pool import POOL
+from inferd.protocols.tfserving_grpc import SERVICES as TFSERVING_SERVICES
+from inferd.protocols.tfserving_grpc import TfServingGrpc
 from inferd.protocols.v2_grpc_codec import (
     EncodedInferResponse,
     StreamResponse,
@@ -394,11 +396,16 @@ def build_server(
     server = grpc.aio.server(options=options)
     # Registered (not generic) handlers: grpc core matches the method, no Python lookup per call.
     server.add_registered_method_handlers(SERVICE, V2Grpc(plane, observer).method_handlers())
+    # TF Serving's PredictionService and ModelService, on the same server and port.
+    tfserving = TfServingGrpc(plane, observer.endpoints if observer is not None else None)
+    for name, handlers in tfserving.services().items():
+        server.add_registered_method_handlers(name, handlers)
     health_pb2_grpc.add_HealthServicer_to_server(Health(plane), server)
     # Reflection reads our pool, which must then hold the health and reflection files too.
     _add_to_pool(health_pb2.DESCRIPTOR)
     _add_to_pool(reflection_pb2.DESCRIPTOR)
-    services = (SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
+    health = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+    services = (SERVICE, *TFSERVING_SERVICES, health)
     reflection.enable_server_reflection((*services, reflection.SERVICE_NAME), server, pool=POOL)
     try:
         if credentials is None:
