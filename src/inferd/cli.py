@@ -31,10 +31,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _demo_models(args: argparse.Namespace) -> int:
-    from inferd.demo.models import DEMO_MODELS, write_demo_repository
+    from inferd.demo.models import default_models, write_demo_repository
 
     _setup_logging(0)
-    names = args.models or list(DEMO_MODELS)
+    names = args.models or default_models()
     try:
         written = write_demo_repository(Path(args.directory), models=names)
     except (ValueError, ImportError) as exc:

@@ -7,6 +7,7 @@ seeded RNG, and re-running skips models whose files still match the hashes in th
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import tempfile
@@ -21,6 +22,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 DEMO_MODELS: tuple[str, ...] = ("half_plus_two", "digits", "resnet50")
+# TF Serving's own demo model name, written when TensorFlow is installed (inferd[tensorflow]).
+SAVED_MODEL_DEMO = "saved_model_half_plus_two"
 
 Files = dict[str, bytes]  # path relative to the model directory -> file content
 FloatArray = npt.NDArray[np.float32]
@@ -74,7 +77,7 @@ def _is_current(model_dir: Path) -> bool:
     try:
         stamp = json.loads((model_dir / "1" / _STAMP).read_text(encoding="utf-8"))
         files: dict[str, str] = stamp["files"]
-        if stamp["recipe"] != _RECIPE_VERSION or _MODEL_FILE not in files:
+        if stamp["recipe"] != _RECIPE_VERSION or not files:
             return False
         return all(_sha256_file(model_dir / rel) == digest for rel, digest in files.items())
     except (OSError, ValueError, KeyError, TypeError):
@@ -351,8 +354,58 @@ def _build_resnet50() -> Files:
     return {_MODEL_FILE: model}
 
 
+# --------------------------------------------------------------------------- SavedModel
+
+
+def tensorflow_available() -> bool:
+    return importlib.util.find_spec("tensorflow") is not None
+
+
+def default_models() -> list[str]:
+    """What ``inferd demo-models`` writes: the ONNX models, plus the SavedModel with TensorFlow."""
+    return list(DEMO_MODELS) + ([SAVED_MODEL_DEMO] if tensorflow_available() else [])
+
+
+def _build_saved_model_half_plus_two() -> Files:
+    """TF Serving's demo model, as a real SavedModel in TF Serving's layout (1/saved_model.pb)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        import tensorflow as tf
+    except ImportError as exc:
+        raise ImportError(f"install inferd[tensorflow] to build {SAVED_MODEL_DEMO}") from exc
+
+    signature = [tf.TensorSpec([None], tf.float32, name="x")]
+
+    class HalfPlusTwo(tf.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = tf.Variable(0.5, name="a")
+            self.b = tf.Variable(2.0, name="b")
+
+        @tf.function(input_signature=signature)  # type: ignore[untyped-decorator]
+        def serve(self, x: Any) -> dict[str, Any]:
+            return {"y": self.a * x + self.b}
+
+    module = HalfPlusTwo()
+    with tempfile.TemporaryDirectory() as tmp:
+        tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
+        serve = tf.saved_model.load(tmp).signatures["serving_default"]
+        y = serve(x=tf.constant([1.0, 2.0, 5.0]))["y"].numpy()
+        if not np.allclose(y, [2.5, 3.0, 4.5]):
+            raise RuntimeError(
+                f"{SAVED_MODEL_DEMO}: SavedModel output {y} differs from 0.5 * x + 2"
+            )
+        root = Path(tmp)
+        return {
+            f"1/{p.relative_to(root).as_posix()}": p.read_bytes()
+            for p in sorted(root.rglob("*"))
+            if p.is_file()
+        }
+
+
 _BUILDERS: dict[str, Callable[[], Files]] = {
     "half_plus_two": _build_half_plus_two,
     "digits": _build_digits,
     "resnet50": _build_resnet50,
+    SAVED_MODEL_DEMO: _build_saved_model_half_plus_two,
 }
