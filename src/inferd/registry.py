@@ -15,6 +15,8 @@ from inferd.repository.model_config_pb2 import ModelConfig
 from inferd.routing import ModelRouting
 from inferd.types import InferRequest, InferResponse
 
+_READY = ModelState.READY  # a module constant: an enum attribute lookup costs ~0.3 us here
+
 
 @dataclass(frozen=True, slots=True)
 class VersionStatus:
@@ -35,8 +37,11 @@ class ModelRecord:
     config: ModelConfig | None = None
 
     def default_version(self) -> ModelVersion | None:
-        ready = [v for v in self.versions.values() if v.state is ModelState.READY]
-        return max(ready, key=lambda v: v.version) if ready else None
+        """The highest ready version (the manager keeps versions in ascending order)."""
+        for version in reversed(self.versions.values()):
+            if version.state is _READY:
+                return version
+        return None
 
 
 class Registry:
@@ -76,41 +81,26 @@ class Registry:
 
     def get(self, name: str, version: str = "") -> ModelVersion:
         """The version that serves a request (``""``: the highest ready version)."""
-        record = self.record(name)
-        if not version:
-            chosen = record.default_version()
-            if chosen is None:
-                why = f": {record.reason}" if record.reason else ""
-                raise Unavailable(f"model '{name}' has no ready version{why}")
-            return chosen
-        number = _parse_version(name, version)
-        found = record.versions.get(number)
-        if found is not None and found.state is ModelState.READY:
-            return found
-        status = record.status.get(number)
-        if status is None:
-            raise NotFound(f"unknown version '{version}' of model '{name}'")
-        why = f": {status.reason}" if status.reason else ""
-        raise Unavailable(f"version {number} of model '{name}' is {status.state.value}{why}")
+        return _get(self.record(name), version)
 
     def route(
         self, name: str, version: str = "", label: str = "", request_id: str = ""
     ) -> ModelVersion:
         """The version that serves a request: by version, by label, else by the traffic split
         (hashing ``request_id`` when given), else the highest ready version."""
-        if version and label:
-            raise InvalidInput("a request names a version or a version label, not both")
         record = self.record(name)
         routing = self._routing.get(name)
         if label:
+            if version:
+                raise InvalidInput("a request names a version or a version label, not both")
             if routing is None:
                 raise NotFound(f"model '{name}' has no version label '{label}'")
-            return self.get(name, str(routing.label_version(label)))
+            return _get(record, str(routing.label_version(label)))
         if not version and routing is not None and routing.policy.split:
             chosen = routing.split_choice(record, request_id)
             if chosen is not None:
                 return chosen
-        return self.get(name, version)
+        return _get(record, version)
 
     def mirror(self, model: ModelVersion, request: InferRequest, response: InferResponse) -> None:
         """Copy a served request to the model's shadow version, if it has one."""
@@ -127,6 +117,25 @@ class Registry:
         except (Unavailable, NotFound):
             return False
         return True
+
+
+def _get(record: ModelRecord, version: str) -> ModelVersion:
+    name = record.name
+    if not version:
+        chosen = record.default_version()
+        if chosen is None:
+            why = f": {record.reason}" if record.reason else ""
+            raise Unavailable(f"model '{name}' has no ready version{why}")
+        return chosen
+    number = _parse_version(name, version)
+    found = record.versions.get(number)
+    if found is not None and found.state is _READY:
+        return found
+    status = record.status.get(number)
+    if status is None:
+        raise NotFound(f"unknown version '{version}' of model '{name}'")
+    why = f": {status.reason}" if status.reason else ""
+    raise Unavailable(f"version {number} of model '{name}' is {status.state.value}{why}")
 
 
 def _parse_version(name: str, version: str) -> int:
