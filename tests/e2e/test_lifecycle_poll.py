@@ -4,7 +4,9 @@ own, and a version swap under continuous load fails no request."""
 from __future__ import annotations
 
 import asyncio
+import io
 import shutil
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -144,3 +146,18 @@ def test_no_request_fails_while_versions_swap(polled: tuple[ServerProcess, Path]
         versions = [int(v) for _, v in log]
         assert versions == sorted(versions)
         assert versions[0] == 1 and versions[-1] == 3
+
+
+def test_an_upload_in_poll_mode_is_written_and_served(polled: tuple[ServerProcess, Path]) -> None:
+    server, root = polled
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo("1/model.onnx")
+        info.size = len(HALF_PLUS_THREE)
+        tar.addfile(info, io.BytesIO(HALF_PLUS_THREE))
+    r = HTTP.put(f"{server.http_url}/v2/repository/models/pushed", content=buffer.getvalue())
+    assert r.status_code == 200, r.text
+    assert (root / "pushed" / "1" / "model.onnx").read_bytes() == HALF_PLUS_THREE
+    assert infer(server, "pushed", [1.0]).json()["outputs"][0]["data"] == [3.5]
+    r = HTTP.post(f"{server.http_url}/v2/repository/models/pushed/unload")
+    assert r.status_code == 400 and "mode is 'poll'" in r.json()["error"]
