@@ -9,12 +9,12 @@ the repository API; the last change wins, whichever it came from.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import math
 import random
 import re
 import time
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -227,16 +227,19 @@ class ShadowStats:
 
 
 def request_unit(request_id: str) -> float:
-    """A number in [0, 1): a stable hash of the request id, or random without one."""
+    """A number in [0, 1): a stable hash of the request id (CRC-32, which spreads sequential
+    ids as evenly as a cryptographic hash for this purpose), or random without an id."""
     if not request_id:
         return random.random()
-    digest = hashlib.blake2b(request_id.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2.0**64
+    return zlib.crc32(request_id.encode("utf-8")) / 2.0**32
+
+
+_READY = ModelState.READY
 
 
 def _ready(record: ModelRecord, number: int | None) -> ModelVersion | None:
     found = record.versions.get(number) if number is not None else None
-    return found if found is not None and found.state is ModelState.READY else None
+    return found if found is not None and found.state is _READY else None
 
 
 class ModelRouting:
@@ -245,6 +248,9 @@ class ModelRouting:
     def __init__(self, name: str) -> None:
         self.name = name
         self.policy = RoutingPolicy()
+        # The split with labels resolved to version numbers, and its total weight.
+        self._split: tuple[tuple[int | None, float], ...] = ()
+        self._split_total = 0.0
         self.shadow_stats = ShadowStats()
         self._from_config: RoutingPolicy | None = None
         self._shadows: set[asyncio.Task[None]] = set()
@@ -260,6 +266,8 @@ class ModelRouting:
         if policy.shadow != self.policy.shadow:
             self.shadow_stats = ShadowStats()
         self.policy = policy
+        self._split = tuple((self.version_of(t), w) for t, w in policy.split if w > 0)
+        self._split_total = sum(w for _, w in self._split)
 
     def set_labels(self, changes: Mapping[str, int | None]) -> dict[str, int]:
         labels = dict(self.policy.labels)
@@ -282,6 +290,20 @@ class ModelRouting:
 
     def split_choice(self, record: ModelRecord, request_id: str) -> ModelVersion | None:
         """The version the traffic split picks (None: no split, or none of it is ready)."""
+        if not self._split:
+            return None
+        unit = request_unit(request_id)
+        point = unit * self._split_total
+        for number, weight in self._split:  # the usual case: every target is ready
+            point -= weight
+            if point < 0:
+                found = _ready(record, number)
+                if found is not None:
+                    return found
+                break
+        return self._split_among_ready(record, unit)
+
+    def _split_among_ready(self, record: ModelRecord, unit: float) -> ModelVersion | None:
         choices = [
             (found, weight)
             for target, weight in self.policy.split
@@ -289,7 +311,7 @@ class ModelRouting:
         ]
         if not choices:
             return None
-        point = request_unit(request_id) * sum(w for _, w in choices)
+        point = unit * sum(w for _, w in choices)
         for found, weight in choices:
             point -= weight
             if point < 0:
