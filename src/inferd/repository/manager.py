@@ -123,6 +123,7 @@ class ModelManager:
         self._fetch_failed: dict[str, ModelFiles] = {}
         self._duplicates: set[str] = set()
         self._poller: Poller | None = None
+        self.followed: set[str] | None = None  # poll mode with --load-model: only these
 
     @classmethod
     def from_settings(
@@ -215,7 +216,8 @@ class ModelManager:
     # ------------------------------------------------------------------ startup and polling
 
     async def start(self, load_model: Sequence[str] = ()) -> None:
-        """Startup loading by control mode; then, in poll mode, the poller."""
+        """Startup loading by control mode; then, in poll mode, the poller (which follows
+        only the ``--load-model`` models when some are named)."""
         names: list[str] | None = None
         if self.mode is ControlMode.EXPLICIT and not load_model:
             names = []
@@ -223,6 +225,7 @@ class ModelManager:
             names = list(load_model)
         await self.load_all(names)
         if self.mode is ControlMode.POLL:
+            self.followed = None if names is None else set(names)
             self._poller = Poller(self, self.poll_interval_s)
             self._poller.start()
 
@@ -251,6 +254,8 @@ class ModelManager:
         """Bring the loaded models in line with a scan (poll mode); stores in ``failed``
         did not answer, so their models stay as they are."""
         for name, (storage, files) in found.items():
+            if self.followed is not None and name not in self.followed:
+                continue
             source = self._sources.get(name)
             if source is None or source.storage is not storage or source.files != files:
                 await self._poll_sync(name)
