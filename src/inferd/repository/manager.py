@@ -237,10 +237,11 @@ class ModelManager:
         wanted = sorted(found) if names is None else list(names)
         for name in wanted:
             if name not in found:
-                log.error("cannot load model '%s': no such folder in the repository", name)
-                self.registry.put(
-                    ModelRecord(name, reason="no such model folder in the repository")
-                )
+                reason = "no such model folder in the repository"
+                if failures:  # it may be in the repository that did not answer
+                    reason = "not found; " + "; ".join(e.message for e in failures.values())
+                log.error("cannot load model '%s': %s", name, reason)
+                self.registry.put(ModelRecord(name, reason=reason))
                 continue
             storage, files = found[name]
             try:
