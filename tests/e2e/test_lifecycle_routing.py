@@ -12,10 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as triton_grpc
 
+from inferd.protocols.tfserving import serving_pb2, serving_pb2_grpc, tensorflow_pb2
 from tests.e2e.lifecycle_support import (
     HALF_PLUS_THREE,
     HTTP,
@@ -154,3 +156,27 @@ def test_config_parameters_that_do_not_parse_fail_the_load(
     assert r.status_code == 400
     assert "parameters: traffic_split: '1' is not KEY=VALUE" in r.json()["error"]
     assert _version(infer(routed, M, [1.0], path="/labels/stable")) == "1"  # still serving
+
+
+def test_tf_serving_grpc_labels_and_split(routed: ServerProcess) -> None:
+    with grpc.insecure_channel(routed.grpc_address) as channel:
+        stub = serving_pb2_grpc.PredictionServiceStub(channel)
+
+        def predict(label: str = "") -> float:
+            request = serving_pb2.PredictRequest()
+            request.model_spec.name = M
+            if label:
+                request.model_spec.version_label = label
+            tensor = request.inputs["x"]
+            tensor.dtype = tensorflow_pb2.DT_FLOAT
+            tensor.tensor_shape.dim.add().size = 1
+            tensor.float_val.append(1.0)
+            y = stub.Predict(request, 10.0).outputs["y"]
+            values = y.float_val or np.frombuffer(y.tensor_content, dtype=np.float32)
+            return float(values[0])
+
+        assert predict("stable") == 2.5 and predict("canary") == 3.5
+        assert {predict() for _ in range(100)} == {2.5, 3.5}  # the 90/10 split
+        with pytest.raises(grpc.RpcError) as info:
+            predict("beta")
+        assert info.value.code() is grpc.StatusCode.NOT_FOUND

@@ -277,12 +277,10 @@ class TfServingGrpc:
         if not model_spec.name:
             raise InvalidInput("model_spec.name (the model name) is missing")
         choice = model_spec.WhichOneof("version_choice")
-        if choice == "version_label":
-            raise NotFound(
-                f"model '{model_spec.name}' has no version label '{model_spec.version_label}'"
-            )
         version = str(model_spec.version.value) if choice == "version" else ""
-        model = self.plane.model(model_spec.name, version)
+        if choice == "version_label":
+            version = self.plane.version_of(model_spec.name, "", model_spec.version_label)
+        model = self.plane.route(model_spec.name, version)  # no version: the traffic split
         signature = model_spec.signature_name
         params = model.config.parameters
         configured = params["signature_name"].string_value if "signature_name" in params else ""
