@@ -247,14 +247,17 @@ def _native_outputs(spec: ModelSpec, outputs: Tensors) -> Tensors:
     return native
 
 
-def _json_value(name: str, array: np.ndarray) -> Any:
-    array = np.asarray(array)
-    if array.ndim == 0 and array.dtype != object:
-        return array.astype(np.float64).item() if array.dtype.kind == "f" else array.item()
+def _json_value(name: str, value: Any) -> Any:
+    """An output (or one row of it) as TF Serving writes it in JSON."""
+    if isinstance(value, bytes):  # one row of a 1-D BYTES output
+        value = np.array(value, dtype=object)
+    array = np.asarray(value)
     if array.dtype == object:
         if name.endswith("_bytes"):
             return _map_bytes(array.tolist(), lambda b: {"b64": base64.b64encode(b).decode()})
         return _map_bytes(array.tolist(), lambda b: b.decode("utf-8", errors="replace"))
+    if array.ndim == 0:
+        return array.astype(np.float64).item() if array.dtype.kind == "f" else array.item()
     if (array.dtype.kind == "f" and array.dtype.itemsize < 4) or array.dtype.name == "bfloat16":
         return array.astype(np.float32)
     return array
