@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from inferd.datatypes import DataType
@@ -150,3 +151,14 @@ def missing_extra(framework: str, extra: str, exc: ImportError) -> ModelLoadErro
         f"this model needs {framework}, which is not installed ({exc}): "
         f"pip install 'inferd[{extra}]'"
     )
+
+
+def model_file(version_dir: Path, config: ModelConfig, filenames: Sequence[str]) -> Path:
+    """The config's ``default_model_filename``, else the first of ``filenames`` present in
+    the version folder (else the first of them, for the error message)."""
+    if config.default_model_filename:
+        return version_dir / config.default_model_filename
+    for name in filenames:
+        if (version_dir / name).exists():
+            return version_dir / name
+    return version_dir / filenames[0]

@@ -24,6 +24,7 @@ from inferd.backends.completion import (
     complete,
     int_parameter,
     missing_extra,
+    model_file,
     string_parameters,
 )
 from inferd.errors import ConfigError, InternalError, ModelLoadError
@@ -50,12 +51,7 @@ def _openvino() -> Any:
 
 
 def _path(version_dir: Path, config: ModelConfig) -> Path:
-    if config.default_model_filename:
-        return version_dir / config.default_model_filename
-    for name in _FILENAMES:
-        if (version_dir / name).exists():
-            return version_dir / name
-    return version_dir / _FILENAMES[0]
+    return model_file(version_dir, config, _FILENAMES)
 
 
 def _read(core: Any, path: Path) -> Any:

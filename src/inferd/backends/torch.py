@@ -33,6 +33,7 @@ from inferd.backends.completion import (
     complete,
     int_parameter,
     missing_extra,
+    model_file,
     require_listed,
     string_parameters,
 )
@@ -64,12 +65,7 @@ def _torch() -> Any:
 
 
 def _path(version_dir: Path, config: ModelConfig) -> Path:
-    if config.default_model_filename:
-        return version_dir / config.default_model_filename
-    for name in _FILENAMES:
-        if (version_dir / name).exists():
-            return version_dir / name
-    return version_dir / _FILENAMES[0]
+    return model_file(version_dir, config, _FILENAMES)
 
 
 def _is_exported(path: Path) -> bool:

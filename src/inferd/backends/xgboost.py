@@ -19,6 +19,7 @@ from inferd.backends.completion import (
     check_parameters,
     int_parameter,
     missing_extra,
+    model_file,
     string_parameters,
 )
 from inferd.backends.tabular import (
@@ -35,12 +36,7 @@ _FILENAMES = ("model.json", "model.ubj")
 
 
 def _path(version_dir: Path, config: ModelConfig) -> Path:
-    if config.default_model_filename:
-        return version_dir / config.default_model_filename
-    for name in _FILENAMES:
-        if (version_dir / name).exists():
-            return version_dir / name
-    return version_dir / _FILENAMES[0]
+    return model_file(version_dir, config, _FILENAMES)
 
 
 def read_model(version_dir: Path, config: ModelConfig, threads: int = 1) -> TabularModel:
