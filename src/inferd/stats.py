@@ -41,10 +41,32 @@ class Duration:
     ns: int = 0
     buckets: list[int] = field(default_factory=lambda: [0] * (len(_BOUNDS_NS) + 1))
 
-    def add(self, ns: int, count: int = 1) -> None:
-        self.count += count
+    def add(self, ns: int) -> None:
+        """One observation."""
+        self.count += 1
         self.ns += ns
-        self.buckets[bisect_left(_BOUNDS_NS, ns // max(count, 1))] += count
+        self.buckets[bisect_left(_BOUNDS_NS, ns)] += 1
+
+    def add_each(self, ns: int, count: int) -> None:
+        """``count`` observations of ``ns`` each (the requests of one batch)."""
+        self.count += count
+        self.ns += ns * count
+        self.buckets[bisect_left(_BOUNDS_NS, ns)] += count
+
+    def as_dict(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass(slots=True)
+class Total:
+    """A count and a total, without a histogram (per-batch-size figures)."""
+
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int) -> None:
+        self.count += 1
+        self.ns += ns
 
     def as_dict(self) -> dict[str, int]:
         return {"count": self.count, "ns": self.ns}
@@ -52,9 +74,9 @@ class Duration:
 
 @dataclass(slots=True)
 class BatchStat:
-    compute_input: Duration = field(default_factory=Duration)
-    compute_infer: Duration = field(default_factory=Duration)
-    compute_output: Duration = field(default_factory=Duration)
+    compute_input: Total = field(default_factory=Total)
+    compute_infer: Total = field(default_factory=Total)
+    compute_output: Total = field(default_factory=Total)
 
 
 @dataclass(slots=True)
@@ -86,9 +108,9 @@ class ModelStats:
         stat.compute_input.add(input_ns)
         stat.compute_infer.add(infer_ns)
         stat.compute_output.add(output_ns)
-        self.compute_input.add(input_ns * requests, requests)
-        self.compute_infer.add(infer_ns * requests, requests)
-        self.compute_output.add(output_ns * requests, requests)
+        self.compute_input.add_each(input_ns, requests)
+        self.compute_infer.add_each(infer_ns, requests)
+        self.compute_output.add_each(output_ns, requests)
 
     def as_dict(self, name: str, version: str) -> dict[str, Any]:
         return {
