@@ -62,14 +62,14 @@ def sched_server(
         "slow_timeout",
         resnet,
         ONE_THREAD + "max_batch_size: 1\ndynamic_batching { default_queue_policy { "
-        "default_timeout_microseconds: 1000 allow_timeout_override: true } }",
+        "default_timeout_microseconds: 20000 allow_timeout_override: true } }",
     )
     _model(
         root,
         "slow_delay",
         resnet,
         ONE_THREAD + "max_batch_size: 1\ndynamic_batching { default_queue_policy { "
-        "default_timeout_microseconds: 1000 timeout_action: DELAY } }",
+        "default_timeout_microseconds: 20000 timeout_action: DELAY } }",
     )
     _model(
         root,
@@ -227,7 +227,7 @@ def test_queue_timeout_reject_and_delay(sched_server: ServerProcess) -> None:
     responses = asyncio.run(_post_all(sched_server, "slow_timeout", [_image(), _image()], 0.01))
     assert responses[0].status_code == 200
     assert responses[1].status_code == 504
-    assert "timed out after 1000 us in the queue" in responses[1].json()["error"]
+    assert "timed out after 20000 us in the queue" in responses[1].json()["error"]
     # A request may ask for a shorter timeout than the default only; 0 keeps the default.
     responses = asyncio.run(
         _post_all(sched_server, "slow_timeout", [_image(), _image(timeout=0)], 0.01)
