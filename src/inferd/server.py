@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from typing import Any
 
@@ -122,6 +123,9 @@ class Server:
 
 
 def run(settings: Settings) -> None:
+    # OpenMP worker threads (PyTorch, XGBoost, LightGBM) spin while waiting by default, which
+    # steals the CPU the event loop needs to decode the next request; a user's own setting wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
