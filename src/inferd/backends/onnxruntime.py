@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +18,15 @@ import numpy as np
 
 from inferd import datatypes
 from inferd.backends.base import InstancePlacement, model_path
-from inferd.datatypes import DataType
+from inferd.backends.completion import (
+    TensorIO,
+    check_parameters,
+    complete,
+    int_parameter,
+    string_parameters,
+)
 from inferd.errors import ConfigError, InternalError, InvalidInput, ModelLoadError
-from inferd.repository.config import config_enum_of, datatype_of
-from inferd.repository.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
+from inferd.repository.model_config_pb2 import ModelConfig
 from inferd.types import Tensors
 
 log = logging.getLogger("inferd.backends.onnxruntime")
@@ -45,14 +49,7 @@ _KNOWN_PARAMETERS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class _IO:
-    name: str
-    datatype: DataType
-    shape: tuple[int, ...]  # -1 for a variable dimension
-
-
-def _read_io(path: Path) -> tuple[list[_IO], list[_IO]]:
+def _read_io(path: Path) -> tuple[list[TensorIO], list[TensorIO]]:
     """Graph inputs and outputs, read from the file without building a session."""
     import onnx
     from onnx import helper
@@ -63,7 +60,7 @@ def _read_io(path: Path) -> tuple[list[_IO], list[_IO]]:
         raise ModelLoadError(f"cannot read ONNX model {path.name}: {exc}") from None
     initializers = {i.name for i in model.graph.initializer}
 
-    def convert(values: Any) -> list[_IO]:
+    def convert(values: Any) -> list[TensorIO]:
         found = []
         for v in values:
             if v.name in initializers:
@@ -81,50 +78,10 @@ def _read_io(path: Path) -> tuple[list[_IO], list[_IO]]:
                 int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else -1
                 for d in tensor_type.shape.dim
             )
-            found.append(_IO(v.name, datatype, dims))
+            found.append(TensorIO(v.name, datatype, dims))
         return found
 
     return convert(model.graph.input), convert(model.graph.output)
-
-
-def _complete_tensors(
-    configured: Any, found: list[_IO], batching: bool, make: type[ModelInput] | type[ModelOutput]
-) -> None:
-    by_name = {t.name: t for t in found}
-    for tensor in configured:
-        model_io = by_name.get(tensor.name)
-        kind = "input" if make is ModelInput else "output"
-        if model_io is None:
-            raise ConfigError(
-                f"config {kind} '{tensor.name}' is not in the model; the model has "
-                f"{', '.join(by_name) or 'none'}"
-            )
-        if tensor.data_type == 0:
-            tensor.data_type = config_enum_of(model_io.datatype)
-        elif datatype_of(tensor.data_type, f"{kind} '{tensor.name}'") != model_io.datatype:
-            raise ConfigError(
-                f"config {kind} '{tensor.name}' declares "
-                f"{datatype_of(tensor.data_type, kind).config_name} but the model has "
-                f"{model_io.datatype.config_name}"
-            )
-        if not tensor.dims:
-            _set_dims(tensor, model_io, batching)
-    if len(configured) == 0:
-        for model_io in found:
-            tensor = configured.add()
-            tensor.name = model_io.name
-            tensor.data_type = config_enum_of(model_io.datatype)
-            _set_dims(tensor, model_io, batching)
-
-
-def _set_dims(tensor: ModelInput | ModelOutput, model_io: _IO, batching: bool) -> None:
-    dims = model_io.shape[1:] if batching else model_io.shape
-    if dims:
-        tensor.dims.extend(dims)
-    else:
-        # A scalar per batch row: clients send [batch, 1], the model takes [batch].
-        tensor.dims.append(1)
-        tensor.reshape.SetInParent()
 
 
 class OnnxRuntimeBackend:
@@ -141,35 +98,27 @@ class OnnxRuntimeBackend:
         self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
     ) -> None:
         inputs, outputs = _read_io(model_path(version_dir, config, self))
-        if not config.input and not config.output and config.max_batch_size == 0:
-            every = inputs + outputs
-            if every and all(len(t.shape) >= 1 and t.shape[0] == -1 for t in every):
-                config.max_batch_size = default_max_batch_size
-        batching = config.max_batch_size > 0
-        _complete_tensors(config.input, inputs, batching, ModelInput)
-        _complete_tensors(config.output, outputs, batching, ModelOutput)
-        if not config.platform:
-            config.platform = self.platforms[0]
-        if not config.backend:
-            config.backend = self.name
+        complete(
+            config,
+            inputs,
+            outputs,
+            default_max_batch_size,
+            platform=self.platforms[0],
+            backend=self.name,
+        )
 
     def load(
         self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
     ) -> OnnxRuntimeSession:
         import onnxruntime as ort
 
-        params = {k: v.string_value for k, v in config.parameters.items()}
-        unknown = set(params) - _KNOWN_PARAMETERS
-        if unknown:
-            raise ConfigError(
-                f"unknown onnxruntime parameter(s) {', '.join(sorted(unknown))}; known: "
-                f"{', '.join(sorted(_KNOWN_PARAMETERS))}"
-            )
+        params = string_parameters(config)
+        check_parameters(params, _KNOWN_PARAMETERS, self.name)
         options = ort.SessionOptions()
-        options.intra_op_num_threads = _int_param(
+        options.intra_op_num_threads = int_parameter(
             params, "intra_op_thread_count", placement.cpu_threads()
         )
-        options.inter_op_num_threads = _int_param(params, "inter_op_thread_count", 1)
+        options.inter_op_num_threads = int_parameter(params, "inter_op_thread_count", 1)
         level = params.get("graph_optimization_level", "all").lower()
         if level not in _OPT_LEVELS:
             raise ConfigError(
@@ -190,18 +139,6 @@ class OnnxRuntimeBackend:
         except Exception as exc:
             raise ModelLoadError(f"onnxruntime cannot load {path.name}: {exc}") from None
         return OnnxRuntimeSession(session)
-
-
-def _int_param(params: dict[str, str], key: str, default: int) -> int:
-    if key not in params:
-        return default
-    try:
-        value = int(params[key])
-    except ValueError:
-        raise ConfigError(f"parameter {key} must be an integer, got '{params[key]}'") from None
-    if value < 0:
-        raise ConfigError(f"parameter {key} must be >= 0, got {value}")
-    return value
 
 
 class OnnxRuntimeSession:
