@@ -127,3 +127,16 @@ def shape_outputs(spec: ModelSpec, outputs: Tensors, batch: int) -> Tensors:
         elif tspec.reshaped:
             outputs[name] = array.reshape(tspec.dims)
     return outputs
+
+
+def native_outputs(spec: ModelSpec, outputs: Tensors) -> Tensors:
+    """Outputs in the model's own shape, a config reshape undone (the inverse of
+    ``shape_outputs``), as TF Serving's APIs return them."""
+    native: Tensors = {}
+    for name, array in outputs.items():
+        tensor = spec.output_by_name[name]
+        if tensor.reshaped:
+            lead = array.shape[:1] if spec.max_batch_size > 0 else ()
+            array = array.reshape(lead + tuple(tensor.model_dims))
+        native[name] = array
+    return native

@@ -7,7 +7,8 @@ import grpc
 from inferd.dataplane import DataPlane
 from inferd.errors import ErrorCode
 from inferd.protocols import grpc_service_pb2 as pb
-from inferd.protocols.v2_grpc import STATUS_OF, V2Grpc
+from inferd.protocols.grpc_common import STATUS_OF
+from inferd.protocols.v2_grpc import V2Grpc
 from inferd.registry import Registry
 
 

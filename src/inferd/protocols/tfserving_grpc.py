@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Protocol
+from collections.abc import Iterable
+from typing import Any
 
 import grpc
 import numpy as np
 
-from inferd import datatypes
+from inferd import datatypes, validate
 from inferd.dataplane import DataPlane
 from inferd.datatypes import DataType
-from inferd.errors import ErrorCode, InferdError, InvalidInput, NotFound, Unavailable
+from inferd.errors import InvalidInput, NotFound, Unavailable
 from inferd.model import ModelState, ModelVersion
+from inferd.observability.requests import RequestObserver
+from inferd.protocols.grpc_common import Handler, guarded
 from inferd.repository.config import ModelSpec, TensorSpec
 from inferd.types import InferRequest, RequestedOutput, Tensors
 
@@ -44,30 +45,12 @@ _SIGNATURE_DEF = "signature_def"
 _BY_TF_NAME: dict[str, DataType] = {d.tf_name: d for d in datatypes.ALL}
 _FLOAT_TYPES = ("FP16", "FP32", "FP64", "BF16")
 
-# A gRPC status for each of inferd's error codes (the same table as the KServe service's).
-_STATUS_OF: dict[ErrorCode, grpc.StatusCode] = {
-    ErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
-    ErrorCode.PAYLOAD_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    ErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-    ErrorCode.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
-    ErrorCode.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
-    ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
-}
 _STATE = {
     ModelState.READY: pb.ModelVersionStatus.AVAILABLE,
     ModelState.LOADING: pb.ModelVersionStatus.LOADING,
     ModelState.UNLOADING: pb.ModelVersionStatus.UNLOADING,
     ModelState.UNAVAILABLE: pb.ModelVersionStatus.END,
 }
-
-Handler = Callable[[Any], Awaitable[Any]]
-
-
-class Endpoints(Protocol):
-    """Where each call is counted and timed (observability's endpoint statistics)."""
-
-    def observe(self, protocol: str, endpoint: str, status: str, ns: int) -> None: ...
 
 
 # --------------------------------------------------------------------------- tensors
@@ -138,18 +121,6 @@ def to_tensor(array: np.ndarray, tensor: Any) -> None:
         )
     else:
         tensor.tensor_content = np.ascontiguousarray(array, dtype=datatype.numpy).tobytes()
-
-
-def _native(spec: ModelSpec, outputs: Tensors) -> Tensors:
-    """Outputs in the model's own shape (a config reshape undone), as TF Serving returns them."""
-    native: Tensors = {}
-    for name, array in outputs.items():
-        tensor = spec.output_by_name[name]
-        if tensor.reshaped:
-            lead = array.shape[:1] if spec.max_batch_size > 0 else ()
-            array = array.reshape(lead + tuple(tensor.model_dims))
-        native[name] = array
-    return native
 
 
 # --------------------------------------------------------------------------- examples
@@ -223,9 +194,9 @@ def _scores(model: ModelVersion, outputs: Tensors, verb: str) -> np.ndarray:
 class TfServingGrpc:
     """The handlers of TF Serving's PredictionService and ModelService."""
 
-    def __init__(self, plane: DataPlane, endpoints: Endpoints | None = None) -> None:
+    def __init__(self, plane: DataPlane, observer: RequestObserver | None = None) -> None:
         self.plane = plane
-        self._endpoints = endpoints
+        self.observer = observer
 
     def services(self) -> dict[str, dict[str, Any]]:
         """Method handlers by service name, for ``server.add_registered_method_handlers``."""
@@ -247,31 +218,11 @@ class TfServingGrpc:
         for name, handler in handlers.items():
             method = descriptor.methods_by_name[name]
             found[name] = grpc.unary_unary_rpc_method_handler(
-                self._guarded(name, handler),
+                guarded(descriptor.full_name, name, handler, self.observer),
                 request_deserializer=getattr(pb, method.input_type.name).FromString,
                 response_serializer=_serialize,
             )
         return found
-
-    def _guarded(self, method: str, handler: Handler) -> Callable[[Any, Any], Awaitable[Any]]:
-        async def run(request: Any, context: Any) -> Any:
-            started = time.perf_counter_ns()
-            status = grpc.StatusCode.OK
-            try:
-                return await handler(request)
-            except InferdError as exc:
-                status = _STATUS_OF[exc.code]
-                await context.abort(status, exc.message)
-            except Exception as exc:  # a bug must answer INTERNAL, not hang the call
-                status = grpc.StatusCode.INTERNAL
-                log.exception("unhandled error in %s", method)
-                await context.abort(status, f"internal error: {exc}")
-            finally:
-                if self._endpoints is not None:
-                    ns = time.perf_counter_ns() - started
-                    self._endpoints.observe("grpc", method, status.name, ns)
-
-        return run
 
     def _model(self, model_spec: Any) -> ModelVersion:
         if not model_spec.name:
@@ -303,7 +254,7 @@ class TfServingGrpc:
         outputs = [RequestedOutput(n) for n in names] or None
         request = InferRequest(model.name, inputs, str(model.version), outputs=outputs)
         response = await self.plane.infer(request)
-        return _native(model.spec, response.outputs)
+        return validate.native_outputs(model.spec, response.outputs)
 
     async def predict(self, request: Any) -> Any:
         model = self._model(request.model_spec)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from inferd import validate
 from inferd.dataplane import DataPlane
 from inferd.errors import InvalidInput, NotFound, Unavailable
 from inferd.model import ModelState, ModelVersion
@@ -66,7 +67,7 @@ class TfServingHttp:
             inputs, row_format = _example_inputs(model.spec, doc), True
         infer = InferRequest(model.name, inputs, model_version=str(model.version))
         response = await self.plane.infer(infer)
-        outputs = _native_outputs(model.spec, response.outputs)
+        outputs = validate.native_outputs(model.spec, response.outputs)
         if verb == "predict":
             answer = json_response(_predictions(model.spec, outputs, row_format))
         elif verb == "classify":
@@ -234,17 +235,6 @@ def _example_inputs(spec: ModelSpec, doc: dict[str, Any]) -> Tensors:
     if not isinstance(context, dict) or not all(isinstance(e, dict) for e in examples):
         raise InvalidInput("'examples' and 'context' must be feature objects")
     return _rows(spec, [{**context, **example} for example in examples])
-
-
-def _native_outputs(spec: ModelSpec, outputs: Tensors) -> Tensors:
-    native: Tensors = {}
-    for name, array in outputs.items():
-        tensor = spec.output_by_name[name]
-        if tensor.reshaped:
-            lead = array.shape[:1] if spec.max_batch_size > 0 else ()
-            array = array.reshape(lead + tuple(tensor.model_dims))
-        native[name] = array
-    return native
 
 
 def _json_value(name: str, value: Any) -> Any:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -21,9 +20,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from inferd.dataplane import DataPlane
-from inferd.errors import ErrorCode, InferdError, InvalidInput, NotFound, Unimplemented
-from inferd.observability.requests import Finished, RequestObserver, new_request_id
+from inferd.errors import InferdError, InvalidInput, NotFound, Unimplemented
+from inferd.observability.requests import RequestObserver
 from inferd.protocols import grpc_service_pb2 as pb
+from inferd.protocols.grpc_common import Handler, guarded
 from inferd.protocols.pool import POOL
 from inferd.protocols.tfserving_grpc import SERVICES as TFSERVING_SERVICES
 from inferd.protocols.tfserving_grpc import TfServingGrpc
@@ -41,21 +41,11 @@ log = logging.getLogger("inferd.grpc")
 
 SERVICE = "inference.GRPCInferenceService"
 
-STATUS_OF: dict[ErrorCode, grpc.StatusCode] = {
-    ErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
-    ErrorCode.PAYLOAD_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    ErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-    ErrorCode.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
-    ErrorCode.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
-    ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
-}
 
 # Requests of one stream that may run at once; reading the stream waits beyond that.
 STREAM_MAX_IN_FLIGHT = 256
 _HEALTH_WATCH_INTERVAL_S = 1.0
 
-Handler = Callable[[Any], Awaitable[Any]]
 
 # RPCs of the service that inferd does not offer (yet): each answers UNIMPLEMENTED and why.
 _UNIMPLEMENTED: dict[str, str] = {
@@ -68,76 +58,6 @@ _UNIMPLEMENTED: dict[str, str] = {
     "TraceSetting": "trace settings are not supported",
     "LogSettings": "log settings are not supported",
 }
-
-
-def _guarded(
-    method: str, handler: Handler, observer: RequestObserver | None = None
-) -> Callable[[Any, Any], Awaitable[Any]]:
-    """A grpc.aio unary handler that answers errors with their status code and message,
-    and reports each call to the observer (endpoint metrics, access log, trace)."""
-
-    async def run(request: Any, context: Any) -> Any:
-        start_ns = time.perf_counter_ns()
-        status = grpc.StatusCode.OK
-        response: Any = None
-        try:
-            response = await handler(request)
-            return response
-        except InferdError as exc:
-            status = STATUS_OF[exc.code]
-            await context.abort(status, exc.message)
-        except Exception as exc:  # a bug must answer INTERNAL, not hang the call
-            status = grpc.StatusCode.INTERNAL
-            log.exception("unhandled error in %s", method)
-            await context.abort(status, f"internal error: {exc}")
-        finally:
-            if observer is not None:
-                _observe(observer, method, status, start_ns, request, response, context)
-
-    return run
-
-
-def _observe(
-    observer: RequestObserver,
-    method: str,
-    status: grpc.StatusCode,
-    start_ns: int,
-    request: Any,
-    response: Any,
-    context: Any,
-) -> None:
-    if not observer.detailed:
-        ns = time.perf_counter_ns() - start_ns
-        observer.endpoints.observe("grpc", method, status.name, ns)
-        return
-    model = version = request_id = ""
-    bytes_in = bytes_out = 0
-    if isinstance(request, WireInferRequest):
-        message = request.message
-        model, version, request_id = message.model_name, message.model_version, message.id
-        bytes_in = message.ByteSize() + sum(len(raw) for raw in request.raw_inputs)
-    elif hasattr(request, "name"):
-        model, version = request.name, getattr(request, "version", "")
-    if isinstance(response, EncodedInferResponse):
-        version = response.header.model_version
-        bytes_out = response.header.ByteSize() + sum(len(raw) for raw in response.raw_outputs)
-    elif response is not None:
-        bytes_out = response.ByteSize()
-    done = Finished(
-        "grpc",
-        method,
-        f"/{SERVICE}/{method}",
-        method,
-        status.name,
-        start_ns,
-        bytes_in,
-        bytes_out,
-        context.peer(),
-        request_id or new_request_id(),
-        model,
-        version,
-    )
-    observer.finish(done, {k: v for k, v in context.invocation_metadata() or ()})
 
 
 class V2Grpc:
@@ -168,12 +88,12 @@ class V2Grpc:
         for name, handler in unary.items():
             method = service.methods_by_name[name]
             handlers[name] = grpc.unary_unary_rpc_method_handler(
-                _guarded(name, handler, self.observer),
+                guarded(SERVICE, name, handler, self.observer),
                 request_deserializer=getattr(pb, method.input_type.name).FromString,
                 response_serializer=_serialize_message,
             )
         handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
-            _guarded("ModelInfer", self.model_infer, self.observer),
+            guarded(SERVICE, "ModelInfer", self.model_infer, self.observer),
             request_deserializer=parse_infer_request,
             response_serializer=EncodedInferResponse.serialize,
         )
@@ -397,7 +317,7 @@ def build_server(
     # Registered (not generic) handlers: grpc core matches the method, no Python lookup per call.
     server.add_registered_method_handlers(SERVICE, V2Grpc(plane, observer).method_handlers())
     # TF Serving's PredictionService and ModelService, on the same server and port.
-    tfserving = TfServingGrpc(plane, observer.endpoints if observer is not None else None)
+    tfserving = TfServingGrpc(plane, observer)
     for name, handlers in tfserving.services().items():
         server.add_registered_method_handlers(name, handlers)
     health_pb2_grpc.add_HealthServicer_to_server(Health(plane), server)
