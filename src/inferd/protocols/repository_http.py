@@ -16,7 +16,7 @@ from typing import Any
 from inferd.dataplane import DataPlane
 from inferd.errors import InvalidInput
 from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
-from inferd.protocols.v2_http import parse_json
+from inferd.protocols.v2_http import json_object, parse_json
 
 _REPO_MODEL = r"/v2/repository/models/(?P<model>[^/]+)"
 FILE_PREFIX = "file:"
@@ -29,14 +29,6 @@ def _body(request: HttpRequest) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise InvalidInput("the request body must be a JSON object")
     return doc
-
-
-def _object(value: Any, what: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise InvalidInput(f"'{what}' must be an object")
-    return value
 
 
 def load_parameters(params: dict[str, Any]) -> tuple[str | None, dict[str, bytes]]:
@@ -90,13 +82,13 @@ class RepositoryHttp:
         )
 
     async def load(self, request: HttpRequest) -> HttpResponse:
-        params = _object(_body(request).get("parameters"), "parameters")
+        params = json_object(_body(request).get("parameters"), "parameters")
         config, files = load_parameters(params)
         await self.plane.load_model(request.params["model"], config, files)
         return HttpResponse(b"")
 
     async def unload(self, request: HttpRequest) -> HttpResponse:
-        params = _object(_body(request).get("parameters"), "parameters")
+        params = json_object(_body(request).get("parameters"), "parameters")
         if not isinstance(params.get("unload_dependents", False), bool):
             raise InvalidInput("parameters.unload_dependents must be a boolean")
         # No model has dependents (ensembles) yet, so unload_dependents changes nothing.
@@ -118,7 +110,7 @@ class RepositoryHttp:
         doc = _body(request)
         if "labels" not in doc:
             raise InvalidInput('the body must be {"labels": {"LABEL": VERSION or null, ...}}')
-        labels = _object(doc["labels"], "labels")
+        labels = json_object(doc["labels"], "labels")
         return json_response(self.plane.set_labels(request.params["model"], labels))
 
     async def set_routing(self, request: HttpRequest) -> HttpResponse:

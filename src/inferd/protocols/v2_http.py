@@ -107,7 +107,7 @@ def decode_request(doc: Any, binary: memoryview | None, model: str, version: str
         inputs=inputs,
         id=_request_id(doc),
         outputs=_requested_outputs(doc.get("outputs")),
-        parameters=_object(doc.get("parameters"), "parameters"),
+        parameters=json_object(doc.get("parameters"), "parameters"),
         input_parameters=input_parameters,
     )
 
@@ -119,7 +119,7 @@ def _request_id(doc: dict[str, Any]) -> str:
     return value
 
 
-def _object(value: Any, what: str) -> dict[str, Any]:
+def json_object(value: Any, what: str) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -136,7 +136,7 @@ def _requested_outputs(value: Any) -> list[RequestedOutput] | None:
     for item in value:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise InvalidInput("each requested output must be an object with a string 'name'")
-        params = _object(item.get("parameters"), f"outputs[{item['name']}].parameters")
+        params = json_object(item.get("parameters"), f"outputs[{item['name']}].parameters")
         found.append(RequestedOutput(item["name"], params))
     return found or None
 
@@ -210,7 +210,7 @@ class V2Http:
         infer_request = decode_request(doc, binary, model, version)
         if "label" in request.params:
             infer_request.parameters[LABEL_PARAMETER] = request.params["label"]
-        if self.plane.model(model, version).queued:
+        if self.plane.queues(model):
             response = await cancel_on_disconnect(request, self.plane.infer(infer_request))
         else:
             response = await self.plane.infer(infer_request)
