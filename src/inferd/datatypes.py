@@ -22,7 +22,6 @@ class DataType:
     config_name: str  # Triton model config enum name: "TYPE_FP32"
     tf_name: str  # TensorFlow dtype enum name: "DT_FLOAT"
     numpy: np.dtype[np.generic]  # object for BYTES
-    onnx_name: str  # ONNX Runtime type string: "tensor(float)"
 
     @property
     def itemsize(self) -> int:
@@ -34,30 +33,30 @@ class DataType:
         return self.name == "BYTES"
 
 
-def _dt(name: str, config: str, tf: str, dtype: object, onnx: str) -> DataType:
-    return DataType(name, config, tf, np.dtype(dtype), onnx)  # type: ignore[call-overload]
+def _dt(name: str, config: str, tf: str, dtype: object) -> DataType:
+    return DataType(name, config, tf, np.dtype(dtype))  # type: ignore[call-overload]
 
 
 ALL: tuple[DataType, ...] = (
-    _dt("BOOL", "TYPE_BOOL", "DT_BOOL", np.bool_, "tensor(bool)"),
-    _dt("UINT8", "TYPE_UINT8", "DT_UINT8", np.uint8, "tensor(uint8)"),
-    _dt("UINT16", "TYPE_UINT16", "DT_UINT16", np.uint16, "tensor(uint16)"),
-    _dt("UINT32", "TYPE_UINT32", "DT_UINT32", np.uint32, "tensor(uint32)"),
-    _dt("UINT64", "TYPE_UINT64", "DT_UINT64", np.uint64, "tensor(uint64)"),
-    _dt("INT8", "TYPE_INT8", "DT_INT8", np.int8, "tensor(int8)"),
-    _dt("INT16", "TYPE_INT16", "DT_INT16", np.int16, "tensor(int16)"),
-    _dt("INT32", "TYPE_INT32", "DT_INT32", np.int32, "tensor(int32)"),
-    _dt("INT64", "TYPE_INT64", "DT_INT64", np.int64, "tensor(int64)"),
-    _dt("FP16", "TYPE_FP16", "DT_HALF", np.float16, "tensor(float16)"),
-    _dt("FP32", "TYPE_FP32", "DT_FLOAT", np.float32, "tensor(float)"),
-    _dt("FP64", "TYPE_FP64", "DT_DOUBLE", np.float64, "tensor(double)"),
-    _dt("BF16", "TYPE_BF16", "DT_BFLOAT16", ml_dtypes.bfloat16, "tensor(bfloat16)"),
-    _dt("BYTES", "TYPE_STRING", "DT_STRING", np.object_, "tensor(string)"),
+    _dt("BOOL", "TYPE_BOOL", "DT_BOOL", np.bool_),
+    _dt("UINT8", "TYPE_UINT8", "DT_UINT8", np.uint8),
+    _dt("UINT16", "TYPE_UINT16", "DT_UINT16", np.uint16),
+    _dt("UINT32", "TYPE_UINT32", "DT_UINT32", np.uint32),
+    _dt("UINT64", "TYPE_UINT64", "DT_UINT64", np.uint64),
+    _dt("INT8", "TYPE_INT8", "DT_INT8", np.int8),
+    _dt("INT16", "TYPE_INT16", "DT_INT16", np.int16),
+    _dt("INT32", "TYPE_INT32", "DT_INT32", np.int32),
+    _dt("INT64", "TYPE_INT64", "DT_INT64", np.int64),
+    _dt("FP16", "TYPE_FP16", "DT_HALF", np.float16),
+    _dt("FP32", "TYPE_FP32", "DT_FLOAT", np.float32),
+    _dt("FP64", "TYPE_FP64", "DT_DOUBLE", np.float64),
+    _dt("BF16", "TYPE_BF16", "DT_BFLOAT16", ml_dtypes.bfloat16),
+    _dt("BYTES", "TYPE_STRING", "DT_STRING", np.object_),
 )
 
 BY_NAME: dict[str, DataType] = {d.name: d for d in ALL}
 BY_CONFIG_NAME: dict[str, DataType] = {d.config_name: d for d in ALL}
-BY_ONNX_NAME: dict[str, DataType] = {d.onnx_name: d for d in ALL}
+BY_TF_NAME: dict[str, DataType] = {d.tf_name: d for d in ALL}
 _BY_NUMPY: dict[np.dtype[np.generic], DataType] = {d.numpy: d for d in ALL}
 
 BYTES = BY_NAME["BYTES"]

@@ -42,7 +42,6 @@ SAVED_MODEL_DIR = "model.savedmodel"  # Triton's layout
 SAVED_MODEL_FILE = "saved_model.pb"  # TF Serving's layout: directly in the version folder
 _SERVE_TAG = "serve"
 _KNOWN_PARAMETERS = {"signature_name", "intra_op_thread_count", "inter_op_thread_count"}
-_BY_TF_NAME = {d.tf_name: d for d in datatypes.ALL}
 _threads_lock = threading.Lock()
 _threads_set = False
 
@@ -110,7 +109,7 @@ def _tensor_io(key: str, info: Any) -> TensorIO:
     from tensorflow.core.framework import types_pb2
 
     dtype_name = types_pb2.DataType.Name(info.dtype)
-    datatype = _BY_TF_NAME.get(dtype_name)
+    datatype = datatypes.BY_TF_NAME.get(dtype_name)
     if datatype is None:
         raise ConfigError(
             f"signature tensor '{key}' has dtype {dtype_name}, which inferd cannot serve"

@@ -42,7 +42,6 @@ SERVICES = (PREDICTION_SERVICE, MODEL_SERVICE)
 DEFAULT_SIGNATURE = "serving_default"
 _PREDICT_METHOD = "tensorflow/serving/predict"
 _SIGNATURE_DEF = "signature_def"
-_BY_TF_NAME: dict[str, DataType] = {d.tf_name: d for d in datatypes.ALL}
 _FLOAT_TYPES = ("FP16", "FP32", "FP64", "BF16")
 
 _STATE = {
@@ -63,7 +62,7 @@ def to_array(tensor: Any, name: str) -> np.ndarray:
         tf_name = tf_pb.DataType.Name(tensor.dtype)
     except ValueError:
         raise InvalidInput(f"{where}: unknown dtype {tensor.dtype}") from None
-    datatype = _BY_TF_NAME.get(tf_name)
+    datatype = datatypes.BY_TF_NAME.get(tf_name)
     if datatype is None:
         raise InvalidInput(f"{where}: dtype {tf_name} is not supported")
     if tensor.tensor_shape.unknown_rank:

@@ -162,14 +162,6 @@ class ModelManager:
 
     # ------------------------------------------------------------------ repository view
 
-    def available(self) -> dict[str, Path]:
-        """Every model in the repositories and the local folder it loads from (blocking)."""
-        found: dict[str, Path] = {}
-        for storage in self.storages:
-            for name in storage.scan():
-                found.setdefault(name, storage.local_folder(name))
-        return found
-
     async def scan(self) -> tuple[Found, dict[str, StorageError]]:
         """Every model folder of every repository, and the repositories that did not answer."""
         results = await asyncio.gather(

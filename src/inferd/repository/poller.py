@@ -24,7 +24,6 @@ class Poller:
     def __init__(self, manager: ModelManager, interval_s: float) -> None:
         self.manager = manager
         self.interval_s = interval_s
-        self.polls = 0
         self._down_since: dict[str, float] = {}  # store uri -> monotonic time of its outage
         self._task: asyncio.Task[None] | None = None
 
@@ -49,7 +48,6 @@ class Poller:
 
     async def poll_once(self) -> None:
         found, failures = await self.manager.scan()
-        self.polls += 1
         self._report(failures)
         await self.manager.apply(found, set(failures))
 

@@ -55,8 +55,6 @@ def parse_uri(uri: str) -> tuple[str, str]:
 class S3Storage:
     """A model repository under one bucket and prefix, cached locally model by model."""
 
-    writable_root: Path | None = None
-
     def __init__(self, uri: str, options: StorageOptions) -> None:
         self.uri = uri.rstrip("/")
         self.bucket, self.prefix = parse_uri(uri)
@@ -131,9 +129,6 @@ class S3Storage:
         except InferdError:
             log.warning("skipping S3 object '%s': not a safe relative path", rel_key)
             return None
-
-    def local_folder(self, name: str) -> Path:
-        return self.cache / name
 
     def fetch(self, name: str, files: ModelFiles) -> Path:
         """Copy the model's changed objects into the cache; returns the cached folder."""

@@ -30,8 +30,6 @@ class StorageError(Unavailable):
 
 class Storage(Protocol):
     uri: str  # as given on the command line, for messages
-    # A folder uploads may be written into (None: read-only or remote).
-    writable_root: Path | None
 
     def scan(self) -> dict[str, ModelFiles]:
         """Every model folder of the repository and its files (StorageError if unreadable)."""
@@ -43,10 +41,6 @@ class Storage(Protocol):
 
     def fetch(self, name: str, files: ModelFiles) -> Path:
         """A local folder holding the model's ``files`` (copied first if the store is remote)."""
-        ...
-
-    def local_folder(self, name: str) -> Path:
-        """Where ``fetch`` puts (or finds) the model."""
         ...
 
 
@@ -97,7 +91,6 @@ class LocalStorage:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.uri = str(root)
-        self.writable_root: Path | None = root
 
     def scan(self) -> dict[str, ModelFiles]:
         if not self.root.is_dir():
@@ -120,9 +113,6 @@ class LocalStorage:
             raise StorageError(f"cannot read model folder '{folder}': {exc}") from None
 
     def fetch(self, name: str, files: ModelFiles) -> Path:
-        return self.root / name
-
-    def local_folder(self, name: str) -> Path:
         return self.root / name
 
 
