@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from inferd.backends.base import InstancePlacement
 from inferd.backends.completion import (
     check_parameters,
     int_parameter,
@@ -21,10 +20,9 @@ from inferd.backends.completion import (
     string_parameters,
 )
 from inferd.backends.tabular import (
+    TabularBackend,
     TabularModel,
-    TabularRuntime,
     binary_proba,
-    complete_tabular,
 )
 from inferd.errors import ModelLoadError
 from inferd.repository.model_config_pb2 import ModelConfig
@@ -66,21 +64,8 @@ def _adapt(booster: Any, threads: int) -> TabularModel:
     return TabularModel(n_features, raw)
 
 
-class LightGBMBackend:
+class LightGBMBackend(TabularBackend):
     name = "lightgbm"
-    platforms: tuple[str, ...] = ()
+    framework = "LightGBM"
     default_filename = "model.txt"
-
-    def gpu_available(self) -> bool:
-        return False
-
-    def complete_config(
-        self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
-    ) -> None:
-        complete_tabular(config, read_model(version_dir, config), default_max_batch_size, self.name)
-
-    def load(
-        self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
-    ) -> TabularRuntime:
-        model = read_model(version_dir, config, placement.cpu_threads())
-        return TabularRuntime(model, config, "LightGBM")
+    read = staticmethod(read_model)

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from inferd import datatypes
-from inferd.backends.base import InstancePlacement
 from inferd.backends.completion import (
     bool_parameter,
     check_parameters,
@@ -22,7 +21,7 @@ from inferd.backends.completion import (
     model_file,
     string_parameters,
 )
-from inferd.backends.tabular import TabularModel, TabularRuntime, complete_tabular
+from inferd.backends.tabular import TabularBackend, TabularModel
 from inferd.errors import ConfigError, ModelLoadError
 from inferd.repository.model_config_pb2 import ModelConfig
 
@@ -34,7 +33,8 @@ def _path(version_dir: Path, config: ModelConfig) -> Path:
     return model_file(version_dir, config, _FILENAMES)
 
 
-def read_model(version_dir: Path, config: ModelConfig) -> TabularModel:
+def read_model(version_dir: Path, config: ModelConfig, threads: int = 1) -> TabularModel:
+    """A joblib/pickle estimator (``threads`` is unused: the estimator keeps its own n_jobs)."""
     params = string_parameters(config)
     check_parameters(params, _KNOWN_PARAMETERS, "sklearn")
     path = _path(version_dir, config)
@@ -86,20 +86,8 @@ def _adapt(estimator: Any, filename: str) -> TabularModel:
     return TabularModel(n_features=n_features, predict=estimator.predict, n_targets=n_targets)
 
 
-class SklearnBackend:
+class SklearnBackend(TabularBackend):
     name = "sklearn"
-    platforms: tuple[str, ...] = ()
+    framework = "scikit-learn"
     default_filename = "model.joblib"
-
-    def gpu_available(self) -> bool:
-        return False
-
-    def complete_config(
-        self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
-    ) -> None:
-        complete_tabular(config, read_model(version_dir, config), default_max_batch_size, self.name)
-
-    def load(
-        self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
-    ) -> TabularRuntime:
-        return TabularRuntime(read_model(version_dir, config), config, "scikit-learn")
+    read = staticmethod(read_model)

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from inferd import datatypes
+from inferd.backends.base import InstancePlacement
 from inferd.backends.completion import TensorIO, complete
 from inferd.datatypes import DataType
 from inferd.errors import ConfigError, InternalError
@@ -162,3 +164,31 @@ def binary_proba(positive: np.ndarray) -> np.ndarray:
     """[rows] probabilities of class 1 into [rows, 2] columns for classes 0 and 1."""
     positive = np.asarray(positive, dtype=np.float64).reshape(-1)
     return np.stack([1.0 - positive, positive], axis=1)
+
+
+class TabularBackend:
+    """The Backend of a framework whose model file reads into a TabularModel; a framework
+    module names itself, its default file and its reader
+    (``read(version_dir, config, threads)``)."""
+
+    name = ""
+    framework = ""  # as error messages spell it
+    default_filename = ""
+    platforms: tuple[str, ...] = ()
+    read: Callable[[Path, ModelConfig, int], TabularModel]
+
+    def gpu_available(self) -> bool:
+        return False
+
+    def complete_config(
+        self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
+    ) -> None:
+        complete_tabular(
+            config, self.read(version_dir, config, 1), default_max_batch_size, self.name
+        )
+
+    def load(
+        self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
+    ) -> TabularRuntime:
+        model = self.read(version_dir, config, placement.cpu_threads())
+        return TabularRuntime(model, config, self.framework)
