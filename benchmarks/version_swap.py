@@ -24,9 +24,10 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from inferd.config.spec import build_spec
+from inferd.config.text import parse_config_text
 from inferd.model import ModelState, ModelVersion
 from inferd.registry import ModelRecord, Registry, VersionStatus
-from inferd.repository.config import build_spec, parse_config_text
 from inferd.routing import RoutingPolicy
 from inferd.scheduling.batcher import DirectScheduler
 from inferd.scheduling.instances import InstancePool

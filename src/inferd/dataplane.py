@@ -10,10 +10,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
+from inferd.config.text import config_to_dict
 from inferd.errors import InvalidInput, Unavailable, Unimplemented
 from inferd.model import ModelState, ModelVersion
 from inferd.registry import ModelRecord, Registry
-from inferd.repository.config import config_to_dict
 from inferd.routing import (
     LABEL_PARAMETER,
     RoutingPolicy,

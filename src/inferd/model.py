@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass, field
 
 from inferd import validate
-from inferd.repository.config import ModelSpec
-from inferd.repository.model_config_pb2 import ModelConfig
+from inferd.config.model_config_pb2 import ModelConfig
+from inferd.config.spec import ModelSpec
 from inferd.scheduling.batcher import Scheduler
 from inferd.scheduling.cache import ResponseCache
 from inferd.stats import ModelStats

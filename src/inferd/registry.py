@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from inferd.config.model_config_pb2 import ModelConfig
 from inferd.errors import InvalidInput, NotFound, Unavailable
 from inferd.model import ModelState, ModelVersion
-from inferd.repository.model_config_pb2 import ModelConfig
 from inferd.routing import ModelRouting
 from inferd.types import InferRequest, InferResponse
 

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from inferd.config.model_config_pb2 import ModelConfig
 from inferd.errors import ConfigError, InferdError, InvalidInput, NotFound
 from inferd.model import ModelState, ModelVersion
-from inferd.repository.model_config_pb2 import ModelConfig
 from inferd.types import InferRequest, InferResponse, Tensors
 
 if TYPE_CHECKING:

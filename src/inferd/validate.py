@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from inferd import datatypes
+from inferd.config.spec import ModelSpec, TensorSpec
 from inferd.errors import InternalError, InvalidInput
-from inferd.repository.config import ModelSpec, TensorSpec
 from inferd.types import Tensors
 
 

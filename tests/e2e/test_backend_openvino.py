@@ -117,8 +117,8 @@ def test_missing_extra_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from inferd.backends.openvino import OpenVinoBackend
+    from inferd.config.text import parse_config_text
     from inferd.errors import ModelLoadError
-    from inferd.repository.config import parse_config_text
 
     monkeypatch.setitem(sys.modules, "openvino", None)
     with pytest.raises(ModelLoadError, match=r"inferd\[openvino\]"):

@@ -116,8 +116,8 @@ def test_missing_extra_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from inferd.backends.sklearn import SklearnBackend
+    from inferd.config.text import parse_config_text
     from inferd.errors import ModelLoadError
-    from inferd.repository.config import parse_config_text
 
     monkeypatch.setitem(sys.modules, "joblib", None)  # import joblib now fails
     config = parse_config_text(PICKLE_OK)

@@ -122,8 +122,8 @@ def test_missing_extra_says_what_to_install(
 ) -> None:
     from inferd.backends.base import InstancePlacement
     from inferd.backends.torch import TorchBackend
+    from inferd.config.text import parse_config_text
     from inferd.errors import ModelLoadError
-    from inferd.repository.config import parse_config_text
 
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(ModelLoadError, match=r"inferd\[torch\]"):

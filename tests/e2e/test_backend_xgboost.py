@@ -92,8 +92,8 @@ def test_missing_extra_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from inferd.backends.xgboost import XGBoostBackend
+    from inferd.config.text import parse_config_text
     from inferd.errors import ModelLoadError
-    from inferd.repository.config import parse_config_text
 
     monkeypatch.setitem(sys.modules, "xgboost", None)
     with pytest.raises(ModelLoadError, match=r"inferd\[xgboost\]"):

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from inferd.config.model_config_pb2 import ModelVersionPolicy
+from inferd.config.spec import build_spec
+from inferd.config.text import config_to_dict, parse_config_text
 from inferd.errors import ConfigError
 from inferd.repository import layout
-from inferd.repository.config import build_spec, config_to_dict, parse_config_text, read_config
-from inferd.repository.model_config_pb2 import ModelVersionPolicy
+from inferd.repository.config import read_config
 
 TRITON_CONFIG = """
 name: "resnet"

@@ -13,10 +13,11 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from inferd.config.spec import build_spec
+from inferd.config.text import parse_config_text
 from inferd.errors import ConfigError, InvalidInput, NotFound
 from inferd.model import ModelVersion
 from inferd.registry import ModelRecord, Registry, VersionStatus
-from inferd.repository.config import build_spec, parse_config_text
 from inferd.routing import (
     RoutingPolicy,
     ShadowPolicy,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from inferd.config.spec import build_spec
+from inferd.config.text import parse_config_text
 from inferd.protocols.tfserving_http import _predictions
-from inferd.repository.config import build_spec, parse_config_text
 
 SPEC = build_spec(
     parse_config_text(

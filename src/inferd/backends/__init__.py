@@ -11,8 +11,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from inferd.backends.base import Backend
+from inferd.config.model_config_pb2 import ModelConfig
 from inferd.errors import ConfigError
-from inferd.repository.model_config_pb2 import ModelConfig
 
 
 def _onnxruntime() -> Backend:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from inferd.repository.model_config_pb2 import ModelConfig
+from inferd.config.model_config_pb2 import ModelConfig
 from inferd.types import Tensors
 
 

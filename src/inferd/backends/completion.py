@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inferd.config.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
+from inferd.config.spec import config_enum_of, datatype_of
 from inferd.datatypes import DataType
 from inferd.errors import ConfigError, ModelLoadError
-from inferd.repository.config import config_enum_of, datatype_of
-from inferd.repository.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,8 +24,8 @@ from inferd.backends.tabular import (
     TabularModel,
     binary_proba,
 )
+from inferd.config.model_config_pb2 import ModelConfig
 from inferd.errors import ModelLoadError
-from inferd.repository.model_config_pb2 import ModelConfig
 
 _KNOWN_PARAMETERS = {"num_threads"}
 

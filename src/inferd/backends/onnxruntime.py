@@ -25,8 +25,8 @@ from inferd.backends.completion import (
     int_parameter,
     string_parameters,
 )
+from inferd.config.model_config_pb2 import ModelConfig
 from inferd.errors import ConfigError, InternalError, InvalidInput, ModelLoadError
-from inferd.repository.model_config_pb2 import ModelConfig
 from inferd.types import Tensors
 
 log = logging.getLogger("inferd.backends.onnxruntime")

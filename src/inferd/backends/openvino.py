@@ -27,8 +27,8 @@ from inferd.backends.completion import (
     model_file,
     string_parameters,
 )
+from inferd.config.model_config_pb2 import ModelConfig
 from inferd.errors import ConfigError, InternalError, ModelLoadError
-from inferd.repository.model_config_pb2 import ModelConfig
 from inferd.types import Tensors
 
 PLATFORM = "openvino"

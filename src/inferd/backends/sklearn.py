@@ -22,8 +22,8 @@ from inferd.backends.completion import (
     string_parameters,
 )
 from inferd.backends.tabular import TabularBackend, TabularModel
+from inferd.config.model_config_pb2 import ModelConfig
 from inferd.errors import ConfigError, ModelLoadError
-from inferd.repository.model_config_pb2 import ModelConfig
 
 _KNOWN_PARAMETERS = {"allow_pickle"}
 _FILENAMES = ("model.joblib", "model.pkl")

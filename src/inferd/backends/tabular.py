@@ -23,10 +23,10 @@ import numpy as np
 from inferd import datatypes
 from inferd.backends.base import InstancePlacement
 from inferd.backends.completion import TensorIO, complete
+from inferd.config.model_config_pb2 import ModelConfig
+from inferd.config.spec import datatype_of
 from inferd.datatypes import DataType
 from inferd.errors import ConfigError, InternalError
-from inferd.repository.config import datatype_of
-from inferd.repository.model_config_pb2 import ModelConfig
 from inferd.types import Tensors
 
 INPUT = "input"

@@ -30,8 +30,8 @@ from inferd.backends.completion import (
     missing_extra,
     string_parameters,
 )
+from inferd.config.model_config_pb2 import ModelConfig
 from inferd.errors import ConfigError, InternalError, ModelLoadError
-from inferd.repository.model_config_pb2 import ModelConfig
 from inferd.types import Tensors
 
 log = logging.getLogger("inferd.backends.tensorflow")

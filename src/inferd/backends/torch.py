@@ -37,9 +37,9 @@ from inferd.backends.completion import (
     require_listed,
     string_parameters,
 )
+from inferd.config.model_config_pb2 import ModelConfig
+from inferd.config.spec import datatype_of
 from inferd.errors import ConfigError, InternalError, ModelLoadError
-from inferd.repository.config import datatype_of
-from inferd.repository.model_config_pb2 import ModelConfig
 from inferd.types import Tensors
 
 log = logging.getLogger("inferd.backends.torch")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from google.protobuf import descriptor_pool
 
-from inferd.repository import model_config_pb2
+from inferd.config import model_config_pb2
 
 POOL = descriptor_pool.DescriptorPool()
 # grpc_service.proto imports model_config.proto: the dependency must be in the same pool.

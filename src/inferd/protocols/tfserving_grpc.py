@@ -20,13 +20,13 @@ import grpc
 import numpy as np
 
 from inferd import datatypes, validate
+from inferd.config.spec import ModelSpec, TensorSpec
 from inferd.dataplane import DataPlane
 from inferd.datatypes import DataType
 from inferd.errors import InvalidInput, NotFound, Unavailable
 from inferd.model import ModelState, ModelVersion
 from inferd.observability.requests import RequestObserver
 from inferd.protocols.grpc_common import Handler, guarded
-from inferd.repository.config import ModelSpec, TensorSpec
 from inferd.types import InferRequest, RequestedOutput, Tensors
 
 # The package registers TF Serving's messages in inferd's private pool (before the pb2 modules).

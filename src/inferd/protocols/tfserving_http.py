@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 
 from inferd import validate
+from inferd.config.spec import ModelSpec, TensorSpec
 from inferd.dataplane import DataPlane
 from inferd.errors import InvalidInput, NotFound, Unavailable
 from inferd.model import ModelState, ModelVersion
 from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2_http import parse_json
-from inferd.repository.config import ModelSpec, TensorSpec
 from inferd.types import InferRequest, Tensors
 
 _MODEL = r"/v1/models/(?P<model>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import orjson
 
+from inferd.config.model_config_pb2 import ModelConfig
+from inferd.config.text import parse_config_json
 from inferd.errors import ConfigError, InvalidInput
 from inferd.registry import ModelRecord
-from inferd.repository.config import parse_config_json
 from inferd.repository.manager import ControlMode, ModelManager, Outcome
-from inferd.repository.model_config_pb2 import ModelConfig
 from inferd.repository.storage import LocalStorage, StorageError
 from inferd.repository.upload import (
     check_model_name,

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from inferd.config.model_config_pb2 import ModelVersionPolicy
 from inferd.errors import ConfigError
-from inferd.repository.model_config_pb2 import ModelVersionPolicy
 
 
 def list_models(roots: Iterable[Path]) -> dict[str, Path]:

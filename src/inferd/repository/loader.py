@@ -13,11 +13,12 @@ from pathlib import Path
 
 from inferd.backends import select_backend
 from inferd.backends.base import Backend, InstancePlacement, Runtime
+from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from inferd.config.spec import build_spec
 from inferd.errors import ConfigError
 from inferd.model import ModelVersion
-from inferd.repository.config import build_spec, read_config
+from inferd.repository.config import read_config
 from inferd.repository.layout import select_versions, version_dirs
-from inferd.repository.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from inferd.repository.warmup import run_warmup
 from inferd.routing import ROUTING_PARAMETERS, RoutingPolicy, policy_from_config
 from inferd.scheduling.batcher import DirectScheduler, DynamicBatcher, Scheduler

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from inferd.config.model_config_pb2 import ModelConfig
 from inferd.errors import ConfigError, InferdError, NotFound
 from inferd.model import ModelState, ModelVersion
 from inferd.registry import ModelRecord, Registry, VersionStatus
 from inferd.repository import records
 from inferd.repository.loader import LoadOptions, load_version, plan
-from inferd.repository.model_config_pb2 import ModelConfig
 from inferd.repository.poller import Poller
 from inferd.repository.storage import (
     LocalStorage,

@@ -15,9 +15,9 @@ import numpy as np
 
 from inferd import validate
 from inferd.backends.base import Runtime
+from inferd.config.model_config_pb2 import ModelConfig, ModelWarmup
+from inferd.config.spec import ModelSpec, TensorSpec, datatype_of
 from inferd.errors import ConfigError, InferdError, ModelLoadError
-from inferd.repository.config import ModelSpec, TensorSpec, datatype_of
-from inferd.repository.model_config_pb2 import ModelConfig, ModelWarmup
 from inferd.types import Tensors
 
 log = logging.getLogger("inferd.repository")

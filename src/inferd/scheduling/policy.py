@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from inferd.config.model_config_pb2 import ModelConfig, ModelQueuePolicy
 from inferd.errors import ConfigError, InvalidInput
-from inferd.repository.model_config_pb2 import ModelConfig, ModelQueuePolicy
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,364 @@
+"""The core request path, measured against one or more source trees in the same run.
+
+For each tree (``--tree LABEL=PATH``; default: this checkout) a server is started from that
+tree's ``src`` and measured, trees interleaved pass by pass, so that "before" and "after" a
+change are compared under the same host load:
+
+1. ``half_plus_two`` v2 JSON at concurrency 16 (wrk, keep-alive): req/s and server CPU-µs per
+   request (the server's process CPU over the requests it answered: the noise-robust figure);
+2. ``half_plus_two`` over gRPC at concurrency 16 (h2load, pre-encoded ModelInfer): req/s and
+   CPU-µs/req;
+3. ``resnet50``, batch 1, concurrency 1, HTTP binary tensors: median latency;
+4. a wide MLP (1024-4096-4096-1024 FP32, fixed-seed random weights, ~100 MB) at concurrency 64,
+   one row per request, HTTP binary tensors, with and without dynamic batching: rows/s, and
+   against onnxruntime in this process at batch 32.
+
+    .venv/bin/python benchmarks/core_bench.py --tree before=/tmp/base --tree after=. \\
+        [--passes 3] [--seconds 8] [--only json,grpc,resnet,mlp]
+
+Needs ``wrk`` and ``h2load`` (Debian: wrk, nghttp2-client).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import re
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.support import ServerProcess  # noqa: E402
+
+CACHE = Path(os.environ.get("INFERD_BENCH_CACHE", "/tmp/inferd-core-bench"))
+MLP_DIMS = (1024, 4096, 4096, 1024)
+TESTS = ("json", "grpc", "resnet", "mlp")
+
+
+# --------------------------------------------------------------------------- models
+
+
+def wide_mlp_onnx(path: Path) -> None:
+    """1024-4096-4096-1024 FP32 with ReLU between layers; weights from seed 0."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+    current = "input"
+    for i, (n_in, n_out) in enumerate(itertools.pairwise(MLP_DIMS)):
+        w = (rng.standard_normal((n_in, n_out), dtype=np.float32) / np.sqrt(n_in)).astype(
+            np.float32
+        )
+        inits += [
+            numpy_helper.from_array(w, f"w{i}"),
+            numpy_helper.from_array(np.zeros(n_out, np.float32), f"b{i}"),
+        ]
+        out = "output" if i == len(MLP_DIMS) - 2 else f"h{i}"
+        mm = f"mm{i}"
+        nodes.append(helper.make_node("MatMul", [current, f"w{i}"], [mm]))
+        if out == "output":
+            nodes.append(helper.make_node("Add", [mm, f"b{i}"], [out]))
+        else:
+            nodes.append(helper.make_node("Add", [mm, f"b{i}"], [f"a{i}"]))
+            nodes.append(helper.make_node("Relu", [f"a{i}"], [out]))
+        current = out
+    graph = helper.make_graph(
+        nodes,
+        "wide_mlp",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", MLP_DIMS[0]])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", MLP_DIMS[-1]])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    onnx.save(model, str(tmp))
+    tmp.replace(path)
+
+
+def build_repository() -> Path:
+    repo = CACHE / "repo"
+    demo = CACHE / "demo"
+    if not (demo / "resnet50" / "1" / "model.onnx").exists():
+        subprocess.run(
+            [sys.executable, "-m", "inferd", "demo-models", str(demo), "--model",
+             "half_plus_two", "--model", "resnet50"],
+            check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        )  # fmt: skip
+    mlp = CACHE / "wide_mlp.onnx"
+    if not mlp.exists():
+        wide_mlp_onnx(mlp)
+    sources = {
+        "half_plus_two": demo / "half_plus_two" / "1" / "model.onnx",
+        "resnet50": demo / "resnet50" / "1" / "model.onnx",
+        "mlp_plain": mlp,
+        "mlp_batched": mlp,
+    }
+    configs = {
+        "mlp_plain": "max_batch_size: 64\n",
+        "mlp_batched": "max_batch_size: 64\n"
+        "dynamic_batching { preferred_batch_size: [32] max_queue_delay_microseconds: 2000 }\n",
+    }
+    for name, source in sources.items():
+        target = repo / name / "1" / "model.onnx"
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.link(source, target)
+        if name in configs:
+            (repo / name / "config.pbtxt").write_text(f'name: "{name}"\n{configs[name]}')
+    return repo
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds of a process and every live descendant (worker processes included)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ppid, utime, stime = int(fields[1]), int(fields[11]), int(fields[12])
+        if int(proc.name) == pid or _descends(ppid, pid):
+            total += (utime + stime) / ticks
+    return total
+
+
+def _descends(ppid: int, root: int) -> bool:
+    seen = 0
+    while ppid > 1 and seen < 32:
+        if ppid == root:
+            return True
+        try:
+            ppid = int(
+                (Path("/proc") / str(ppid) / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            )
+        except OSError:
+            return False
+        seen += 1
+    return False
+
+
+@contextmanager
+def cpu_window(pid: int) -> Iterator[dict[str, float]]:
+    out: dict[str, float] = {}
+    start = process_cpu_s(pid)
+    yield out
+    out["cpu_s"] = process_cpu_s(pid) - start
+
+
+def wrk(
+    url: str, body_file: Path, headers: dict[str, str], conns: int, seconds: float
+) -> dict[str, float]:
+    script = body_file.with_suffix(".lua")
+    head = "".join(f'wrk.headers["{k}"] = "{v}"\n' for k, v in headers.items())
+    script.write_text(
+        f'local f = io.open("{body_file}", "rb")\nwrk.body = f:read("*a")\nf:close()\n'
+        f'wrk.method = "POST"\n{head}'
+        "done = function(summary, latency, requests)\n"
+        '  io.write(string.format("JSON {\\"requests\\": %d, \\"errors\\": %d, \\"p50\\": %d, '
+        '\\"p99\\": %d}\\n", summary.requests, summary.errors.status + summary.errors.connect '
+        "+ summary.errors.read + summary.errors.write + summary.errors.timeout, "
+        "latency:percentile(50), latency:percentile(99)))\nend\n"
+    )
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{conns}", f"-d{int(seconds)}s", "--latency", "-s", str(script), url],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    found = re.search(r"^JSON (.*)$", out.stdout, re.M)
+    assert found, out.stdout
+    result: dict[str, float] = json.loads(found.group(1))
+    result["rps"] = result["requests"] / seconds
+    return result
+
+
+def h2load_grpc(address: str, payload: bytes, conns: int, seconds: float) -> dict[str, float]:
+    body = CACHE / "grpc_half_plus_two.bin"
+    body.write_bytes(b"\x00" + struct.pack(">I", len(payload)) + payload)
+    url = f"http://{address}/inference.GRPCInferenceService/ModelInfer"
+    out = subprocess.run(
+        ["h2load", "-c", str(conns), "-m", "1", "-D", str(int(seconds)), "--warm-up-time=1",
+         "-d", str(body), "-H", "content-type: application/grpc", "-H", "te: trailers", url],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out.stdout)
+    assert done, out.stdout
+    return {"requests": int(done.group(1)), "rps": int(done.group(2)) / seconds}
+
+
+def grpc_payload() -> bytes:
+    from tritonclient.grpc import service_pb2 as pb
+
+    request = pb.ModelInferRequest(model_name="half_plus_two")
+    request.inputs.add(name="x", datatype="FP32", shape=[1, 1])
+    request.raw_input_contents.append(np.array([1.0], np.float32).tobytes())
+    data: bytes = request.SerializeToString()
+    return data
+
+
+def binary_body(name: str, array: np.ndarray) -> tuple[bytes, dict[str, str]]:
+    raw = array.tobytes()
+    header = json.dumps(
+        {"inputs": [{"name": name, "datatype": "FP32", "shape": list(array.shape),
+                     "parameters": {"binary_data_size": len(raw)}}],
+         "parameters": {"binary_data_output": True}}
+    ).encode()  # fmt: skip
+    return header + raw, {
+        "Inference-Header-Content-Length": str(len(header)),
+        "Content-Type": "application/octet-stream",
+    }
+
+
+def resnet_latency_ms(url: str, count: int) -> float:
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224), dtype=np.float32)
+    body, headers = binary_body("input", x)
+    times = []
+    with httpx.Client(timeout=60) as client:
+        for i in range(count + 3):
+            start = time.perf_counter()
+            r = client.post(f"{url}/v2/models/resnet50/infer", content=body, headers=headers)
+            r.raise_for_status()
+            if i >= 3:
+                times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def inprocess_mlp_rows_s(seconds: float) -> float:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = ort.InferenceSession(str(CACHE / "wide_mlp.onnx"), options)
+    x = np.random.default_rng(1).standard_normal((32, MLP_DIMS[0]), dtype=np.float32)
+    for _ in range(3):
+        session.run(None, {"input": x})
+    rows, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        session.run(None, {"input": x})
+        rows += 32
+    return rows / (time.perf_counter() - start)
+
+
+# --------------------------------------------------------------------------- one pass
+
+
+def measure(label: str, tree: Path, repo: Path, seconds: float, only: set[str]) -> dict[str, Any]:
+    env = {"PYTHONPATH": str(tree / "src")}
+    server = ServerProcess(repo, env=env, log_path=CACHE / f"server-{label}.log")
+    server.start(timeout_s=180)
+    assert server.proc is not None
+    pid = server.proc.pid
+    result: dict[str, Any] = {"tree": label}
+    work = Path(tempfile.mkdtemp())
+    try:
+        if "json" in only:
+            body = work / "hpt.json"
+            body.write_text(
+                '{"inputs":[{"name":"x","shape":[1,1],"datatype":"FP32","data":[1.0]}]}'
+            )
+            url = f"{server.http_url}/v2/models/half_plus_two/infer"
+            wrk(url, body, {"Content-Type": "application/json"}, 16, 2)  # warm-up
+            with cpu_window(pid) as cpu:
+                r = wrk(url, body, {"Content-Type": "application/json"}, 16, seconds)
+            result["json_rps"] = r["rps"]
+            result["json_cpu_us"] = cpu["cpu_s"] / max(1, r["requests"]) * 1e6
+            result["json_errors"] = r["errors"]
+        if "grpc" in only:
+            payload = grpc_payload()
+            h2load_grpc(server.grpc_address, payload, 16, 2)
+            with cpu_window(pid) as cpu:
+                r = h2load_grpc(server.grpc_address, payload, 16, seconds)
+            result["grpc_rps"] = r["rps"]
+            result["grpc_cpu_us"] = cpu["cpu_s"] / max(1, r["requests"]) * 1e6
+        if "resnet" in only:
+            result["resnet_ms"] = resnet_latency_ms(server.http_url, 20)
+        if "mlp" in only:
+            x = np.random.default_rng(2).standard_normal((1, MLP_DIMS[0]), dtype=np.float32)
+            raw, headers = binary_body("input", x)
+            body = work / "mlp.bin"
+            body.write_bytes(raw)
+            for name in ("mlp_plain", "mlp_batched"):
+                url = f"{server.http_url}/v2/models/{name}/infer"
+                wrk(url, body, headers, 64, 2)
+                with cpu_window(pid) as cpu:
+                    r = wrk(url, body, headers, 64, seconds)
+                result[f"{name}_rows_s"] = r["rps"]
+                result[f"{name}_cpu_us"] = cpu["cpu_s"] / max(1, r["requests"]) * 1e6
+                result[f"{name}_errors"] = r["errors"]
+            stats = httpx.get(f"{server.http_url}/v2/models/mlp_batched/stats").json()
+            model = stats["model_stats"][0]
+            if model["execution_count"]:
+                result["mlp_mean_batch"] = model["inference_count"] / model["execution_count"]
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tree", action="append", default=[], help="LABEL=PATH (repeat)")
+    parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--only", default=",".join(TESTS))
+    args = parser.parse_args()
+    trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in args.tree] or [
+        ("this", ROOT)
+    ]
+    only = set(args.only.split(","))
+    CACHE.mkdir(parents=True, exist_ok=True)
+    repo = build_repository()
+    print(f"load average at start: {os.getloadavg()[0]:.2f}", flush=True)
+    rows: list[dict[str, Any]] = []
+    for p in range(args.passes):
+        for label, tree in trees:
+            row = measure(label, tree, repo, args.seconds, only)
+            row["pass"] = p + 1
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    inproc = inprocess_mlp_rows_s(args.seconds) if "mlp" in only else 0.0
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+    keys = [k for k in rows[0] if k not in ("tree", "pass")]
+    print("\nmedian over passes")
+    print("| figure | " + " | ".join(label for label, _ in trees) + " |")
+    print("|---|" + "---|" * len(trees))
+    for key in keys:
+        cells = []
+        for label, _ in trees:
+            values = [r[key] for r in rows if r["tree"] == label and key in r]
+            cells.append(f"{statistics.median(values):,.1f}" if values else "")
+        print(f"| {key} | " + " | ".join(cells) + " |")
+    if inproc:
+        print(f"| onnxruntime in-process wide MLP batch 32, rows/s | {inproc:,.1f} |")
+        for label, _ in trees:
+            batched = [r["mlp_batched_rows_s"] for r in rows if r["tree"] == label]
+            plain = [r["mlp_plain_rows_s"] for r in rows if r["tree"] == label]
+            b, u = statistics.median(batched), statistics.median(plain)
+            print(f"{label}: batched/unbatched {b / u:.2f}x, batched/in-process {b / inproc:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
