@@ -25,7 +25,8 @@ from inferd.protocols.v2_grpc import build_server
 from inferd.protocols.v2_http import V2Http
 from inferd.registry import Registry
 from inferd.repository.control import RepositoryControl
-from inferd.repository.manager import ModelManager
+from inferd.repository.manager import ControlMode, ModelManager
+from inferd.repository.poller import Poller
 from inferd.scheduling.cache import ResponseCache
 from inferd.settings import Settings
 
@@ -52,6 +53,7 @@ class Server:
             if settings.trace_exporter
             else None
         )
+        self.poller: Poller[Any] | None = None
         self.observer = RequestObserver(self.endpoints, self.logs, self.tracer, settings.node_name)
         router = Router()
         V2Http(self.plane).register(router)
@@ -64,11 +66,16 @@ class Server:
 
     async def _load_models(self) -> None:
         try:
-            await self.manager.start(self.settings.load_model)  # then polls, in poll mode
+            await self.manager.start(self.settings.load_model)
         finally:
             self.plane.ready = True
             ready = [r.name for r in self.registry.records() if r.versions]
             log.info("server ready; models ready: %s", ", ".join(ready) or "none")
+        if self.manager.mode is ControlMode.POLL:
+            self.poller = Poller(
+                self.manager.scan, self.manager.apply, self.manager.poll_interval_s
+            )
+            self.poller.start()
 
     async def run(self) -> None:
         http = GranianServer(
@@ -102,6 +109,8 @@ class Server:
         finally:
             self.plane.ready = False
             loader.cancel()
+            if self.poller is not None:
+                await self.poller.stop()
             if grpc_server is not None:
                 await grpc_server.stop(grace=GRPC_STOP_GRACE_S)
             await self.manager.close()

@@ -15,7 +15,7 @@ from inferd.bench.measure import (
     summarize,
     within,
 )
-from inferd.bench.metadata import StatsSnapshot, per_request_us, snapshot_from_doc
+from inferd.bench.specs import StatsSnapshot, per_request_us, snapshot_from_doc
 
 
 def window(latencies_ms: list[float], *, errors: int = 0, duration_s: float = 1.0) -> Window:

@@ -13,6 +13,7 @@ import pytest
 
 from inferd.registry import Registry
 from inferd.repository.manager import ControlMode, ModelManager
+from inferd.repository.poller import Poller
 from tests.e2e.lifecycle_support import HALF_PLUS_THREE, write_version
 
 
@@ -57,10 +58,10 @@ def test_poll_mode_with_load_model_follows_only_those(tmp_path: Path) -> None:
         manager, registry = _manager(root, ControlMode.POLL)
         await manager.start(["a"])
         assert registry.names() == ["a"]
-        assert manager._poller is not None
+        poller = Poller(manager.scan, manager.apply, 3600)
         write_version(root / "a", 2)
         write_version(root / "c", 1)
-        await manager._poller.poll_once()
+        await poller.poll_once()
         assert registry.names() == ["a"]
         assert registry.get("a").version == 2
         await manager.close()
@@ -77,14 +78,14 @@ def test_an_unreadable_repository_keeps_its_models(
     async def run() -> None:
         manager, registry = _manager(root, ControlMode.POLL)
         await manager.start()
-        assert manager._poller is not None
+        poller = Poller(manager.scan, manager.apply, 3600)
         os.rename(root, tmp_path / "away")
         for _ in range(3):
-            await manager._poller.poll_once()
+            await poller.poll_once()
         assert registry.is_ready("m")
         os.rename(tmp_path / "away", root)
         write_version(root / "n", 1)
-        await manager._poller.poll_once()
+        await poller.poll_once()
         assert registry.names() == ["m", "n"]
         await manager.close()
 

@@ -11,8 +11,8 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
-from inferd.bench.metadata import ModelSpec, StatsSnapshot, TensorSpec, snapshot_from_doc
 from inferd.bench.options import BenchError, Target
+from inferd.bench.specs import ModelSpec, StatsSnapshot, TensorSpec, snapshot_from_doc
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols import grpc_service_pb2_grpc as pb_grpc
 

@@ -18,8 +18,8 @@ import numpy as np
 import orjson
 
 from inferd import datatypes
-from inferd.bench.metadata import ModelSpec, TensorSpec
 from inferd.bench.options import BenchError
+from inferd.bench.specs import ModelSpec, TensorSpec
 from inferd.datatypes import DataType
 from inferd.errors import InvalidInput
 from inferd.protocols import codecs

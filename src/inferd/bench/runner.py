@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inferd.bench import encode, inputs, measure, metadata, report
+from inferd.bench import encode, inputs, measure, metadata, report, specs
 from inferd.bench.encode import Workload
 from inferd.bench.measure import Window, WindowReport
 from inferd.bench.options import BenchError, BenchOptions, Target, from_args
@@ -121,7 +121,7 @@ def _measure_level(
         percentile=options.percentile,
         concurrency=None if rate_mode else int(level),
         request_rate=float(level) if rate_mode else None,
-        server_us=metadata.per_request_us(before, after),
+        server_us=specs.per_request_us(before, after),
         labels={
             "server": item.target.label,
             "model": options.model,

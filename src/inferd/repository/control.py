@@ -16,8 +16,9 @@ from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import parse_config_json
 from inferd.errors import ConfigError, InvalidInput
 from inferd.registry import ModelRecord
+from inferd.repository.local import LocalStorage
 from inferd.repository.manager import ControlMode, ModelManager, Outcome
-from inferd.repository.storage import LocalStorage, StorageError
+from inferd.repository.storage import StorageError
 from inferd.repository.upload import (
     check_model_name,
     install,

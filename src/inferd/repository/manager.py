@@ -27,16 +27,15 @@ from inferd.model import ModelState, ModelVersion
 from inferd.registry import ModelRecord, Registry, VersionStatus
 from inferd.repository import records
 from inferd.repository.loader import LoadOptions, load_version, plan
-from inferd.repository.poller import Poller
+from inferd.repository.local import LocalStorage
+from inferd.repository.schemes import open_storage
 from inferd.repository.storage import (
-    LocalStorage,
     ModelFiles,
     Stamp,
     Storage,
     StorageError,
     StorageOptions,
     describe,
-    open_storage,
     version_files,
 )
 from inferd.repository.upload import new_staging, remove_tree, write_files
@@ -122,7 +121,6 @@ class ModelManager:
         self._keys: dict[str, dict[int, _Key]] = {}
         self._fetch_failed: dict[str, ModelFiles] = {}
         self._duplicates: set[str] = set()
-        self._poller: Poller | None = None
         self.followed: set[str] | None = None  # poll mode with --load-model: only these
 
     @classmethod
@@ -208,8 +206,8 @@ class ModelManager:
     # ------------------------------------------------------------------ startup and polling
 
     async def start(self, load_model: Sequence[str] = ()) -> None:
-        """Startup loading by control mode; then, in poll mode, the poller (which follows
-        only the ``--load-model`` models when some are named)."""
+        """Startup loading by control mode. In poll mode the caller then runs a Poller over
+        ``scan`` and ``apply``, which follows only the ``--load-model`` models when named."""
         names: list[str] | None = None
         if self.mode is ControlMode.EXPLICIT and not load_model:
             names = []
@@ -218,8 +216,6 @@ class ModelManager:
         await self.load_all(names)
         if self.mode is ControlMode.POLL:
             self.followed = None if names is None else set(names)
-            self._poller = Poller(self, self.poll_interval_s)
-            self._poller.start()
 
     async def load_all(self, names: Iterable[str] | None = None) -> None:
         """Load every model in the repositories, or only ``names``."""
@@ -464,8 +460,6 @@ class ModelManager:
         log.info("unloaded model '%s'", name)
 
     async def close(self) -> None:
-        if self._poller is not None:
-            await self._poller.stop()
         for name in self.registry.names():
             record = self.registry.remove(name)
             if record is not None:

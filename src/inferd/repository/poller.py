@@ -10,19 +10,26 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
 
 from inferd.repository.storage import StorageError
 
-if TYPE_CHECKING:
-    from inferd.repository.manager import ModelManager
+Found = TypeVar("Found")
+# A scan: what the repositories hold now, and the stores that did not answer (uri -> error).
+Scan = Callable[[], Awaitable[tuple[Found, dict[str, StorageError]]]]
+# Applying a scan: bring the loaded models in line with it; the named stores did not answer.
+Apply = Callable[[Found, set[str]], Awaitable[None]]
 
 log = logging.getLogger("inferd.repository")
 
 
-class Poller:
-    def __init__(self, manager: ModelManager, interval_s: float) -> None:
-        self.manager = manager
+class Poller(Generic[Found]):
+    """Runs ``scan`` then ``apply`` every ``interval_s`` seconds, reporting store outages."""
+
+    def __init__(self, scan: Scan[Found], apply: Apply[Found], interval_s: float) -> None:
+        self.scan = scan
+        self.apply = apply
         self.interval_s = interval_s
         self._down_since: dict[str, float] = {}  # store uri -> monotonic time of its outage
         self._task: asyncio.Task[None] | None = None
@@ -47,9 +54,9 @@ class Poller:
                 log.exception("polling the model repository failed")
 
     async def poll_once(self) -> None:
-        found, failures = await self.manager.scan()
+        found, failures = await self.scan()
         self._report(failures)
-        await self.manager.apply(found, set(failures))
+        await self.apply(found, set(failures))
 
     def _report(self, failures: dict[str, StorageError]) -> None:
         now = time.monotonic()
