@@ -81,11 +81,6 @@ class DataPlane:
     def record(self, name: str) -> ModelRecord:
         return self.registry.record(name)
 
-    def queues(self, name: str) -> bool:
-        """Whether a request to this model may wait in a queue (a version of it batches),
-        whichever version its label or the traffic split picks."""
-        return any(v.queued for v in self.registry.record(name).versions.values())
-
     def model_ready(self, name: str, version: str = "") -> bool:
         self.registry.record(name)  # unknown model -> NotFound
         return self.registry.is_ready(name, version)

@@ -11,6 +11,7 @@ from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import ModelSpec
 from inferd.scheduling.batcher import Scheduler
 from inferd.scheduling.cache import ResponseCache
+from inferd.scheduling.work import Work
 from inferd.stats import ModelStats
 from inferd.types import InferRequest, InferResponse, Timings
 
@@ -37,10 +38,6 @@ class ModelVersion:
     load_seconds: float = 0.0
     state: ModelState = ModelState.READY
 
-    @property
-    def queued(self) -> bool:
-        return self.scheduler.queued
-
     async def infer(self, request: InferRequest) -> InferResponse:
         started = time.perf_counter_ns()
         timings = Timings()
@@ -57,7 +54,8 @@ class ModelVersion:
                     time.perf_counter_ns() - started
                 )
             if outputs is None:
-                outputs = await self.scheduler.run(inputs, rows, names, request.parameters, timings)
+                work = Work(inputs, rows, names, request.id, request.parameters)
+                outputs = await self.scheduler.run(work, timings)
                 outputs = validate.shape_outputs(self.spec, outputs, rows)
                 if key is not None and self.cache is not None:
                     self.cache.put(key, outputs)

@@ -12,7 +12,7 @@ import numpy as np
 
 from inferd import datatypes
 from inferd.config.spec import ModelSpec, TensorSpec
-from inferd.errors import InternalError, InvalidInput
+from inferd.errors import InvalidInput
 from inferd.types import Tensors
 
 
@@ -112,20 +112,14 @@ def check_outputs(spec: ModelSpec, requested: Sequence[str] | None) -> list[str]
 
 
 def shape_outputs(spec: ModelSpec, outputs: Tensors, batch: int) -> Tensors:
-    """Reshape model outputs to the config's dims and check their batch size."""
+    """Reshape model outputs to the config's dims (their batch size was checked where they
+    were made: ``scheduling.work.check_rows``)."""
+    if not spec.reshaped_outputs:
+        return outputs
     for name, array in outputs.items():
         tspec = spec.output_by_name[name]
-        if batch:
-            if array.ndim == 0 or array.shape[0] != batch:
-                got = array.shape[0] if array.ndim else "a scalar"
-                raise InternalError(
-                    f"model '{spec.name}' returned output '{name}' with batch size {got} "
-                    f"for a batch of {batch}"
-                )
-            if tspec.reshaped:
-                outputs[name] = array.reshape((batch, *tspec.dims))
-        elif tspec.reshaped:
-            outputs[name] = array.reshape(tspec.dims)
+        if tspec.reshaped:
+            outputs[name] = array.reshape((batch, *tspec.dims) if batch else tspec.dims)
     return outputs
 
 

@@ -28,7 +28,8 @@ from inferd.routing import (
     split_from_mapping,
 )
 from inferd.scheduling.batcher import DirectScheduler
-from inferd.scheduling.instances import InstancePool
+from inferd.scheduling.instances import ThreadInstances
+from inferd.scheduling.work import BatchExecutor
 from inferd.stats import ModelStats
 from inferd.types import InferRequest, Tensors
 
@@ -54,7 +55,7 @@ class Scale:
 def _version(number: int, factor: float) -> ModelVersion:
     config = parse_config_text(CONFIG)
     stats = ModelStats()
-    pool = InstancePool(f"m/{number}", [Scale(factor)])
+    pool = ThreadInstances(f"m/{number}", [BatchExecutor(f"m/{number}", Scale(factor))])
     return ModelVersion(
         "m", number, config, build_spec(config), DirectScheduler(pool, stats), stats
     )

@@ -57,8 +57,15 @@ def _lightgbm() -> Backend:
     return LightGBMBackend()
 
 
+def _echo() -> Backend:
+    from inferd.backends.echo import EchoBackend
+
+    return EchoBackend()
+
+
 # Each framework is imported by its own backend, when a model first needs it.
 BUILTIN: dict[str, Callable[[], Backend]] = {
+    "echo": _echo,
     "onnxruntime": _onnxruntime,
     "tensorflow": _tensorflow,
     "pytorch": _pytorch,

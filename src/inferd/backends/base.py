@@ -23,6 +23,7 @@ class InstancePlacement:
     kind: str  # "CPU" or "GPU"
     device_id: int
     instance_count: int  # instances of this model version in total, for thread sharing
+    index: int = 0  # which instance this is (0 .. instance_count - 1)
 
     def cpu_threads(self) -> int:
         """A thread share that does not oversubscribe the machine across instances."""
@@ -37,10 +38,15 @@ def available_cpus() -> int:
 
 
 class Runtime(Protocol):
-    """One loaded execution instance of a model version."""
+    """One loaded execution instance of a model version (``scheduling.work.BatchExecutor``
+    puts it behind the request-level seam)."""
+
+    # Whether a call may run on the event loop itself when it is fast (the instances measure
+    # it on the worker threads first): true for runtimes with no thread affinity.
+    inline: bool
 
     def execute(self, inputs: Tensors, output_names: Sequence[str]) -> Tensors:
-        """Run one whole batch; called from one worker thread at a time per instance."""
+        """Run one whole batch; called by one thread at a time per instance."""
         ...
 
     def close(self) -> None: ...
@@ -63,9 +69,11 @@ class Backend(Protocol):
         """
         ...
 
-    def load(
-        self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
-    ) -> Runtime: ...
+    def load(self, version_dir: Path, config: ModelConfig, placement: InstancePlacement) -> Runtime:
+        """A batch Runtime. A backend whose models answer request by request (Python models)
+        also has ``load_executor(version_dir, config, placement)``, returning a request-level
+        ``scheduling.work.Executor`` (or None to fall back to ``load``)."""
+        ...
 
     def gpu_available(self) -> bool: ...
 

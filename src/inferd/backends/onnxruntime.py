@@ -144,6 +144,8 @@ class OnnxRuntimeBackend:
 class OnnxRuntimeSession:
     """One InferenceSession; ORT releases the GIL while it runs."""
 
+    inline = True
+
     def __init__(self, session: Any) -> None:
         self._session = session
         self._string_inputs = {i.name for i in session.get_inputs() if i.type == "tensor(string)"}

@@ -130,6 +130,8 @@ class OpenVinoBackend:
 class OpenVinoRuntime:
     """One compiled model and one infer request (an instance runs one batch at a time)."""
 
+    inline = True
+
     def __init__(self, compiled: Any) -> None:
         self._compiled = compiled
         self._request = compiled.create_infer_request()

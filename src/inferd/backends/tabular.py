@@ -107,6 +107,8 @@ def _numeric(enum_value: int, where: str) -> DataType:
 class TabularRuntime:
     """Runs one TabularModel on whole batches (the frameworks release the GIL in C code)."""
 
+    inline = True
+
     def __init__(self, model: TabularModel, config: ModelConfig, framework: str) -> None:
         self._model = model
         self._framework = framework

@@ -189,6 +189,8 @@ class TensorFlowBackend:
 class TensorFlowRuntime:
     """One loaded SavedModel; the signature's concrete function runs whole batches."""
 
+    inline = True
+
     def __init__(self, tf: Any, loaded: Any, function: Any, device: str) -> None:
         self._tf = tf
         self._loaded = loaded  # keeps the variables the function captures alive

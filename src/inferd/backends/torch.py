@@ -209,6 +209,8 @@ def _positions(names: Sequence[str], arg_names: Sequence[str], keywords: bool) -
 class TorchRuntime:
     """One loaded module; forward runs in inference mode on whole batches."""
 
+    inline = True
+
     def __init__(
         self,
         torch: Any,

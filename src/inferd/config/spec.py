@@ -57,6 +57,7 @@ class ModelSpec:
     outputs: tuple[TensorSpec, ...]
     input_by_name: dict[str, TensorSpec] = field(repr=False)
     output_by_name: dict[str, TensorSpec] = field(repr=False)
+    reshaped_outputs: bool = field(default=False, repr=False)  # some output's dims differ
 
 
 def datatype_of(enum_value: int, where: str) -> DataType:
@@ -112,6 +113,7 @@ def build_spec(config: ModelConfig) -> ModelSpec:
         outputs=outputs,
         input_by_name={s.name: s for s in inputs},
         output_by_name={s.name: s for s in outputs},
+        reshaped_outputs=any(s.reshaped for s in outputs),
     )
 
 

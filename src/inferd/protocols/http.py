@@ -208,19 +208,37 @@ class HttpApp:
 
 async def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> T:
     """Await ``work``, cancelling it if the client hangs up first (so a queued request is
-    dropped, not executed)."""
+    dropped, not executed). Granian's disconnect awaitable is a future: a done-callback
+    cancels this task, with no watcher task per request."""
     if request.disconnected is None:
         return await work
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(request.disconnected())
+    gone: Any = request.disconnected()
+    if not isinstance(gone, asyncio.Future) and not hasattr(gone, "add_done_callback"):
+        gone = asyncio.ensure_future(gone)  # a plain coroutine (not granian's future)
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    left = False
+
+    def on_gone(_: Any) -> None:
+        nonlocal left
+        if not left:
+            left = True
+            loop.call_soon_threadsafe(task.cancel)
+
+    gone.add_done_callback(on_gone)
     try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+        return await work
+    except asyncio.CancelledError:
+        if not left:
+            raise
+        task.uncancel()
+        raise ClientGone(f"client disconnected during {request.method} {request.path}") from None
     finally:
-        watcher.cancel()
-    if not task.done():
-        task.cancel()
-        raise ClientGone(f"client disconnected during {request.method} {request.path}")
-    return task.result()
+        if not left:
+            left = True  # the answer is ready: a hang-up from now on cancels nothing
+            gone.remove_done_callback(on_gone)
+            gone.cancel()
 
 
 class ClientGone(InferdError):

@@ -210,10 +210,9 @@ class V2Http:
         infer_request = decode_request(doc, binary, model, version)
         if "label" in request.params:
             infer_request.parameters[LABEL_PARAMETER] = request.params["label"]
-        if self.plane.queues(model):
-            response = await cancel_on_disconnect(request, self.plane.infer(infer_request))
-        else:
-            response = await self.plane.infer(infer_request)
+        # Every model may queue (behind busy instances, or in its batcher): a client that
+        # hangs up before its turn is dropped, not executed.
+        response = await cancel_on_disconnect(request, self.plane.infer(infer_request))
         answer = encode_response(response, infer_request)
         answer.model, answer.version = response.model_name, response.model_version
         answer.request_id, answer.timings = infer_request.id, response.timings

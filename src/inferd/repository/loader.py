@@ -23,8 +23,9 @@ from inferd.repository.warmup import run_warmup
 from inferd.routing import ROUTING_PARAMETERS, RoutingPolicy, policy_from_config
 from inferd.scheduling.batcher import DirectScheduler, DynamicBatcher, Scheduler
 from inferd.scheduling.cache import ResponseCache
-from inferd.scheduling.instances import InstancePool
+from inferd.scheduling.instances import Instances, ThreadInstances
 from inferd.scheduling.policy import BatchingOptions
+from inferd.scheduling.work import BatchExecutor, Executor
 from inferd.stats import ModelStats
 
 log = logging.getLogger("inferd.repository")
@@ -92,20 +93,36 @@ def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions
             "response_cache is enabled but the server has no cache (start it with "
             "--cache-size BYTES)"
         )
-    runtimes: list[Runtime] = []
+    label = f"{name}/{version}"
+    where = placements(config, backend)
+
+    def build(instance: int) -> Executor:
+        load_executor = getattr(backend, "load_executor", None)
+        if load_executor is not None:
+            executor: Executor | None = load_executor(version_dir, config, where[instance])
+            if executor is not None:
+                return executor
+        runtime: Runtime = backend.load(version_dir, config, where[instance])
+        return BatchExecutor(label, runtime)
+
+    executors: list[Executor] = []
     try:
-        for placement in placements(config, backend):
-            runtimes.append(backend.load(version_dir, config, placement))
-        warmups = run_warmup(config, spec, runtimes, model_plan.folder)
+        for i in range(len(where)):
+            executors.append(build(i))
     except Exception:
-        for rt in runtimes:
-            rt.close()
+        for executor in executors:
+            executor.close()
+        raise
+    pool: Instances = ThreadInstances(label, executors, build)
+    try:
+        warmups = run_warmup(config, spec, pool, model_plan.folder)
+    except Exception:
+        close_now(pool)
         raise
     for key, value in routing.items():
         config.parameters[key].string_value = value
     if warmups:
         log.info("warmed up model '%s' version %d: %d execution(s)", name, version, warmups)
-    pool = InstancePool(f"{name}/{version}", runtimes)
     stats = ModelStats()
     scheduler: Scheduler = (
         DynamicBatcher(f"{name}/{version}", pool, batching, stats)
@@ -134,6 +151,13 @@ def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions
     return loaded
 
 
+def close_now(pool: Instances) -> None:
+    """Close instances from a loading thread (no event loop runs here)."""
+    import asyncio
+
+    asyncio.run(pool.close())
+
+
 def placements(config: ModelConfig, backend: Backend) -> list[InstancePlacement]:
     """One placement per execution instance, from ``instance_group`` (default: one)."""
     groups = list(config.instance_group) or [ModelInstanceGroup(count=1)]
@@ -150,4 +174,7 @@ def placements(config: ModelConfig, backend: Backend) -> list[InstancePlacement]
             kind = "GPU"
         devices = list(group.gpus) if kind == "GPU" and group.gpus else [0]
         wanted.extend((kind, device) for device in devices for _ in range(count))
-    return [InstancePlacement(kind, device, len(wanted)) for kind, device in wanted]
+    return [
+        InstancePlacement(kind, device, len(wanted), index)
+        for index, (kind, device) in enumerate(wanted)
+    ]

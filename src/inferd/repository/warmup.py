@@ -8,36 +8,37 @@ little-endian values for the whole warmup batch.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from inferd import validate
-from inferd.backends.base import Runtime
 from inferd.config.model_config_pb2 import ModelConfig, ModelWarmup
 from inferd.config.spec import ModelSpec, TensorSpec, datatype_of
 from inferd.errors import ConfigError, InferdError, ModelLoadError
+from inferd.scheduling.instances import Instances
+from inferd.scheduling.work import Work
 from inferd.types import Tensors
 
 log = logging.getLogger("inferd.repository")
 
 
-def run_warmup(
-    config: ModelConfig, spec: ModelSpec, runtimes: Sequence[Runtime], model_dir: Path
-) -> int:
+def run_warmup(config: ModelConfig, spec: ModelSpec, instances: Instances, model_dir: Path) -> int:
     """Run every warmup sample on every instance; returns the executions made."""
     executions = 0
-    outputs = [o.name for o in spec.outputs]
+    outputs = tuple(o.name for o in spec.outputs)
     for sample in config.model_warmup:
         inputs = _sample_inputs(sample, spec, model_dir)
-        model_inputs, _ = validate.check_inputs(spec, inputs)
-        for runtime in runtimes:
+        model_inputs, rows = validate.check_inputs(spec, inputs)
+        work = Work(model_inputs, rows, outputs, f"warmup-{sample.name}")
+        for instance in range(instances.count):
             for _ in range(max(1, sample.count)):
                 try:
-                    runtime.execute(model_inputs, outputs)
+                    result = instances.run_blocking(instance, [work]).results[0]
                 except InferdError as exc:
-                    raise ModelLoadError(f"warmup '{sample.name}' failed: {exc.message}") from None
+                    result = exc
+                if isinstance(result, InferdError):
+                    raise ModelLoadError(f"warmup '{sample.name}' failed: {result.message}")
                 executions += 1
     return executions
 

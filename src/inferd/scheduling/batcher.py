@@ -1,14 +1,16 @@
 """Schedulers: direct (one request, one execution) and the dynamic batcher.
 
-The dynamic batcher owns the queue (per priority level), timeouts, the concatenation of
-compatible requests along axis 0, the check of each output's batch size, and the split of the
-outputs back to each caller. Backends only ever see whole batches.
+The dynamic batcher owns the queue (per priority level), timeouts, and the choice of which
+compatible requests (same requested outputs, input datatypes and shapes past the batch
+dimension) form one batch. It hands the batch to an instance as a list of Work, each request
+with its id and parameters; the instance assembles and splits it (``scheduling.work``), off
+the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import logging
 import time
 from collections import deque
@@ -16,25 +18,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
-
-from inferd.errors import DeadlineExceeded, InternalError, Unavailable
-from inferd.scheduling.instances import InstancePool
+from inferd.errors import DeadlineExceeded, InferdError, InternalError, Unavailable
+from inferd.scheduling.instances import Instances
 from inferd.scheduling.policy import BatchingOptions, check_request_parameters, timeout_parameter_us
+from inferd.scheduling.work import CANCELLED, Executed, Work
 from inferd.stats import ModelStats
-from inferd.types import Parameters, Tensors, Timings
+from inferd.types import Tensors, Timings
 
-Names = tuple[str, ...]
 log = logging.getLogger("inferd.scheduling")
 
 
 class Scheduler(Protocol):
-    queued: bool  # requests may wait in a queue (worth watching for client disconnects)
-
-    async def run(
-        self, inputs: Tensors, rows: int, names: Names, params: Parameters, timings: Timings
-    ) -> Tensors:
-        """Execute one validated request (``rows``: its batch size, 0 if unbatched)."""
+    async def run(self, work: Work, timings: Timings) -> Tensors:
+        """Execute one validated request; its outputs, or its error raised."""
         ...
 
     async def close(self) -> None: ...
@@ -43,33 +39,34 @@ class Scheduler(Protocol):
 class DirectScheduler:
     """Each request is one execution, queued only behind busy instances."""
 
-    queued = False
-
-    def __init__(self, pool: InstancePool, stats: ModelStats) -> None:
+    def __init__(self, pool: Instances, stats: ModelStats) -> None:
         self.pool = pool
         self.stats = stats
 
-    async def run(
-        self, inputs: Tensors, rows: int, names: Names, params: Parameters, timings: Timings
-    ) -> Tensors:
-        check_request_parameters(params)
+    async def run(self, work: Work, timings: Timings) -> Tensors:
+        check_request_parameters(work.parameters)
         started = timings.queue_start_ns = time.perf_counter_ns()
-        outputs, infer_ns = await self.pool.execute(inputs, names)
+        executed = await self.pool.submit([work])
         ended = timings.compute_end_ns = time.perf_counter_ns()
-        timings.compute_start_ns = ended - infer_ns
-        self.stats.queue.add(ended - started - infer_ns)
-        self.stats.record_execution(rows or 1, 1, 0, infer_ns, 0)
-        return outputs
+        result = executed.results[0]
+        if isinstance(result, InferdError):
+            raise result
+        compute_ns = executed.input_ns + executed.infer_ns + executed.output_ns
+        timings.compute_start_ns = ended - compute_ns
+        self.stats.queue.add(ended - started - compute_ns)
+        self.stats.record_execution(
+            work.rows or 1, 1, executed.input_ns, executed.infer_ns, executed.output_ns
+        )
+        return result
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.pool.close)
+        await self.pool.close()
 
 
 @dataclass(eq=False, slots=True)
 class _Pending:
-    inputs: Tensors
+    work: Work
     rows: int
-    names: Names
     key: tuple[Any, ...]  # requests with equal keys can share a batch
     future: asyncio.Future[Tensors]
     enqueued_ns: int
@@ -78,17 +75,36 @@ class _Pending:
     timer: asyncio.TimerHandle | None = field(default=None)
 
 
-def _compat_key(inputs: Tensors, names: Names) -> tuple[Any, ...]:
-    return (names, *((n, a.dtype, a.shape[1:]) for n, a in inputs.items()))
+def _compat_key(work: Work) -> tuple[Any, ...]:
+    """Requests with equal keys can share a batch: same outputs, input dtypes and row shapes.
+    Each request keeps its own id and parameters inside the batch."""
+    return (work.outputs, *((n, a.dtype, a.shape[1:]) for n, a in work.inputs.items()))
+
+
+@dataclass(eq=False, slots=True)
+class _Batch:
+    entries: list[_Pending]
+    rows: int
+    started_ns: int
+    ended_ns: int = 0
+    executed: Executed | None = None
+    error: BaseException | None = None
 
 
 class DynamicBatcher:
-    """Triton's dynamic batcher for one model version."""
+    """Triton's dynamic batcher for one model version.
 
-    queued = True
+    Scheduling is synchronous: a request's arrival, a batch's completion and the end of the
+    queue delay each decide at once what goes out, so the next batch reaches an instance before
+    the answers of the last one are handed back (no bubble while the loop encodes them). A
+    batch that cannot grow any more may wait in an instance's queue behind the one executing
+    (pipeline depth 2), so the instance starts it without waiting for the event loop.
+    """
+
+    PIPELINE_DEPTH = 2  # batches per instance, executing or queued
 
     def __init__(
-        self, name: str, pool: InstancePool, options: BatchingOptions, stats: ModelStats
+        self, name: str, pool: Instances, options: BatchingOptions, stats: ModelStats
     ) -> None:
         self.name = name
         self.pool = pool
@@ -96,21 +112,17 @@ class DynamicBatcher:
         self.stats = stats
         self._queues: list[deque[_Pending]] = [deque() for _ in options.policies]
         self._delayed: deque[_Pending] = deque()  # timed out with timeout_action DELAY
-        self._free = pool.count  # instances not executing a batch
-        self._wake = asyncio.Event()
-        self._last_delivery: asyncio.Future[None] | None = None
+        self._queued_rows = 0  # an upper bound: rows of entries still in the queues
+        self._in_flight: deque[_Batch] = deque()  # submitted, not yet delivered, in order
+        self._timer: asyncio.TimerHandle | None = None  # the oldest request's queue delay
         self._closed = False
-        # Started by the first request: the batcher may be built on a loading thread.
-        self._task: asyncio.Task[None] | None = None
 
-    async def run(
-        self, inputs: Tensors, rows: int, names: Names, params: Parameters, timings: Timings
-    ) -> Tensors:
+    async def run(self, work: Work, timings: Timings) -> Tensors:
         if self._closed:
             raise Unavailable(f"model '{self.name}' is unloading")
-        level = self.options.level_of(params, self.name)
+        level = self.options.level_of(work.parameters, self.name)
         policy = self.options.policies[level - 1]
-        timeout_ns = policy.timeout_ns(timeout_parameter_us(params))
+        timeout_ns = policy.timeout_ns(timeout_parameter_us(work.parameters))
         queue = self._queues[level - 1]
         if policy.max_queue_size and len(queue) >= policy.max_queue_size:
             _purge(queue)
@@ -122,10 +134,9 @@ class DynamicBatcher:
         loop = asyncio.get_running_loop()
         now = timings.queue_start_ns = time.perf_counter_ns()
         entry = _Pending(
-            inputs,
-            rows,
-            names,
-            _compat_key(inputs, names),
+            work,
+            work.rows,
+            _compat_key(work),
             loop.create_future(),
             now,
             level,
@@ -134,9 +145,10 @@ class DynamicBatcher:
         if timeout_ns:
             entry.timer = loop.call_later(timeout_ns * 1e-9, self._expire, entry, timeout_ns)
         queue.append(entry)
-        if self._task is None:
-            self._task = loop.create_task(self._loop(), name=f"batcher-{self.name}")
-        self._wake.set()
+        self._queued_rows += entry.rows
+        busy = len(self._in_flight) >= self.pool.count
+        if not (busy and self._queued_rows < self.options.target_rows):
+            self._schedule()
         return await entry.future
 
     def _expire(self, entry: _Pending, timeout_ns: int) -> None:
@@ -149,6 +161,7 @@ class DynamicBatcher:
         if self.options.policies[entry.level - 1].delay_on_timeout:
             self._delayed.append(entry)
             return
+        self._queued_rows -= entry.rows
         entry.future.set_exception(
             DeadlineExceeded(
                 f"request timed out after {timeout_ns // 1000} us in the queue of model "
@@ -181,46 +194,124 @@ class DynamicBatcher:
             rows += entry.rows
         return chosen, more
 
-    async def _loop(self) -> None:
-        while not self._closed:
-            try:
-                await self._step()
-            except Exception as exc:  # never leave callers hanging on a dead loop
-                log.exception("the batcher of model '%s' failed", self.name)
-                for entry in list(self._live()):
-                    entry.future.set_exception(InternalError(f"batcher failed: {exc}"))
+    def _schedule(self) -> None:
+        """Send out every batch that should go now; arm the queue-delay timer for the rest."""
+        try:
+            self._dispatch_ready()
+        except Exception as exc:  # never leave callers hanging on a broken batcher
+            log.exception("the batcher of model '%s' failed", self.name)
+            for entry in list(self._live()):
+                entry.future.set_exception(InternalError(f"batcher failed: {exc}"))
 
-    async def _step(self) -> None:
+    def _dispatch_ready(self) -> None:
         options = self.options
-        if self._free == 0:
-            await self._wait(None)
-            return
-        batch, full = self._select()
-        if not batch:
-            await self._wait(None)
-            return
-        rows = sum(e.rows for e in batch)
-        if not full and rows < options.target_rows and rows not in options.preferred:
-            waited = time.perf_counter_ns() - batch[0].enqueued_ns
-            if waited < options.max_queue_delay_ns:
-                await self._wait((options.max_queue_delay_ns - waited) * 1e-9)
+        count = self.pool.count
+        while len(self._in_flight) < count * self.PIPELINE_DEPTH:
+            batch, full = self._select()
+            if not batch:
+                self._queued_rows = 0
                 return
-        self._take(batch)
-        self._free -= 1
-        previous, self._last_delivery = self._last_delivery, None
-        if options.preserve_ordering:
-            self._last_delivery = asyncio.get_running_loop().create_future()
-        asyncio.get_running_loop().create_task(
-            self._dispatch(batch, rows, previous, self._last_delivery)
-        )
+            rows = sum(e.rows for e in batch)
+            complete = full or rows >= options.target_rows
+            if len(self._in_flight) >= count:
+                # Every instance is busy: only a batch that cannot grow waits in an instance's
+                # queue, and only when nothing could overtake or expire it there (priority
+                # levels, queue timeouts): those decisions belong to the batcher's queue.
+                if not complete or options.priority_levels > 1:
+                    return
+                if any(e.timer is not None for e in batch):
+                    return
+            elif not complete and rows not in options.preferred:
+                waited = time.perf_counter_ns() - batch[0].enqueued_ns
+                if waited < options.max_queue_delay_ns:
+                    self._arm((options.max_queue_delay_ns - waited) * 1e-9)
+                    return
+            self._submit(batch, rows)
 
-    async def _wait(self, timeout_s: float | None) -> None:
-        self._wake.clear()
-        if timeout_s is None:
-            await self._wake.wait()
+    def _arm(self, delay_s: float) -> None:
+        if self._timer is not None:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout_s)
+        self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._schedule()
+
+    def _submit(self, entries: list[_Pending], rows: int) -> None:
+        self._take(entries)
+        batch = _Batch(entries, rows, time.perf_counter_ns())
+        self._in_flight.append(batch)
+        try:
+            future = self.pool.submit([e.work for e in entries])
+        except Exception as exc:
+            batch.error = exc
+            self._in_flight.remove(batch)
+            self._answer(batch)
+            return
+        for entry in entries:
+            entry.future.add_done_callback(functools.partial(_cancel_work, entry.work))
+        future.add_done_callback(lambda f: self._executed(batch, f))
+
+    def _executed(self, batch: _Batch, future: asyncio.Future[Executed]) -> None:
+        if future.cancelled():
+            batch.error = Unavailable(f"model '{self.name}' is unloading")
+        elif future.exception() is not None:
+            batch.error = future.exception()
+        else:
+            batch.executed = future.result()
+        batch.ended_ns = time.perf_counter_ns()
+        if not self.options.preserve_ordering:
+            self._in_flight.remove(batch)
+            self._schedule()  # the next batch goes out before these answers are handed back
+            self._answer(batch)
+            return
+        self._schedule()
+        self._deliver()
+
+    def _deliver(self) -> None:
+        """Answer finished batches in the order they went out (preserve_ordering)."""
+        while self._in_flight and (
+            self._in_flight[0].executed is not None or self._in_flight[0].error is not None
+        ):
+            self._answer(self._in_flight.popleft())
+
+    def _answer(self, batch: _Batch) -> None:
+        """Hand each request its result; a request's queue time is its time in the server
+        less its batch's execution (which includes any wait behind the instance's last one)."""
+        executed = batch.executed
+        ended = batch.ended_ns or time.perf_counter_ns()
+        compute_ns = executed.input_ns + executed.infer_ns + executed.output_ns if executed else 0
+        for entry in batch.entries:
+            timings = entry.timings
+            timings.compute_start_ns = ended - compute_ns
+            timings.compute_end_ns = ended
+            self.stats.queue.add(ended - compute_ns - entry.enqueued_ns)
+        if executed is None:
+            error = batch.error or InternalError("the batch produced no result")
+            for entry in batch.entries:
+                if not entry.future.done():
+                    entry.future.set_exception(error)
+            return
+        rows = 0
+        for entry, result in zip(batch.entries, executed.results, strict=True):
+            if result is CANCELLED:
+                continue
+            rows += entry.rows
+            if entry.future.done():
+                continue
+            if isinstance(result, InferdError):
+                entry.future.set_exception(result)
+            else:
+                entry.future.set_result(result)
+        if not rows:
+            return  # nothing of the batch ran
+        self.stats.record_execution(
+            rows,
+            len(batch.entries),
+            executed.input_ns,
+            executed.infer_ns,
+            executed.output_ns,
+        )
 
     def _take(self, batch: list[_Pending]) -> None:
         taken = {id(e) for e in batch}
@@ -229,84 +320,26 @@ class DynamicBatcher:
         self._delayed = deque(
             e for e in self._delayed if id(e) not in taken and not e.future.done()
         )
+        self._queued_rows = sum(e.rows for q in (*self._queues, self._delayed) for e in q)
         for entry in batch:
             if entry.timer is not None:
                 entry.timer.cancel()
 
-    async def _dispatch(
-        self,
-        batch: list[_Pending],
-        rows: int,
-        previous: asyncio.Future[None] | None,
-        delivered: asyncio.Future[None] | None,
-    ) -> None:
-        started = time.perf_counter_ns()
-        for entry in batch:
-            self.stats.queue.add(started - entry.enqueued_ns)
-            entry.timings.compute_start_ns = started
-        try:
-            if len(batch) == 1:
-                inputs = batch[0].inputs
-            else:
-                inputs = {
-                    n: np.concatenate([e.inputs[n] for e in batch], axis=0) for n in batch[0].inputs
-                }
-            assembled = time.perf_counter_ns()
-            outputs, infer_ns = await self.pool.execute(inputs, batch[0].names)
-            split_started = time.perf_counter_ns()
-            for entry in batch:
-                entry.timings.compute_end_ns = split_started
-            parts = self._split(outputs, batch, rows)
-            if previous is not None:
-                await asyncio.shield(previous)
-            for entry, part in zip(batch, parts, strict=True):
-                if not entry.future.done():
-                    entry.future.set_result(part)
-            self.stats.record_execution(
-                rows,
-                len(batch),
-                assembled - started,
-                infer_ns,
-                time.perf_counter_ns() - split_started,
-            )
-        except Exception as exc:
-            for entry in batch:
-                if not entry.future.done():
-                    entry.future.set_exception(exc)
-        finally:
-            if delivered is not None and not delivered.done():
-                delivered.set_result(None)
-            self._free += 1
-            self._wake.set()
-
-    def _split(self, outputs: Tensors, batch: list[_Pending], rows: int) -> list[Tensors]:
-        for name, array in outputs.items():
-            if array.ndim == 0 or array.shape[0] != rows:
-                got = array.shape[0] if array.ndim else "a scalar"
-                raise InternalError(
-                    f"model '{self.name}' returned output '{name}' with batch size {got} "
-                    f"for a batch of {rows} rows"
-                )
-        if len(batch) == 1:
-            return [outputs]
-        parts = []
-        offset = 0
-        for entry in batch:
-            end = offset + entry.rows
-            parts.append({n: a[offset:end] for n, a in outputs.items()})
-            offset = end
-        return parts
-
     async def close(self) -> None:
-        """Serve what is queued, then stop the loop and the instances."""
-        while any(True for _ in self._live()) or self._free < self.pool.count:
-            self._wake.set()
+        """Serve what is queued, then stop the instances."""
+        while any(True for _ in self._live()) or self._in_flight:
+            self._schedule()
             await asyncio.sleep(0.005)
         self._closed = True
-        self._wake.set()
-        if self._task is not None:
-            await self._task
-        await asyncio.to_thread(self.pool.close)
+        if self._timer is not None:
+            self._timer.cancel()
+        await self.pool.close()
+
+
+def _cancel_work(work: Work, future: asyncio.Future[Tensors]) -> None:
+    """A request whose caller left after it was handed to an instance is not executed."""
+    if future.cancelled():
+        work.cancelled = True
 
 
 def _purge(queue: deque[_Pending]) -> None:

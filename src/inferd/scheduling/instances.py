@@ -1,11 +1,24 @@
-"""Execution instances: N runtimes of one model version, each on its own worker thread.
+"""Execution instances: N executors of one model version behind one ``Instances`` protocol.
 
-Work arrives as whole batches through one queue shared by the instances; results return to
-the loop with ``call_soon_threadsafe``. One exception, measured: a version whose executions
-average under ``INLINE_BELOW_S`` runs on the event loop itself when nothing else of it is in
-flight, because for such a call the hop to a thread and back (and the GIL hand-offs) costs the
-loop more time than the call (half_plus_two: 4,000 req/s through the thread, 4,600 inline).
-A model is measured on the worker threads first, so a slow model never runs inline.
+``ThreadInstances`` runs each executor on its own worker thread (runtimes that release the
+GIL); ``inferd.scheduling.processes.ProcessInstances`` runs each in a worker process. Each
+instance has its own queue, so work can be addressed to one (the sequence batcher pins a
+sequence to an instance) or left to the least busy. An instance whose executor fails for good
+(``InstanceFailed``, or an exception that escapes it) fails the batch it held and is rebuilt.
+
+One exception to the threads, measured: an executor that declares itself ``inline`` and whose
+executions take under ``INLINE_BELOW_S`` runs on the event loop itself when nothing else of its
+version is in flight, because for such a call the hop to a thread and back (and the GIL
+hand-offs) costs the loop more than the call (half_plus_two: 4,000 req/s through the thread,
+4,600 inline). The decision is measured in two steps. Executions on the worker threads are
+timed by the thread's CPU time: their wall time would include waiting for the GIL behind a busy
+event loop, which under load inflates a 30 µs call past the threshold and keeps a fast model
+off the inline path for good. When that CPU time is under the threshold, one execution runs
+inline as a probe, timed by the wall clock (a runtime whose work happens on threads of its own
+shows little CPU on the calling thread, and only the wall clock tells). The model stays inline
+until ``SLOW_STREAK`` inline calls in a row take longer than the threshold (one slow call is a
+GC pause or the process being descheduled, not a slow model); a slow probe is retried after a
+back-off that doubles up to ``PROBE_MAX_S``.
 """
 
 from __future__ import annotations
@@ -16,138 +29,249 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from inferd.backends.base import Runtime
-from inferd.errors import InferdError, InternalError, Unavailable
-from inferd.types import Tensors
+from inferd.errors import InferdError, Unavailable
+from inferd.scheduling.work import (
+    CANCELLED,
+    Executed,
+    Executor,
+    InstanceFailed,
+    Work,
+    as_error,
+    run_live,
+)
 
 log = logging.getLogger("inferd.scheduling")
 
 INLINE_BELOW_S = 100e-6
-# An execution's outputs and how long the model itself ran, in nanoseconds.
-Executed = tuple[Tensors, int]
+INLINE_BELOW_NS = int(INLINE_BELOW_S * 1e9)
+PROBE_FIRST_S = 1.0
+PROBE_MAX_S = 60.0
+SLOW_STREAK = 3
 _EWMA_WEIGHT = 0.1
+_UNKNOWN = float("inf")
+
+
+class Instances(Protocol):
+    """The execution instances of one model version."""
+
+    name: str
+    count: int
+    restarts: int  # instances rebuilt after a failure, since load
+
+    def submit(self, batch: list[Work], instance: int | None = None) -> asyncio.Future[Executed]:
+        """Queue one batch (on ``instance``, else the least busy); the future resolves on the
+        event loop with one result per Work, or fails with InstanceFailed / Unavailable."""
+        ...
+
+    def run_blocking(self, instance: int, batch: list[Work]) -> Executed:
+        """Execute now, in the calling thread, before the instances serve (model warmup)."""
+        ...
+
+    async def close(self) -> None:
+        """Finish queued work, stop the workers and release the executors."""
+        ...
 
 
 @dataclass(slots=True)
-class _Work:
-    inputs: Tensors
-    output_names: Sequence[str]
+class _Job:
+    batch: list[Work]
     future: asyncio.Future[Executed]
     loop: asyncio.AbstractEventLoop
 
 
-class InstancePool:
-    """Runs whole batches on ``len(runtimes)`` instances at once."""
+class ThreadInstances:
+    """One worker thread per executor; ``rebuild(i)`` makes a fresh executor for instance i."""
 
-    def __init__(self, name: str, runtimes: Sequence[Runtime]) -> None:
-        if not runtimes:
-            raise ValueError("an instance pool needs at least one runtime")
+    def __init__(
+        self,
+        name: str,
+        executors: Sequence[Executor],
+        rebuild: Callable[[int], Executor] | None = None,
+    ) -> None:
+        if not executors:
+            raise ValueError("instances need at least one executor")
         self.name = name
-        self._runtimes = list(runtimes)
-        self._queue: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
+        self.count = len(executors)
+        self.restarts = 0
+        self._executors: list[Executor | None] = list(executors)
+        self._rebuild = rebuild
+        self._queues: list[queue.SimpleQueue[_Job | None]] = [
+            queue.SimpleQueue() for _ in executors
+        ]
         self._closed = False
-        # Both only change on the event loop thread: executions queued or running, and the
-        # moving average of execution seconds (unknown until a worker has measured one).
-        self._pending = 0
-        self._mean_s = float("inf")
+        self._inline = all(e.inline for e in executors)
+        # Loop-thread state: batches queued or running per instance (and in all); moving
+        # averages of the workers' CPU seconds per execution and of inline wall seconds; when
+        # the next inline probe may run, and the back-off after a slow one.
+        self._pending = [0] * self.count
+        self._busy = 0
+        self._cpu_mean_s = _UNKNOWN
+        self._inline_ok = False  # the last probe (or inline calls) ran under the threshold
+        self._slow = 0  # inline calls in a row over the threshold
+        self._probe_after = 0.0
+        self._probe_wait_s = PROBE_FIRST_S
         self._threads = [
-            threading.Thread(
-                target=self._worker, args=(rt,), name=f"inferd-{name}-{i}", daemon=True
-            )
-            for i, rt in enumerate(self._runtimes)
+            threading.Thread(target=self._worker, args=(i,), name=f"inferd-{name}-{i}", daemon=True)
+            for i in range(self.count)
         ]
         for t in self._threads:
             t.start()
 
-    @property
-    def count(self) -> int:
-        return len(self._runtimes)
-
-    def execute(self, inputs: Tensors, output_names: Sequence[str]) -> asyncio.Future[Executed]:
-        """Queue one batch; the future resolves on the event loop with outputs and run time."""
+    def submit(self, batch: list[Work], instance: int | None = None) -> asyncio.Future[Executed]:
         if self._closed:
             raise Unavailable(f"model '{self.name}' is unloading")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Executed] = loop.create_future()
-        if self._pending == 0 and self._mean_s < INLINE_BELOW_S:
-            started = time.perf_counter_ns()
-            try:
-                outputs = self._runtimes[0].execute(inputs, output_names)
-            except Exception as exc:
-                future.set_exception(_as_inferd_error(self.name, exc))
+        if instance is None:
+            if self._busy == 0 and self._inline and self._go_inline():
+                self._run_inline(batch, future)
                 return future
-            elapsed = time.perf_counter_ns() - started
-            future.set_result((outputs, elapsed))
-            self._observe(elapsed)
-            return future
-        self._pending += 1
-        self._queue.put(_Work(inputs, output_names, future, loop))
+            instance = self._least_busy()
+        elif not 0 <= instance < self.count:
+            raise ValueError(f"model '{self.name}' has no instance {instance}")
+        self._pending[instance] += 1
+        self._busy += 1
+        self._queues[instance].put(_Job(batch, future, loop))
         return future
 
-    def _observe(self, ns: int) -> None:
-        seconds = ns * 1e-9
-        if self._mean_s == float("inf"):
-            self._mean_s = seconds
+    def _least_busy(self) -> int:
+        pending = self._pending
+        if self.count == 1 or pending[0] == 0:
+            return 0
+        return min(range(self.count), key=pending.__getitem__)
+
+    def _go_inline(self) -> bool:
+        if self._inline_ok:
+            return True
+        if self._cpu_mean_s >= INLINE_BELOW_S:
+            return False
+        return time.monotonic() >= self._probe_after  # probe: fast on the threads, unknown here
+
+    def _run_inline(self, batch: list[Work], future: asyncio.Future[Executed]) -> None:
+        executor = self._executors[0]
+        if executor is None:  # instance 0 is being rebuilt: let its worker answer
+            self._pending[0] += 1
+            self._busy += 1
+            self._queues[0].put(_Job(batch, future, asyncio.get_running_loop()))
+            return
+        started = time.perf_counter_ns()
+        try:
+            executed = executor.execute(batch)
+        except Exception as exc:
+            future.set_exception(as_error(self.name, exc))
+            return
+        if time.perf_counter_ns() - started < INLINE_BELOW_NS:
+            self._inline_ok = True
+            self._slow = 0
+            self._probe_wait_s = PROBE_FIRST_S
         else:
-            self._mean_s += _EWMA_WEIGHT * (seconds - self._mean_s)
+            self._slow = SLOW_STREAK if not self._inline_ok else self._slow + 1
+            if self._slow >= SLOW_STREAK:  # a slow probe, or slow calls in a row: threads
+                self._inline_ok = False
+                self._slow = 0
+                self._probe_after = time.monotonic() + self._probe_wait_s
+                self._probe_wait_s = min(PROBE_MAX_S, self._probe_wait_s * 2)
+        future.set_result(executed)
+
+    def run_blocking(self, instance: int, batch: list[Work]) -> Executed:
+        executor = self._executors[instance]
+        if executor is None:
+            raise InstanceFailed(f"instance {instance} of model '{self.name}' is not running")
+        return executor.execute(batch)
+
+    def _observe(self, cpu_ns: int) -> None:
+        seconds = cpu_ns * 1e-9
+        if self._cpu_mean_s == _UNKNOWN:
+            self._cpu_mean_s = seconds
+        else:
+            self._cpu_mean_s += _EWMA_WEIGHT * (seconds - self._cpu_mean_s)
 
     def _deliver(
         self,
-        future: asyncio.Future[Executed],
-        result: Tensors | None,
-        error: Exception | None,
+        instance: int,
+        job: _Job,
+        executed: Executed | None,
+        error: InferdError | None,
         ns: int,
     ) -> None:
-        self._pending -= 1
+        self._pending[instance] -= 1
+        self._busy -= 1
         if ns >= 0:
             self._observe(ns)
+        future = job.future
         if future.done():  # the caller went away
             return
         if error is not None:
             future.set_exception(error)
+        elif executed is None:  # every work of the batch was cancelled
+            future.set_result(Executed([CANCELLED] * len(job.batch)))
         else:
-            assert result is not None
-            future.set_result((result, ns))
+            future.set_result(executed)
 
-    def _worker(self, runtime: Runtime) -> None:
+    def _worker(self, instance: int) -> None:
+        jobs = self._queues[instance]
         while True:
-            work = self._queue.get()
-            if work is None:
+            job = jobs.get()
+            if job is None:
                 return
-            result: Tensors | None = None
-            error: Exception | None = None
-            started = time.perf_counter_ns()
-            if not work.future.done():  # cancelled while queued: do not execute
+            executed: Executed | None = None
+            error: InferdError | None = None
+            ns = -1
+            if not job.future.done():  # cancelled while queued: do not execute
+                started = time.thread_time_ns()
                 try:
-                    result = runtime.execute(work.inputs, work.output_names)
-                except Exception as exc:  # a backend bug must not kill the worker
-                    error = _as_inferd_error(self.name, exc)
-            # A skipped (cancelled) item says nothing about the model's speed.
-            ns = time.perf_counter_ns() - started if result is not None else -1
+                    executed = run_live(self._executor(instance), job.batch)
+                    ns = time.thread_time_ns() - started if executed is not None else -1
+                except Exception as exc:  # the instance broke: fail this batch, rebuild it
+                    error = exc if isinstance(exc, InstanceFailed) else as_error(self.name, exc)
+                    self._restart(instance, exc)
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting
-                work.loop.call_soon_threadsafe(self._deliver, work.future, result, error, ns)
+                job.loop.call_soon_threadsafe(self._deliver, instance, job, executed, error, ns)
 
-    def close(self) -> None:
-        """Finish queued work, stop the workers and release the runtimes (blocking)."""
+    def _executor(self, instance: int) -> Executor:
+        executor = self._executors[instance]
+        if executor is None:
+            if self._rebuild is None:
+                raise InstanceFailed(f"instance {instance} of model '{self.name}' is down")
+            executor = self._executors[instance] = self._rebuild(instance)
+            log.info("model '%s': instance %d is running again", self.name, instance)
+        return executor
+
+    def _restart(self, instance: int, cause: BaseException) -> None:
+        """Close a broken executor; the next batch on this instance builds a fresh one."""
+        log.error("model '%s': instance %d failed (%s); restarting it", self.name, instance, cause)
+        executor, self._executors[instance] = self._executors[instance], None
+        if executor is not None:
+            try:
+                executor.close()
+            except Exception:
+                log.exception("closing instance %d of '%s' failed", instance, self.name)
+        self.restarts += 1
+        if self._rebuild is not None:
+            try:
+                self._executor(instance)
+            except Exception:
+                log.exception("model '%s': rebuilding instance %d failed", self.name, instance)
+
+    async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        for _ in self._threads:
-            self._queue.put(None)
+        await asyncio.to_thread(self._stop)
+
+    def _stop(self) -> None:
+        for jobs in self._queues:
+            jobs.put(None)
         for t in self._threads:
             t.join()
-        for rt in self._runtimes:
+        for i, executor in enumerate(self._executors):
+            if executor is None:
+                continue
             try:
-                rt.close()
+                executor.close()
             except Exception:
-                log.exception("closing an instance of '%s' failed", self.name)
-
-
-def _as_inferd_error(name: str, exc: Exception) -> InferdError:
-    if isinstance(exc, InferdError):
-        return exc
-    log.error("model '%s' failed while executing", name, exc_info=exc)
-    return InternalError(f"model '{name}' failed: {exc}")
+                log.exception("closing instance %d of '%s' failed", i, self.name)

@@ -1,0 +1,203 @@
+"""The echo backend: output *k* is input *k*, the test double of the whole execution seam.
+
+Like httpx's ``MockTransport``, it is a real backend (``backend: "echo"``), so the schedulers,
+instances, routing and protocols are tested through the same seam a framework uses, without a
+model file, a framework or sleeps. Config parameters:
+
+- ``delay_ms``: each execution takes this long (a slow model);
+- ``gate``: executions wait until ``GATES[name]`` is set (a test holds a model busy exactly as
+  long as it wants);
+- ``error_every``: every Nth execution fails its requests (a model error);
+- ``crash_every``: every Nth execution breaks its instance (``InstanceFailed``: restarted);
+- ``request_level``: ``"true"`` serves through ``EchoExecutor``, which sees every request as it
+  came (id, parameters, sequence controls) instead of one concatenated batch.
+
+Every execution is appended to ``LOG[model name]``: the instance, the request ids and rows.
+Configs list the inputs; outputs default to the inputs renamed ``INPUT`` -> ``OUTPUT``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inferd.backends.base import InstancePlacement
+from inferd.backends.completion import bool_parameter, check_parameters, int_parameter
+from inferd.config.model_config_pb2 import ModelConfig
+from inferd.errors import ConfigError, InternalError
+from inferd.scheduling.work import Executed, InstanceFailed, Work, check_rows
+from inferd.types import Tensors
+
+_KNOWN = {"delay_ms", "gate", "error_every", "crash_every", "request_level"}
+GATE_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """One execution, as the echo backend logs it."""
+
+    instance: int
+    request_ids: tuple[str, ...]
+    rows: int
+    parameters: tuple[dict[str, object], ...] = ()
+
+
+@dataclass(slots=True)
+class _Counter:
+    value: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def next(self) -> int:
+        with self.lock:
+            self.value += 1
+            return self.value
+
+
+GATES: dict[str, threading.Event] = {}
+LOG: dict[str, list[Execution]] = {}
+_COUNTS: dict[str, _Counter] = {}
+
+
+def gate(name: str) -> threading.Event:
+    """The gate of that name (created closed)."""
+    return GATES.setdefault(name, threading.Event())
+
+
+def reset(model: str) -> None:
+    """Forget a model's log and execution count."""
+    LOG.pop(model, None)
+    _COUNTS.pop(model, None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Behaviour:
+    model: str
+    instance: int
+    delay_s: float
+    gate: str
+    error_every: int
+    crash_every: int
+
+    @classmethod
+    def of(cls, config: ModelConfig, instance: int) -> _Behaviour:
+        params = {k: v.string_value for k, v in config.parameters.items()}
+        check_parameters(params, _KNOWN, "echo")
+        return cls(
+            config.name,
+            instance,
+            int_parameter(params, "delay_ms", 0) / 1000,
+            params.get("gate", ""),
+            int_parameter(params, "error_every", 0),
+            int_parameter(params, "crash_every", 0),
+        )
+
+    def run(self, batch: Sequence[Work], rows: int) -> None:
+        """Wait, log, and fail as configured (raises)."""
+        if self.gate and not gate(self.gate).wait(GATE_TIMEOUT_S):
+            raise InternalError(f"echo gate '{self.gate}' stayed closed")
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        number = _COUNTS.setdefault(self.model, _Counter()).next()
+        LOG.setdefault(self.model, []).append(
+            Execution(
+                self.instance,
+                tuple(w.request_id for w in batch),
+                rows,
+                tuple(dict(w.parameters) for w in batch),
+            )
+        )
+        if self.crash_every and number % self.crash_every == 0:
+            raise InstanceFailed(f"echo instance {self.instance} crashed (execution {number})")
+        if self.error_every and number % self.error_every == 0:
+            raise InternalError(f"echo failed on purpose (execution {number})")
+
+
+def _pairs(config: ModelConfig) -> list[tuple[str, str]]:
+    return [(o.name, i.name) for o, i in zip(config.output, config.input, strict=False)]
+
+
+class EchoRuntime:
+    """The batch form: one concatenated batch in, the same arrays out."""
+
+    inline = True
+
+    def __init__(self, config: ModelConfig, instance: int) -> None:
+        self._behaviour = _Behaviour.of(config, instance)
+        self._pairs = _pairs(config)
+        self._batched = config.max_batch_size > 0
+
+    def execute(self, inputs: Tensors, output_names: Sequence[str]) -> Tensors:
+        first = next(iter(inputs.values()))
+        rows = len(first) if self._batched and first.ndim else 0
+        self._behaviour.run([Work(inputs, rows, tuple(output_names))], rows)
+        out = {o: inputs[i] for o, i in self._pairs if i in inputs}
+        return {name: out[name] for name in output_names}
+
+    def close(self) -> None:
+        pass
+
+
+class EchoExecutor:
+    """The request-level form: each request answered on its own, its id and parameters seen."""
+
+    inline = False
+
+    def __init__(self, config: ModelConfig, instance: int) -> None:
+        self._behaviour = _Behaviour.of(config, instance)
+        self._pairs = _pairs(config)
+        self.closed = False
+
+    def execute(self, batch: Sequence[Work]) -> Executed:
+        started = time.perf_counter_ns()
+        self._behaviour.run(batch, sum(w.rows for w in batch))
+        results: list[Tensors | InternalError] = []
+        for work in batch:
+            out = {o: work.inputs[i] for o, i in self._pairs if i in work.inputs}
+            answer = {name: out[name] for name in work.outputs}
+            if work.rows:
+                check_rows(self._behaviour.model, answer, work.rows)
+            results.append(answer)
+        return Executed(list(results), 0, time.perf_counter_ns() - started, 0)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class EchoBackend:
+    name = "echo"
+    platforms: tuple[str, ...] = ()
+    default_filename = ""
+
+    def gpu_available(self) -> bool:
+        return False
+
+    def complete_config(
+        self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
+    ) -> None:
+        if not config.input:
+            raise ConfigError("an echo model lists its inputs in config.pbtxt")
+        if not config.output:
+            for tensor in config.input:
+                output = config.output.add()
+                output.name = tensor.name.replace("INPUT", "OUTPUT")
+                output.data_type = tensor.data_type
+                output.dims.extend(tensor.dims)
+        if not config.backend:
+            config.backend = self.name
+
+    def load(
+        self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
+    ) -> EchoRuntime:
+        return EchoRuntime(config, placement.index)
+
+    def load_executor(
+        self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
+    ) -> EchoExecutor | None:
+        """A request-level executor when the config asks for one (else None: ``load``)."""
+        params = {k: v.string_value for k, v in config.parameters.items()}
+        if not bool_parameter(params, "request_level"):
+            return None
+        return EchoExecutor(config, placement.index)

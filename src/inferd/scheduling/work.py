@@ -1,0 +1,172 @@
+"""The request-level execution seam between schedulers and instances.
+
+A scheduler hands an instance a list of ``Work`` (one per request: inputs, requested outputs,
+id, parameters, sequence controls) and gets back one ``Tensors`` or error per request, with the
+time spent assembling, executing and splitting. ``Executor`` is what runs inside an instance
+(a worker thread or a worker process). Framework runtimes keep their small batch interface
+(``Runtime.execute(inputs, names) -> outputs``) behind ``BatchExecutor``, which concatenates
+the requests' inputs along axis 0 and splits the outputs back, inside the worker, never on the
+event loop. A request-level executor (Python models) sees every request as it came.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from inferd.backends.base import Runtime
+from inferd.errors import InferdError, InternalError, Unavailable
+from inferd.types import Parameters, Tensors
+
+log = logging.getLogger("inferd.scheduling")
+
+# Sequence control flags of a request (the sequence batcher sets them).
+SEQUENCE_START = 1
+SEQUENCE_END = 2
+
+
+@dataclass(slots=True, eq=False)
+class Work:
+    """One request as an instance executes it; its inputs are validated and model-shaped."""
+
+    inputs: Tensors
+    rows: int  # rows in the batch dimension; 0 when the model does not batch
+    outputs: tuple[str, ...]  # the outputs to compute, in order
+    request_id: str = ""
+    parameters: Parameters = field(default_factory=dict)
+    correlation_id: int | str | None = None  # the sequence a request belongs to, if any
+    flags: int = 0  # SEQUENCE_START | SEQUENCE_END
+    # Set on the event loop when the caller gave up (client gone, timed out) after the work
+    # was handed to an instance: the instance skips it and answers CANCELLED.
+    cancelled: bool = False
+
+
+Result = Tensors | InferdError
+# The result of a Work whose caller gave up before it ran: it was not executed.
+CANCELLED = Unavailable("the request was cancelled before it ran")
+
+
+@dataclass(slots=True)
+class Executed:
+    """One execution's answers (one per Work, in order) and where its time went, in ns."""
+
+    results: list[Result]
+    input_ns: int = 0  # assembling the batch
+    infer_ns: int = 0  # the model itself
+    output_ns: int = 0  # splitting the outputs back per request
+
+
+def live(batch: Sequence[Work]) -> list[Work] | None:
+    """The works of a batch still wanted (None: all of them, the usual case)."""
+    for work in batch:
+        if work.cancelled:
+            return [w for w in batch if not w.cancelled]
+    return None
+
+
+def run_live(executor: Executor, batch: Sequence[Work]) -> Executed | None:
+    """Execute what is still wanted of a batch; cancelled works answer CANCELLED. None when
+    nothing was left to run."""
+    wanted = live(batch)
+    if wanted is None:
+        return executor.execute(batch)
+    if not wanted:
+        return None
+    executed = executor.execute(wanted)
+    answers = iter(executed.results)
+    executed.results = [CANCELLED if w.cancelled else next(answers) for w in batch]
+    return executed
+
+
+class InstanceFailed(InternalError):
+    """The instance can no longer execute (its runtime or worker broke): it is restarted, and
+    the requests it held fail with this error."""
+
+
+class Executor(Protocol):
+    """What one execution instance runs: a list of requests in, one result per request out."""
+
+    # May run on the event loop itself when it is fast (the pool measures it first).
+    inline: bool
+
+    def execute(self, batch: Sequence[Work]) -> Executed:
+        """Run the requests (one batch); blocking, one call at a time per instance."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def check_rows(model: str, outputs: Tensors, rows: int) -> None:
+    """Every output of a batching model has ``rows`` rows (the one place this is checked)."""
+    for name, array in outputs.items():
+        if array.ndim == 0 or array.shape[0] != rows:
+            got = array.shape[0] if array.ndim else "a scalar"
+            raise InternalError(
+                f"model '{model}' returned output '{name}' with batch size {got} "
+                f"for a batch of {rows} rows"
+            )
+
+
+def as_error(model: str, exc: BaseException) -> InferdError:
+    """An executor's failure as the error its requests get (a backend bug is logged once)."""
+    if isinstance(exc, InferdError):
+        return exc
+    log.error("model '%s' failed while executing", model, exc_info=exc)
+    return InternalError(f"model '{model}' failed: {exc}")
+
+
+class BatchExecutor:
+    """A batch Runtime behind the request-level seam: concatenate, execute, check, split."""
+
+    __slots__ = ("inline", "model", "runtime")
+
+    def __init__(self, model: str, runtime: Runtime) -> None:
+        self.model = model
+        self.runtime = runtime
+        self.inline = bool(getattr(runtime, "inline", False))
+
+    def execute(self, batch: Sequence[Work]) -> Executed:
+        first = batch[0]
+        if len(batch) == 1:
+            try:
+                started = time.perf_counter_ns()
+                outputs = self.runtime.execute(first.inputs, first.outputs)
+                infer_ns = time.perf_counter_ns() - started
+                if first.rows:
+                    check_rows(self.model, outputs, first.rows)
+            except InstanceFailed:
+                raise
+            except Exception as exc:
+                return Executed([as_error(self.model, exc)])
+            return Executed([outputs], 0, infer_ns, 0)
+        started = time.perf_counter_ns()
+        rows = 0
+        for work in batch:
+            rows += work.rows
+        inputs = {n: np.concatenate([w.inputs[n] for w in batch], axis=0) for n in first.inputs}
+        assembled = time.perf_counter_ns()
+        try:
+            outputs = self.runtime.execute(inputs, first.outputs)
+            executed = time.perf_counter_ns()
+            check_rows(self.model, outputs, rows)
+        except InstanceFailed:
+            raise
+        except Exception as exc:
+            return Executed([as_error(self.model, exc)] * len(batch), assembled - started)
+        parts: list[Result] = []
+        offset = 0
+        for work in batch:
+            end = offset + work.rows
+            parts.append({n: a[offset:end] for n, a in outputs.items()})
+            offset = end
+        return Executed(
+            parts, assembled - started, executed - assembled, time.perf_counter_ns() - executed
+        )
+
+    def close(self) -> None:
+        self.runtime.close()

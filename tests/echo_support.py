@@ -1,0 +1,41 @@
+"""Echo models in process: a model folder from a config text, loaded as a ModelVersion."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+
+from inferd.backends import echo
+from inferd.model import ModelVersion
+from inferd.repository.loader import LoadOptions, load_version, plan
+from inferd.types import InferRequest, Tensors
+
+_NAMES = itertools.count()
+
+BATCHED = """
+backend: "echo"
+max_batch_size: 8
+input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [2] }]
+"""
+
+
+def echo_version(root: Path, config: str = BATCHED, name: str = "") -> ModelVersion:
+    """Load an echo model (a unique name unless given) with ``config`` (text format)."""
+    name = name or f"echo{next(_NAMES)}"
+    folder = root / name
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "config.pbtxt").write_text(f'name: "{name}"\n{config}')
+    echo.reset(name)
+    return load_version(name, 1, plan(name, folder), LoadOptions())
+
+
+def rows(*values: float) -> Tensors:
+    """One [n, 2] FP32 input: row i is [v_i, v_i]."""
+    x = np.repeat(np.asarray(values, np.float32)[:, None], 2, axis=1)
+    return {"INPUT0": x}
+
+
+def request(model: ModelVersion, *values: float, id: str = "", **params: object) -> InferRequest:
+    return InferRequest(model.name, rows(*values), id=id, parameters=dict(params))

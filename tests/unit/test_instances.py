@@ -1,0 +1,144 @@
+"""Thread instances: addressable, least busy first, restarted after a crash, inline when fast."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+
+from inferd.backends import echo
+from inferd.backends.echo import EchoExecutor, EchoRuntime
+from inferd.config.text import parse_config_text
+from inferd.errors import InferdError
+from inferd.scheduling.instances import ThreadInstances
+from inferd.scheduling.work import BatchExecutor, Executor, InstanceFailed, Work
+
+
+def _config(name: str, extra: str = "") -> str:
+    return (
+        f'name: "{name}" backend: "echo" max_batch_size: 8\n'
+        'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [1] }]\n'
+        'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [1] }]\n' + extra
+    )
+
+
+def _pool(name: str, count: int, extra: str = "") -> ThreadInstances:
+    config = parse_config_text(_config(name, extra))
+    echo.reset(name)
+
+    def build(i: int) -> Executor:
+        return BatchExecutor(name, EchoRuntime(config, i))
+
+    return ThreadInstances(name, [build(i) for i in range(count)], build)
+
+
+def _work(value: float, id: str = "") -> Work:
+    return Work({"INPUT0": np.array([[value]], np.float32)}, 1, ("OUTPUT0",), id)
+
+
+def _gate(name: str) -> threading.Event:
+    echo.GATES.pop(name, None)
+    return echo.gate(name)
+
+
+def test_work_addressed_to_an_instance_runs_there() -> None:
+    async def run() -> None:
+        pool = _pool("addressed", 3)
+        for instance in (2, 0, 1, 2):
+            executed = await pool.submit([_work(instance, f"r{instance}")], instance)
+            assert executed.results[0]["OUTPUT0"].tolist() == [[instance]]
+        await pool.close()
+
+    asyncio.run(run())
+    assert [e.instance for e in echo.LOG["addressed"]] == [2, 0, 1, 2]
+
+
+def test_unaddressed_work_goes_to_the_least_busy_instance() -> None:
+    gate = _gate("busy")
+
+    async def run() -> None:
+        pool = _pool("spread", 2, 'parameters { key: "gate" value: { string_value: "busy" } }')
+        futures = [pool.submit([_work(i)]) for i in range(4)]
+        await asyncio.sleep(0.05)
+        gate.set()
+        results = await asyncio.gather(*futures)
+        assert [r.results[0]["OUTPUT0"].item() for r in results] == [0, 1, 2, 3]
+        await pool.close()
+
+    asyncio.run(run())
+    assert sorted(e.instance for e in echo.LOG["spread"]) == [0, 0, 1, 1]
+
+
+def test_a_crashed_instance_fails_its_batch_and_is_rebuilt() -> None:
+    async def run() -> None:
+        pool = _pool("crashy", 1, 'parameters { key: "crash_every" value: { string_value: "2" } }')
+        first = await pool.submit([_work(1)], 0)
+        assert first.results[0]["OUTPUT0"].item() == 1
+        try:
+            await pool.submit([_work(2)], 0)
+        except InstanceFailed as exc:
+            assert "crashed (execution 2)" in exc.message
+        else:
+            raise AssertionError("the crash was not reported")
+        assert pool.restarts == 1
+        third = await pool.submit([_work(3)], 0)
+        assert third.results[0]["OUTPUT0"].item() == 3
+        await pool.close()
+
+    asyncio.run(run())
+
+
+def test_work_cancelled_while_queued_never_runs() -> None:
+    gate = _gate("held")
+
+    async def run() -> None:
+        pool = _pool("cancel", 1, 'parameters { key: "gate" value: { string_value: "held" } }')
+        running = pool.submit([_work(1, "kept")])
+        queued = pool.submit([_work(2, "dropped")])
+        await asyncio.sleep(0.02)
+        queued.cancel()
+        gate.set()
+        assert (await running).results[0]["OUTPUT0"].item() == 1
+        await pool.close()
+
+    asyncio.run(run())
+    assert len(echo.LOG["cancel"]) == 1  # the dropped one never executed
+
+
+def test_a_fast_model_moves_inline_and_a_slow_one_stays_on_its_thread() -> None:
+    async def run(name: str, extra: str) -> bool:
+        pool = _pool(name, 1, extra)
+        inline = False
+        for i in range(60):
+            future = pool.submit([_work(i)])
+            inline = future.done()  # answered before the loop ran again: inline
+            await future
+        await pool.close()
+        return inline
+
+    assert asyncio.run(run("fast", "")) is True
+    slow = 'parameters { key: "delay_ms" value: { string_value: "1" } }'
+    assert asyncio.run(run("slow", slow)) is False
+    threads = {t.name for t in threading.enumerate()}
+    assert not any(n.startswith("inferd-fast") for n in threads)  # closed
+
+
+def test_a_request_level_executor_sees_each_request() -> None:
+    config = parse_config_text(_config("levels", ""))
+    echo.reset("levels")
+
+    async def run() -> None:
+        executor = EchoExecutor(config, 0)
+        pool = ThreadInstances("levels", [executor])
+        batch = [_work(1, "a"), _work(2, "b")]
+        batch[1].parameters["k"] = "v"
+        executed = await pool.submit(batch)
+        assert [r["OUTPUT0"].item() for r in executed.results if not isinstance(r, InferdError)]
+        await pool.close()
+        assert executor.closed
+
+    asyncio.run(run())
+    (execution,) = echo.LOG["levels"]
+    assert execution.request_ids == ("a", "b") and execution.rows == 2
+    assert execution.parameters == ({}, {"k": "v"})
