@@ -11,6 +11,7 @@ from pathlib import Path
 
 from inferd import __version__, settings
 from inferd.bench.options import add_arguments as add_bench_arguments
+from inferd.errors import ConfigError
 from inferd.repo_cli import add_parser as add_repo_parser
 
 
@@ -25,8 +26,12 @@ def _setup_logging(verbose: int) -> None:
 def _serve(args: argparse.Namespace) -> int:
     from inferd.server import run
 
-    config = settings.from_sources(args, os.environ)
-    run(config)  # the server configures the engine and access logs from its settings
+    try:
+        config = settings.from_sources(args, os.environ)
+        run(config)  # the server configures the engine and access logs from its settings
+    except ConfigError as exc:
+        print(f"inferd: {exc.message}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -13,6 +13,7 @@ from granian.server.embed import Server as GranianServer
 from prometheus_client import start_http_server
 
 from inferd.dataplane import DataPlane
+from inferd.errors import ConfigError
 from inferd.observability.logging import Logs
 from inferd.observability.metrics import EndpointStats, build_registry
 from inferd.observability.requests import RequestObserver
@@ -38,7 +39,7 @@ GRPC_STOP_GRACE_S = 5.0  # in-flight gRPC calls get this long to finish at shutd
 class Server:
     def __init__(self, settings: Settings, logs: Logs | None = None) -> None:
         if not settings.model_repository:
-            raise SystemExit("inferd: --model-repository is required (or INFERD_MODEL_REPOSITORY)")
+            raise ConfigError("--model-repository is required (or INFERD_MODEL_REPOSITORY)")
         self.settings = settings
         self.registry = Registry()
         cache = ResponseCache(settings.cache_size) if settings.cache_size > 0 else None
@@ -90,11 +91,15 @@ class Server:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, http.stop)
-        log.info(
-            "HTTP (KServe v2, TF Serving REST) on %s:%d",
-            self.settings.http_address,
-            self.settings.http_port,
-        )
+        address = f"{self.settings.http_address}:{self.settings.http_port}"
+        bound = False
+
+        def listening() -> None:  # granian calls this once its socket is bound
+            nonlocal bound
+            bound = True
+            log.info("listening: HTTP (KServe v2, TF Serving REST) on %s", address)
+
+        http.on_startup(listening)
         grpc_server = await self._start_grpc()
         if self.settings.allow_metrics and self.settings.metrics_port:
             start_http_server(
@@ -105,7 +110,12 @@ class Server:
             )
         loader = asyncio.create_task(self._load_models())
         try:
-            await http.serve()
+            try:
+                await http.serve()
+            except (OSError, RuntimeError) as exc:
+                if bound:
+                    raise
+                raise ConfigError(f"cannot serve HTTP on {address}: {exc}") from None
         finally:
             self.plane.ready = False
             loader.cancel()
@@ -127,7 +137,7 @@ class Server:
             self.plane, address, self.settings.grpc_max_message_bytes, observer=self.observer
         )
         await server.start()
-        log.info("gRPC (KServe v2 / Triton) on %s", address)
+        log.info("listening: gRPC (KServe v2 / Triton, TF Serving) on %s", address)
         return server
 
 

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferd.errors import ConfigError
+
 
 def _opt(help_text: str, **extra: Any) -> Any:
     return {"help": help_text, **extra}
@@ -188,7 +190,7 @@ def _convert(f: dataclasses.Field[Any], raw: Any) -> Any:
         if f.type == "int":
             return int(raw)
     except ValueError as exc:
-        raise SystemExit(f"inferd: invalid value for {_flag(f.name)}: {exc}") from None
+        raise ConfigError(f"invalid value for {_flag(f.name)}: {exc}") from None
     if f.metadata.get("repeat"):
         return list(raw)
     return str(raw)

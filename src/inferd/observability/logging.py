@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from inferd.errors import ConfigError
+
 ENGINE = "inferd"
 ACCESS = "inferd.access"
 TAIL_LINES = 1000
@@ -108,7 +110,7 @@ class Logs:
         backup_count: int = 5,
     ) -> None:
         if log_format not in ("text", "json"):
-            raise SystemExit(f"inferd: --log-format must be text or json, got '{log_format}'")
+            raise ConfigError(f"--log-format must be text or json, got '{log_format}'")
         formatter: logging.Formatter = JsonFormatter() if log_format == "json" else TextFormatter()
         self.engine_tail = TailHandler()
         self.access_tail = TailHandler()

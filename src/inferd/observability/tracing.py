@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from inferd.errors import ConfigError
 from inferd.types import Timings
 
 # perf_counter_ns() + EPOCH_OFFSET_NS = time.time_ns(), for explicit span times.
@@ -34,7 +35,7 @@ class Tracer:
 
             span_exporter = OTLPSpanExporter(endpoint=endpoint) if endpoint else OTLPSpanExporter()
         else:
-            raise SystemExit(f"inferd: --trace-exporter must be console or otlp, got '{exporter}'")
+            raise ConfigError(f"--trace-exporter must be console or otlp, got '{exporter}'")
         self.provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
         self.provider.add_span_processor(BatchSpanProcessor(span_exporter))
         self.tracer = self.provider.get_tracer("inferd")

@@ -20,7 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from inferd.dataplane import DataPlane
-from inferd.errors import InferdError, InvalidInput, NotFound, Unimplemented
+from inferd.errors import ConfigError, InferdError, InvalidInput, NotFound, Unimplemented
 from inferd.observability.requests import RequestObserver
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols.grpc_common import Handler, guarded
@@ -333,5 +333,5 @@ def build_server(
         else:
             server.add_secure_port(address, credentials)
     except RuntimeError as exc:
-        raise SystemExit(f"inferd: cannot serve gRPC on {address}: {exc}") from None
+        raise ConfigError(f"cannot serve gRPC on {address}: {exc}") from None
     return server

@@ -135,13 +135,10 @@ class ModelManager:
             s3_region=settings.s3_region,
             s3_addressing_style=settings.s3_addressing_style,
         )
-        try:
-            storages = [open_storage(uri, options) for uri in settings.model_repository]
-            mode = ControlMode.parse(settings.model_control_mode)
-        except ConfigError as exc:
-            raise SystemExit(f"inferd: {exc.message}") from None
+        storages = [open_storage(uri, options) for uri in settings.model_repository]
+        mode = ControlMode.parse(settings.model_control_mode)
         if settings.repository_poll_secs < 1:
-            raise SystemExit("inferd: --repository-poll-secs must be at least 1")
+            raise ConfigError("--repository-poll-secs must be at least 1")
         files_dir = (
             Path(settings.model_cache_dir) / f"load-{os.getpid()}"
             if settings.model_cache_dir

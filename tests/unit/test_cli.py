@@ -1,0 +1,74 @@
+"""``inferd serve``: configuration errors are one line and exit code 2; "listening" is logged
+only once the port is bound."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support import ServerProcess, free_port
+
+
+def _serve(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "inferd", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_bad_flag_value_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    done = _serve("--model-repository", str(tmp_path), "--http-port", "eighty")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("inferd: invalid value for --http-port:")
+    assert "Traceback" not in done.stderr
+
+
+def test_missing_repository_and_bad_modes_exit_2() -> None:
+    done = _serve()
+    assert done.returncode == 2
+    assert "--model-repository is required" in done.stderr
+    done = _serve("--model-repository", "/tmp", "--model-control-mode", "sometimes")
+    assert done.returncode == 2
+    assert "--model-control-mode must be none, poll or explicit" in done.stderr
+    done = _serve("--model-repository", "/tmp", "--log-format", "xml")
+    assert done.returncode == 2 and "--log-format must be text or json" in done.stderr
+
+
+def test_a_port_in_use_is_a_clear_error_and_nothing_claims_to_listen(tmp_path: Path) -> None:
+    (tmp_path / "models").mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _serve(
+            "--model-repository",
+            str(tmp_path / "models"),
+            "--http-address",
+            "127.0.0.1",
+            "--http-port",
+            str(port),
+            "--grpc-port",
+            str(free_port()),
+        )
+    assert done.returncode == 2
+    assert f"cannot serve HTTP on 127.0.0.1:{port}" in done.stderr
+    assert "listening: HTTP" not in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_listening_is_logged_after_the_bind(demo_repo: Path) -> None:
+    server = ServerProcess(demo_repo).start()
+    try:
+        log = server.log()
+        assert (
+            f"listening: HTTP (KServe v2, TF Serving REST) on 127.0.0.1:{server.http_port}" in log
+        )
+        assert (
+            f"listening: gRPC (KServe v2 / Triton, TF Serving) on 0.0.0.0:{server.grpc_port}" in log
+        )
+    finally:
+        server.stop()
