@@ -19,6 +19,7 @@ from inferd.observability.metrics import EndpointStats, build_registry
 from inferd.observability.requests import RequestObserver
 from inferd.observability.tracing import Tracer
 from inferd.protocols.admin_http import AdminHttp
+from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.http import HttpApp, Router
 from inferd.protocols.repository_http import RepositoryHttp
 from inferd.protocols.tfserving_http import TfServingHttp
@@ -134,10 +135,18 @@ class Server:
             return None
         address = f"{self.settings.grpc_address}:{self.settings.grpc_port}"
         server = build_server(
-            self.plane, address, self.settings.grpc_max_message_bytes, observer=self.observer
+            self.plane,
+            address,
+            self.settings.grpc_max_message_bytes,
+            observer=self.observer,
+            kind=self.settings.grpc_server,
         )
         await server.start()
-        log.info("listening: gRPC (KServe v2 / Triton, TF Serving) on %s", address)
+        log.info(
+            "listening: gRPC (KServe v2 / Triton, TF Serving) on %s (%s server)",
+            address,
+            "native" if isinstance(server, NativeGrpcServer) else "grpcio",
+        )
         return server
 
 

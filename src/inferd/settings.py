@@ -34,6 +34,13 @@ class Settings:
     allow_grpc: bool = field(default=True, metadata=_opt("serve gRPC (KServe v2 / Triton)"))
     grpc_address: str = field(default="0.0.0.0", metadata=_opt("address the gRPC server binds"))
     grpc_port: int = field(default=8081, metadata=_opt("gRPC port (KServe v2 / Triton)"))
+    grpc_server: str = field(
+        default="auto",
+        metadata=_opt(
+            "gRPC server: native (HTTP/2 in libnghttp2, about the CPU cost of an HTTP request), "
+            "grpcio, or auto (native when libnghttp2 loads, else grpcio)"
+        ),
+    )
     grpc_max_message_bytes: int = field(
         default=128 * 1024 * 1024,
         metadata=_opt("largest gRPC message accepted or sent"),

@@ -24,6 +24,8 @@ from inferd.errors import ConfigError, InferdError, InvalidInput, NotFound, Unim
 from inferd.observability.requests import RequestObserver
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols.grpc_common import Handler, guarded
+from inferd.protocols.h2grpc.server import NativeGrpcServer
+from inferd.protocols.h2grpc.server import available as native_available
 from inferd.protocols.pool import POOL
 from inferd.protocols.tfserving_grpc import SERVICES as TFSERVING_SERVICES
 from inferd.protocols.tfserving_grpc import TfServingGrpc
@@ -297,23 +299,38 @@ def _add_to_pool(file_descriptor: Any) -> None:
         POOL.AddSerializedFile(file_descriptor.serialized_pb)
 
 
+GRPC_SERVERS = ("auto", "native", "grpcio")
+
+
+def new_server(kind: str, max_message_bytes: int) -> Any:
+    """An empty gRPC server: ``native`` (HTTP/2 in libnghttp2, calls on our loop; the fast one),
+    ``grpcio``, or ``auto`` (native when libnghttp2 loads, else grpcio)."""
+    if kind not in GRPC_SERVERS:
+        raise ConfigError(f"--grpc-server must be one of {', '.join(GRPC_SERVERS)}, not '{kind}'")
+    if kind == "native" or (kind == "auto" and native_available()):
+        return NativeGrpcServer(max_message_bytes=max_message_bytes)
+    options = [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.so_reuseport", 0),  # a port in use is an error, not a silently shared port
+    ]
+    return grpc.aio.server(options=options)
+
+
 def build_server(
     plane: DataPlane,
     address: str,
     max_message_bytes: int,
     credentials: Any = None,
     observer: RequestObserver | None = None,
+    kind: str = "auto",
 ) -> Any:
-    """A grpc.aio server with the inference, health and reflection services on ``address``.
+    """A gRPC server with the inference, health and reflection services on ``address``.
 
-    ``credentials`` (``grpc.ssl_server_credentials(...)``) serves TLS; None serves plaintext.
+    ``credentials`` serves TLS (``grpc.ssl_server_credentials(...)`` for grpcio, an
+    ``ssl.SSLContext`` for the native server); None serves plaintext.
     """
-    options = [
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.so_reuseport", 0),  # a port in use is an error, not a silently shared port
-    ]
-    server = grpc.aio.server(options=options)
+    server = new_server(kind, max_message_bytes)
     # Registered (not generic) handlers: grpc core matches the method, no Python lookup per call.
     server.add_registered_method_handlers(SERVICE, V2Grpc(plane, observer).method_handlers())
     # TF Serving's PredictionService and ModelService, on the same server and port.

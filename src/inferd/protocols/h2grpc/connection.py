@@ -1,0 +1,514 @@
+"""One HTTP/2 connection of the native gRPC server: an asyncio protocol driving an nghttp2 session.
+
+Bytes received go to nghttp2, whose callbacks collect each stream's headers and messages; once a
+unary-request call has its whole request (usually within the same read) it starts as one task,
+and a streaming-request call starts at its headers and reads messages from a queue. Answers are
+handed to nghttp2 (headers, a data provider reading the framed messages, trailers) and what it
+serializes is written in one write per flush.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import inspect
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from inferd.protocols.h2grpc import nghttp2
+from inferd.protocols.h2grpc.calls import (
+    CallError,
+    Context,
+    Stream,
+    decompress,
+    frame,
+    metadata_pairs,
+    parse_timeout,
+    percent_encode,
+)
+
+if TYPE_CHECKING:
+    from inferd.protocols.h2grpc.server import NativeGrpcServer
+
+log = logging.getLogger("inferd.grpc")
+
+_RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+_OK_TRAILERS = nghttp2.Headers([(b"grpc-status", b"0")])
+_OK_HEADERS = nghttp2.Headers(_RESPONSE_HEADERS)
+STREAM_BUFFER_BYTES = 4 * 1024 * 1024  # a streaming call waits when this much is unsent
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, server: NativeGrpcServer) -> None:
+        self.server = server
+        self.lib = lib = server.lib
+        self.loop = asyncio.get_running_loop()
+        self.streams: dict[int, Stream] = {}
+        self._ready: list[Stream] = []
+        self._failures: list[tuple[Stream, CallError]] = []
+        self._resets: list[int] = []  # streams to reset once their status has been written
+        self.transport: asyncio.Transport | None = None
+        self.peer = "unknown"
+        self._paused = False
+        self._closed = False
+        self._session = ctypes.c_void_p()
+        # ctypes callbacks must outlive the session: keep them on the connection.
+        self._callbacks = (
+            nghttp2.HeaderCallback(self._on_header),
+            nghttp2.FrameCallback(self._on_frame_recv),
+            nghttp2.DataChunkCallback(self._on_data_chunk),
+            nghttp2.StreamCloseCallback(self._on_stream_close),
+        )
+        self._read_callback = nghttp2.ReadCallback(self._on_read)
+        self._provider = nghttp2.DataProvider(nghttp2.DataSource(0), self._read_callback)
+        callbacks = ctypes.c_void_p()
+        lib.nghttp2_session_callbacks_new(ctypes.byref(callbacks))
+        try:
+            for name, callback in zip(
+                ("on_header", "on_frame_recv", "on_data_chunk_recv"),
+                self._callbacks,
+                strict=False,
+            ):
+                setter = getattr(lib, f"nghttp2_session_callbacks_set_{name}_callback")
+                setter(callbacks, ctypes.cast(callback, ctypes.c_void_p))
+            lib.nghttp2_session_callbacks_set_on_stream_close_callback(
+                callbacks, ctypes.cast(self._callbacks[3], ctypes.c_void_p)
+            )
+            if lib.nghttp2_session_server_new(ctypes.byref(self._session), callbacks, None) != 0:
+                raise MemoryError("nghttp2_session_server_new failed")
+        finally:
+            lib.nghttp2_session_callbacks_del(callbacks)
+        settings = [
+            (nghttp2.SETTINGS_MAX_CONCURRENT_STREAMS, server.max_concurrent_streams),
+            (nghttp2.SETTINGS_INITIAL_WINDOW_SIZE, server.window_bytes),
+            (nghttp2.SETTINGS_MAX_FRAME_SIZE, 1 << 20),
+            (nghttp2.SETTINGS_MAX_HEADER_LIST_SIZE, server.max_header_bytes),
+        ]
+        entries = (nghttp2.SettingsEntry * len(settings))(
+            *(nghttp2.SettingsEntry(k, v) for k, v in settings)
+        )
+        lib.nghttp2_submit_settings(self._session, nghttp2.FLAG_NONE, entries, len(settings))
+        lib.nghttp2_session_set_local_window_size(
+            self._session, nghttp2.FLAG_NONE, 0, server.connection_window_bytes
+        )
+
+    # ------------------------------------------------------------------ transport events
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple):
+            family = "ipv6" if ":" in str(peer[0]) else "ipv4"
+            host = f"[{peer[0]}]" if family == "ipv6" else peer[0]
+            self.peer = f"{family}:{host}:{peer[1]}"
+        self.server.connections.add(self)
+        self.flush()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        done = self.lib.nghttp2_session_mem_recv(self._session, data, len(data))
+        if done < 0:  # a protocol error: nghttp2 has queued a GOAWAY
+            log.debug("gRPC connection from %s: %s", self.peer, self._strerror(done))
+        if self._failures:
+            failures, self._failures = self._failures, []
+            for stream, error in failures:
+                stream.eof = False
+                stream.started = True
+                self._fail(stream, error)
+                if stream.call is not None and not stream.call.done():
+                    stream.cancelled = True
+                    stream.call.cancel()
+        ready, self._ready = self._ready, []
+        for stream in ready:
+            self._start(stream)
+        self.flush()
+        if done < 0:
+            self._close()
+
+    def eof_received(self) -> bool | None:
+        self._close()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.server.connections.discard(self)
+        for stream in list(self.streams.values()):
+            if stream.call is not None and not stream.call.done():
+                stream.call.cancel()
+        self.streams.clear()
+        if self._session:
+            self.lib.nghttp2_session_del(self._session)
+            self._session = ctypes.c_void_p()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what nghttp2 has serialized, in one write."""
+        if self._paused or self._closed or self.transport is None:
+            return
+        lib, session = self.lib, self._session
+        pointer = ctypes.c_void_p()
+        parts = []
+        while True:
+            size = lib.nghttp2_session_mem_send(session, ctypes.byref(pointer))
+            if size <= 0:
+                if not self._resets:
+                    break
+                # nghttp2 would send a reset ahead of the status headers: only now, after them.
+                for sid in self._resets:
+                    lib.nghttp2_submit_rst_stream(session, nghttp2.FLAG_NONE, sid, nghttp2.NO_ERROR)
+                self._resets.clear()
+                continue
+            parts.append(ctypes.string_at(pointer, size))
+        if parts:
+            self.transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
+        for stream in self.streams.values():
+            if stream.wake is not None and stream.out_bytes() < STREAM_BUFFER_BYTES:
+                stream.wake.set()
+        if not lib.nghttp2_session_want_read(session) and not lib.nghttp2_session_want_write(
+            session
+        ):
+            self._close()
+
+    def goaway(self) -> None:
+        """Tell the client no new streams will be accepted (graceful shutdown)."""
+        if self._closed:
+            return
+        last = self.lib.nghttp2_session_get_last_proc_stream_id(self._session)
+        self.lib.nghttp2_submit_goaway(self._session, nghttp2.FLAG_NONE, last, 0, None, 0)
+        self.flush()
+
+    def _close(self) -> None:
+        if not self._closed and self.transport is not None:
+            self._closed = True
+            self.transport.close()
+
+    def _strerror(self, code: int) -> str:
+        text = self.lib.nghttp2_strerror(code)
+        return text.decode() if text else str(code)
+
+    # ------------------------------------------------------------------ nghttp2 callbacks
+
+    def _on_header(
+        self,
+        session: Any,
+        frame: Any,
+        name: int,
+        namelen: int,
+        value: int,
+        valuelen: int,
+        flags: int,
+        user: Any,
+    ) -> int:
+        sid = frame.contents.stream_id
+        stream = self.streams.get(sid)
+        if stream is None:
+            stream = self.streams[sid] = Stream(sid, self.server.max_message_bytes)
+        key = ctypes.string_at(name, namelen)
+        text = ctypes.string_at(value, valuelen)
+        if key == b":path":
+            stream.path = text.decode("latin-1")
+        stream.headers.append((key, text))
+        return 0
+
+    def _on_frame_recv(self, session: Any, frame: Any, user: Any) -> int:
+        hd = frame.contents
+        if hd.type not in (nghttp2.HEADERS, nghttp2.DATA):
+            return 0
+        stream = self.streams.get(hd.stream_id)
+        if stream is None:
+            return 0
+        ended = bool(hd.flags & nghttp2.FLAG_END_STREAM)
+        if hd.type == nghttp2.HEADERS and not stream.headers_complete:
+            stream.headers_complete = True
+            self._ready.append(stream)
+        if ended:
+            stream.ended = True
+            if stream.incoming is not None:
+                stream.incoming.put_nowait(None)
+            elif stream.waiting_end:
+                stream.waiting_end = False
+                self._ready.append(stream)
+        return 0
+
+    def _on_data_chunk(
+        self, session: Any, flags: int, sid: int, data: int, length: int, user: Any
+    ) -> int:
+        stream = self.streams.get(sid)
+        if stream is None or stream.eof:
+            return 0
+        received: list[tuple[bool, bytes | bytearray]] = []
+        try:
+            stream.reader.feed(data, length, received)
+        except CallError as exc:
+            self._failures.append((stream, exc))  # answered once nghttp2 returns
+            stream.eof = True
+            return 0
+        if stream.incoming is not None:
+            for message in received:
+                stream.incoming.put_nowait(message)
+        else:
+            stream.messages.extend(received)
+        return 0
+
+    def _on_stream_close(self, session: Any, sid: int, error_code: int, user: Any) -> int:
+        stream = self.streams.pop(sid, None)
+        if stream is None:
+            return 0
+        if stream.deadline is not None:
+            stream.deadline.cancel()
+        call = stream.call
+        if call is not None and not call.done():
+            stream.cancelled = True
+            call.cancel()  # the client reset the stream or went away: drop its work
+        return 0
+
+    def _on_read(
+        self,
+        session: Any,
+        sid: int,
+        buf: Any,
+        length: int,
+        flags: Any,
+        source: Any,
+        user: Any,
+    ) -> int:
+        stream = self.streams.get(sid)
+        if stream is None:
+            return nghttp2.ERR_CALLBACK_FAILURE
+        written = 0
+        out = stream.out
+        address = ctypes.addressof(buf.contents)
+        while out and written < length:
+            chunk = out[0]
+            offset = stream.out_offset
+            take = min(len(chunk) - offset, length - written)
+            source_address = ctypes.cast(ctypes.c_char_p(chunk), ctypes.c_void_p).value or 0
+            ctypes.memmove(address + written, source_address + offset, take)
+            written += take
+            if offset + take == len(chunk):
+                out.popleft()
+                stream.out_offset = 0
+            else:
+                stream.out_offset = offset + take
+        if not out and stream.eof:
+            flags[0] = nghttp2.DATA_FLAG_EOF | nghttp2.DATA_FLAG_NO_END_STREAM
+            trailers = stream.trailers
+            if trailers:
+                submitted = nghttp2.Headers(trailers)
+                self.lib.nghttp2_submit_trailer(session, sid, submitted.array, submitted.count)
+            else:
+                self.lib.nghttp2_submit_trailer(session, sid, _OK_TRAILERS.array, 1)
+            return written
+        if written == 0:
+            return nghttp2.ERR_DEFERRED
+        return written
+
+    # ------------------------------------------------------------------ calls
+
+    def _start(self, stream: Stream) -> None:
+        if stream.started or stream.sid not in self.streams:
+            return
+        handler = self.server.handler_for(stream.path, stream)
+        if handler is not None and not handler.request_streaming and not stream.ended:
+            stream.waiting_end = True  # start once the whole request is here
+            return
+        stream.started = True
+        if handler is not None and handler.request_streaming:
+            incoming = stream.incoming = asyncio.Queue()
+            for message in stream.messages:
+                incoming.put_nowait(message)
+            stream.messages.clear()
+            if stream.ended:
+                incoming.put_nowait(None)
+        stream.call = self.loop.create_task(self._run(stream, handler))
+
+    async def _run(self, stream: Stream, handler: Any) -> None:
+        timeout = None
+        for key, value in stream.headers:
+            if key == b"grpc-timeout":
+                timeout = parse_timeout(value.decode("latin-1"))
+                if timeout is not None:
+                    stream.deadline = self.loop.call_later(timeout, self._expire, stream)
+        context = Context(stream, self.peer, timeout)
+        try:
+            handler = await self.server.intercepted(handler, stream, context)
+            if handler is None:
+                raise CallError(grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {stream.path}")
+            self._check_request(stream)
+            if handler.response_streaming:
+                await self._stream_out(stream, handler, context)
+            else:
+                request = await self._request(stream, handler, context)
+                function = handler.unary_unary or handler.stream_unary
+                response = function(request, context)
+                if inspect.isawaitable(response):
+                    response = await response
+                self._respond(stream, handler.response_serializer(response), context)
+        except CallError as exc:
+            self._fail(stream, exc)
+        except asyncio.CancelledError:
+            if stream.deadline_hit:
+                self._fail(
+                    stream, CallError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+                )
+            elif not stream.cancelled:
+                raise
+        except Exception:
+            log.exception("unhandled error in gRPC call %s", stream.path)
+            self._fail(stream, CallError(grpc.StatusCode.UNKNOWN, "Unexpected error in the server"))
+        finally:
+            if stream.deadline is not None:
+                stream.deadline.cancel()
+            context.run_done_callbacks()
+            self.flush()
+
+    def _check_request(self, stream: Stream) -> None:
+        content_type = stream.header(b"content-type")
+        if not content_type.startswith("application/grpc"):
+            raise CallError(grpc.StatusCode.INTERNAL, f"unexpected content-type '{content_type}'")
+
+    def _message(self, stream: Stream, item: tuple[bool, bytes | bytearray]) -> bytes | bytearray:
+        compressed, data = item
+        if compressed:
+            encoding = stream.header(b"grpc-encoding") or "identity"
+            return decompress(encoding, data, self.server.max_message_bytes)
+        return data
+
+    async def _request(self, stream: Stream, handler: Any, context: Context) -> Any:
+        deserialize = handler.request_deserializer
+        if not handler.request_streaming:
+            if len(stream.messages) != 1 or stream.reader.partial:
+                raise CallError(
+                    grpc.StatusCode.INTERNAL,
+                    f"a unary call carries one message, got {len(stream.messages)}",
+                )
+            return deserialize(self._message(stream, stream.messages.pop()))
+        return self._requests(stream, deserialize, context)
+
+    async def _requests(
+        self, stream: Stream, deserialize: Any, context: Context
+    ) -> AsyncIterator[Any]:
+        incoming = stream.incoming
+        assert incoming is not None
+        while (item := await incoming.get()) is not None:
+            yield deserialize(self._message(stream, item))
+
+    async def _stream_out(self, stream: Stream, handler: Any, context: Context) -> None:
+        serialize = handler.response_serializer
+
+        async def write(message: Any) -> None:
+            await self._send_message(stream, serialize(message))
+
+        context._write = write
+        if handler.request_streaming:
+            requests = self._requests(stream, handler.request_deserializer, context)
+            iterator = requests.__aiter__()
+
+            async def read() -> Any:
+                try:
+                    return await iterator.__anext__()
+                except StopAsyncIteration:
+                    return grpc.aio.EOF
+
+            context._read = read
+            result = handler.stream_stream(requests, context)
+        else:
+            request = await self._request(stream, handler, context)
+            result = handler.unary_stream(request, context)
+        if inspect.isasyncgen(result):
+            async for message in result:
+                await write(message)
+        elif inspect.isawaitable(result):
+            await result
+        self._finish(stream, context)
+
+    async def _send_message(self, stream: Stream, payload: bytes) -> None:
+        self._check_size(payload)
+        self._open(stream)
+        stream.out.append(frame(payload))
+        self.lib.nghttp2_session_resume_data(self._session, stream.sid)
+        self.flush()
+        while stream.out_bytes() >= STREAM_BUFFER_BYTES and stream.sid in self.streams:
+            stream.wake = stream.wake or asyncio.Event()
+            stream.wake.clear()
+            await stream.wake.wait()
+
+    def _check_size(self, payload: bytes) -> None:
+        limit = self.server.max_message_bytes
+        if len(payload) > limit:
+            raise CallError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"Sent message larger than max ({len(payload)} vs. {limit})",
+            )
+
+    def _open(self, stream: Stream, initial: list[tuple[bytes, bytes]] | None = None) -> None:
+        if stream.responded:
+            return
+        stream.responded = True
+        provider = self._provider
+        if initial:
+            headers = nghttp2.Headers(_RESPONSE_HEADERS + initial)
+            self.lib.nghttp2_submit_response(
+                self._session, stream.sid, headers.array, headers.count, ctypes.byref(provider)
+            )
+        else:
+            self.lib.nghttp2_submit_response(
+                self._session, stream.sid, _OK_HEADERS.array, 2, ctypes.byref(provider)
+            )
+
+    def _respond(self, stream: Stream, payload: bytes, context: Context) -> None:
+        """A unary answer: headers, the one message and the trailers go out together."""
+        self._check_size(payload)
+        if stream.sid not in self.streams:
+            return
+        stream.out.append(frame(payload))
+        self._finish(stream, context)
+        self._open(stream)
+
+    def _finish(self, stream: Stream, context: Context) -> None:
+        code = context.code()
+        if code is not None and code is not grpc.StatusCode.OK:
+            raise CallError(code, context.details(), context.trailing_metadata())
+        trailing = context.trailing_metadata()
+        if trailing:
+            stream.trailers = [(b"grpc-status", b"0"), *metadata_pairs(trailing)]
+        stream.eof = True
+        if stream.responded:
+            self.lib.nghttp2_session_resume_data(self._session, stream.sid)
+
+    def _fail(self, stream: Stream, error: CallError) -> None:
+        """End a call with an error status: trailers-only if nothing was sent yet."""
+        if stream.sid not in self.streams or stream.eof:
+            return
+        status = [
+            (b"grpc-status", str(error.code.value[0]).encode()),
+            (b"grpc-message", percent_encode(error.details)),
+            *metadata_pairs(error.trailing),
+        ]
+        stream.eof = True
+        if stream.responded:
+            stream.trailers = status
+            self.lib.nghttp2_session_resume_data(self._session, stream.sid)
+        else:
+            stream.responded = True
+            headers = nghttp2.Headers(_RESPONSE_HEADERS + status)
+            self.lib.nghttp2_submit_response(
+                self._session, stream.sid, headers.array, headers.count, None
+            )
+        if not stream.ended:  # the client is still sending: tell it to stop
+            self._resets.append(stream.sid)
+
+    def _expire(self, stream: Stream) -> None:
+        stream.deadline_hit = True
+        if stream.call is not None and not stream.call.done():
+            stream.call.cancel()
