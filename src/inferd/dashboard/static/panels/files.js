@@ -79,6 +79,7 @@ export class FilesPanel {
     if (loaded) {
       effective = await getJSON(`/v2/models/${seg(name)}/config`).catch(() => null);
     }
+    if (name !== this.model.value) return;
     this.render(doc, effective);
   }
 

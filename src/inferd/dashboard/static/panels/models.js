@@ -109,18 +109,20 @@ export class ModelsPanel {
       v.reason ? h('div', {class: 'reason'}, v.reason) : null)) : h('span', {class: 'muted'}, 'not loaded');
     const action = (label, panel) => h('button', {type: 'button', class: 'ghost small',
       onclick: () => this.app.goto(panel, {model: m.name}), 'aria-label': `${label} ${m.name}`}, label);
+    const cell = (label, content, cls = '') => h('td', {'data-label': label,
+      class: `${cls}${content === '–' ? ' none' : ''}`.trim() || null}, content);
     return h('tr', {'data-model': m.name},
       h('th', {scope: 'row'}, h('div', {class: 'mono'}, m.name), h('div', {class: 'row-actions'}, action('Files', 'files'),
         m.state === 'READY' ? action('Try', 'try') : null, action('Manage', 'deploy'))),
-      h('td', null, badge(m.state), m.reason ? h('div', {class: 'reason'}, m.reason) : null),
-      h('td', null, versions),
-      h('td', null, m.backend || '–', m.platform && m.platform !== m.backend ? h('div', {class: 'muted'}, m.platform) : null),
-      h('td', null, instances(m)),
-      h('td', null, batching(m)),
-      h('td', null, labels(m.routing)),
-      h('td', null, split(m.routing)),
-      h('td', null, shadow(m.routing)),
-      h('td', {class: 'num'}, now ? fmt.num(now.requests_per_s) : '–'),
-      h('td', {class: 'num'}, now && now.requests_per_s ? fmt.ms(now.p99_ms) : '–'));
+      h('td', {'data-label': 'State'}, badge(m.state), m.reason ? h('div', {class: 'reason'}, m.reason) : null),
+      h('td', {'data-label': 'Versions'}, versions),
+      h('td', {'data-label': 'Backend'}, m.backend || '–', m.platform && m.platform !== m.backend ? h('div', {class: 'muted'}, m.platform) : null),
+      cell('Instances', instances(m)),
+      cell('Batching', batching(m)),
+      cell('Labels', labels(m.routing)),
+      cell('Traffic split', split(m.routing)),
+      cell('Shadow', shadow(m.routing)),
+      cell('req/s', now ? fmt.num(now.requests_per_s) : '–', 'num'),
+      cell('p99', now && now.requests_per_s ? fmt.ms(now.p99_ms) : '–', 'num'));
   }
 }

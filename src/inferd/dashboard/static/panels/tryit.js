@@ -4,7 +4,7 @@
 
 import {ApiError, getJSON, request, seg} from '../api.js';
 import {h, fmt, replace, field, select, setOptions, message} from '../ui.js';
-import {onOverview} from '../store.js';
+import {model as modelInfo, onOverview} from '../store.js';
 
 const SHOW_VALUES = 64;
 
@@ -122,9 +122,10 @@ export class TryPanel {
     this.meta = meta;
     this.rows = meta.inputs.map((input) => this.inputRow(input));
     const hasSample = Boolean(files?.has_sample);
-    const button = (label, how, attrs = {}) => h('button', {type: 'button', class: 'ghost', onclick: () => this.fillAll(how), ...attrs}, label);
+    const button = (label, how, attrs = {}) => h('button', {type: 'button', class: 'ghost', id: `try-${how}`,
+      onclick: () => this.fillAll(how), ...attrs}, label);
     replace(this.form,
-      h('p', {class: 'muted'}, `${meta.name} · ${meta.platform || 'backend'} · versions ${meta.versions.join(', ')} · outputs ${
+      h('p', {class: 'muted'}, `${meta.name} · ${meta.platform || modelInfo(name)?.backend || 'custom backend'} · versions ${meta.versions.join(', ')} · outputs ${
         meta.outputs.map((o) => `${o.name} ${o.datatype} [${o.shape.join(', ')}]`).join('; ')}`),
       this.rows.map((row) => row.el),
       h('div', {class: 'actions'},
@@ -226,10 +227,48 @@ export class TryPanel {
       }
       header.inputs.push(entry);
     }
+    // BYTES answers may not be text (an echoed image): ask for them as binary data.
+    const bytesOutputs = this.meta.outputs.filter((o) => o.datatype === 'BYTES');
+    if (bytesOutputs.length) {
+      header.outputs = this.meta.outputs.map((o) => (o.datatype === 'BYTES'
+        ? {name: o.name, parameters: {binary_data: true}} : {name: o.name}));
+    }
     if (!chunks.length) return {body: header, headers: {}};
     const json = new TextEncoder().encode(JSON.stringify(header));
     return {body: new Blob([json, ...chunks]),
       headers: {'Inference-Header-Content-Length': String(json.length), 'Content-Type': 'application/octet-stream'}};
+  }
+
+  // The answer: JSON, or a JSON header followed by binary outputs (BYTES elements are
+  // 4-byte little-endian lengths and their bytes).
+  async decode(response) {
+    const headerLength = response.headers.get('inference-header-content-length');
+    if (headerLength === null) return response.json();
+    const buffer = new Uint8Array(await response.arrayBuffer());
+    const size = Number(headerLength);
+    const doc = JSON.parse(new TextDecoder().decode(buffer.subarray(0, size)));
+    let offset = size;
+    for (const output of doc.outputs) {
+      const length = output.parameters?.binary_data_size;
+      if (length === undefined) continue;
+      const raw = buffer.subarray(offset, offset + length);
+      offset += length;
+      if (output.datatype !== 'BYTES') continue;
+      const view = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
+      const items = [];
+      for (let at = 0; at + 4 <= raw.length;) {
+        const n = view.getUint32(at, true);
+        const element = raw.subarray(at + 4, at + 4 + n);
+        at += 4 + n;
+        try {
+          items.push(new TextDecoder('utf-8', {fatal: true}).decode(element));
+        } catch {
+          items.push(`<${n} bytes>`);
+        }
+      }
+      output.data = items;
+    }
+    return doc;
   }
 
   async send() {
@@ -247,7 +286,7 @@ export class TryPanel {
         `${error instanceof ApiError ? error.describe() : error.message} (after ${fmt.ms(took)})`));
       return;
     }
-    const doc = await response.json();
+    const doc = await this.decode(response);
     const took = performance.now() - started;
     replace(this.result,
       h('div', {class: 'card'},
