@@ -108,10 +108,36 @@ def wrk(url: str, seconds: float, script: Path) -> float:
     return float(found.group(1))
 
 
+def idle_cost(browser: Any, server: ServerProcess, seconds: float) -> tuple[float, float]:
+    """The server's CPU use (% of one core) with no load, without and with the page open:
+    the page's own cost, which CPU contention does not inflate as it does wall times."""
+    assert server.proc is not None
+    found = []
+    for dashboard in (False, True):
+        page = None
+        if dashboard:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(f"{server.http_url}/dashboard/#traffic")
+            page.wait_for_selector("#panel-traffic .chart")
+            time.sleep(1.5)
+        before, started = cpu_s(server.proc.pid), time.monotonic()
+        time.sleep(seconds)
+        found.append((cpu_s(server.proc.pid) - before) / (time.monotonic() - started) * 100)
+        if page is not None:
+            page.close()
+            time.sleep(2.0)
+    print(
+        f"idle server: {found[0]:.2f} % of one core without the page, {found[1]:.2f} % with it",
+        flush=True,
+    )
+    return found[0], found[1]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--phase-s", type=float, default=10.0, help="seconds per phase")
     parser.add_argument("--rounds", type=int, default=5, help="off/on pairs")
+    parser.add_argument("--idle-s", type=float, default=20.0, help="seconds per idle phase")
     parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
@@ -138,47 +164,47 @@ def main() -> int:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=args.chromium, args=LAUNCH_ARGS)
             browser_pid = _browser_pid()
-            for _ in range(args.rounds):
-                for dashboard in (False, True):
-                    page = None
-                    if dashboard:
-                        page = browser.new_page(viewport={"width": 1280, "height": 900})
-                        page.goto(f"{server.http_url}/dashboard/#traffic")
-                        page.wait_for_selector("#panel-traffic .chart")
-                        time.sleep(1.5)
-                    page_before = page_time(server.http_url)
-                    server_before = cpu_s(server.proc.pid)
-                    browser_before = tree_cpu_s(browser_pid) if browser_pid else {}
-                    started = time.monotonic()
-                    rate = wrk(url, args.phase_s, script)
-                    wall = time.monotonic() - started
-                    server_cpu = cpu_s(server.proc.pid) - server_before
-                    browser_cpu = (
-                        spent_s(browser_before, tree_cpu_s(browser_pid)) if browser_pid else 0.0
-                    )
-                    page_after = page_time(server.http_url)
-                    if page is not None:
-                        page.close()
-                        time.sleep(2.0)  # let the browser tear the page down before "off"
-                    results.append(
-                        {
-                            "dashboard": dashboard,
-                            "req_s": rate,
-                            "server_cpu_us_per_req": server_cpu / (rate * wall) * 1e6,
-                            "browser_cpu_pct": browser_cpu / wall * 100,
-                            "page_requests_s": (page_after[1] - page_before[1] - 1) / wall,
-                            "page_server_ms_s": (page_after[0] - page_before[0]) / wall * 1e3,
-                        }
-                    )
-                    r = results[-1]
-                    print(
-                        f"dashboard {'on ' if dashboard else 'off'}: {rate:8.0f} req/s, "
-                        f"server {r['server_cpu_us_per_req']:5.0f} CPU-us/req, "
-                        f"browser {r['browser_cpu_pct']:4.1f} % CPU, page "
-                        f"{r['page_requests_s']:.1f} req/s taking {r['page_server_ms_s']:.2f} "
-                        "ms/s of the server",
-                        flush=True,
-                    )
+            idle = idle_cost(browser, server, args.idle_s)
+            for dashboard in [*(False, True) * args.rounds, False]:  # off, on, ..., on, off
+                page = None
+                if dashboard:
+                    page = browser.new_page(viewport={"width": 1280, "height": 900})
+                    page.goto(f"{server.http_url}/dashboard/#traffic")
+                    page.wait_for_selector("#panel-traffic .chart")
+                    time.sleep(1.5)
+                page_before = page_time(server.http_url)
+                server_before = cpu_s(server.proc.pid)
+                browser_before = tree_cpu_s(browser_pid) if browser_pid else {}
+                started = time.monotonic()
+                rate = wrk(url, args.phase_s, script)
+                wall = time.monotonic() - started
+                server_cpu = cpu_s(server.proc.pid) - server_before
+                browser_cpu = (
+                    spent_s(browser_before, tree_cpu_s(browser_pid)) if browser_pid else 0.0
+                )
+                page_after = page_time(server.http_url)
+                if page is not None:
+                    page.close()
+                    time.sleep(2.0)  # let the browser tear the page down before "off"
+                results.append(
+                    {
+                        "dashboard": dashboard,
+                        "req_s": rate,
+                        "server_cpu_us_per_req": server_cpu / (rate * wall) * 1e6,
+                        "browser_cpu_pct": browser_cpu / wall * 100,
+                        "page_requests_s": (page_after[1] - page_before[1] - 1) / wall,
+                        "page_server_ms_s": (page_after[0] - page_before[0]) / wall * 1e3,
+                    }
+                )
+                r = results[-1]
+                print(
+                    f"dashboard {'on ' if dashboard else 'off'}: {rate:8.0f} req/s, "
+                    f"server {r['server_cpu_us_per_req']:5.0f} CPU-us/req, "
+                    f"browser {r['browser_cpu_pct']:4.1f} % CPU, page "
+                    f"{r['page_requests_s']:.1f} req/s taking {r['page_server_ms_s']:.2f} "
+                    "ms/s of the server",
+                    flush=True,
+                )
             browser.close()
     finally:
         server.stop()
@@ -189,6 +215,14 @@ def main() -> int:
     on_cpu = statistics.mean(r["server_cpu_us_per_req"] for r in results if r["dashboard"])
     loss = (1 - statistics.mean(on) / statistics.mean(off)) * 100
     median_loss = (1 - statistics.median(on) / statistics.median(off)) * 100
+    # Each "on" phase against the mean of the "off" phases either side of it: slow drift of a
+    # shared machine cancels out of these ratios.
+    ratios = []
+    for i, r in enumerate(results):
+        if r["dashboard"]:
+            around = [results[j]["req_s"] for j in (i - 1, i + 1) if 0 <= j < len(results)]
+            ratios.append(r["req_s"] / statistics.mean(around))
+    paired_loss = (1 - statistics.median(ratios)) * 100
     page_ms = statistics.mean(r["page_server_ms_s"] for r in results if r["dashboard"])
     page_rate = statistics.mean(r["page_requests_s"] for r in results if r["dashboard"])
     browser = statistics.mean(r["browser_cpu_pct"] for r in results if r["dashboard"])
@@ -200,8 +234,12 @@ def main() -> int:
         f"{statistics.median(on):6.0f}  ({on_cpu:.0f} server CPU-us/req)\n"
         f"  loss: {loss:.1f} % of the mean, {median_loss:.1f} % of the median; "
         f"load average {os.getloadavg()[0]:.2f}\n"
+        f"  paired (each 'on' phase against the 'off' phases beside it): median loss "
+        f"{paired_loss:.1f} %\n"
         f"  the open page: {page_rate:.1f} requests/s, answered in {page_ms:.2f} ms per second "
-        f"({page_ms / 10:.3f} % of one core); the browser itself: {browser:.1f} % of one core"
+        f"(wall time, inflated by CPU contention); the browser itself: {browser:.1f} % of one "
+        f"core\n  the page's server CPU with no load: {idle[1] - idle[0]:.2f} % of one core "
+        f"({idle[0]:.2f} % -> {idle[1]:.2f} %)"
     )
     return 0
 
