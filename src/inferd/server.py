@@ -19,6 +19,7 @@ from inferd.observability.metrics import EndpointStats, build_registry
 from inferd.observability.requests import RequestObserver
 from inferd.observability.tracing import Tracer
 from inferd.protocols.admin_http import AdminHttp
+from inferd.protocols.dashboard_http import Dashboard
 from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.http import HttpApp, Router
 from inferd.protocols.repository_http import RepositoryHttp
@@ -62,6 +63,19 @@ class Server:
         TfServingHttp(self.plane).register(router)
         RepositoryHttp(self.plane, settings.max_upload_bytes).register(router)
         AdminHttp(self.metrics if settings.allow_metrics else None, self.logs).register(router)
+        self.dashboard = (
+            Dashboard(
+                settings,
+                self.plane,
+                self.manager,
+                access_log=self.logs.access_enabled,
+                tracing=self.tracer is not None,
+            )
+            if settings.allow_dashboard
+            else None
+        )
+        if self.dashboard is not None:
+            self.dashboard.register(router)
         self.http_app = HttpApp(
             router, max_body_bytes=settings.http_max_body_bytes, observer=self.observer
         )
@@ -109,6 +123,8 @@ class Server:
             log.info(
                 "metrics on %s:%d/metrics", self.settings.http_address, self.settings.metrics_port
             )
+        if self.dashboard is not None:
+            await self.dashboard.start(self.http_app, self.observer)
         loader = asyncio.create_task(self._load_models())
         try:
             try:
@@ -124,6 +140,8 @@ class Server:
                 await self.poller.stop()
             if grpc_server is not None:
                 await grpc_server.stop(grace=GRPC_STOP_GRACE_S)
+            if self.dashboard is not None:
+                await self.dashboard.stop()
             await self.manager.close()
             if self.tracer is not None:
                 self.tracer.close()

@@ -128,6 +128,21 @@ class Settings:
         default="", metadata=_opt("OTLP/HTTP traces endpoint (default: the exporter's own)")
     )
     server_name: str = field(default="inferd", metadata=_opt("name reported by GET /v2"))
+    allow_dashboard: bool = field(
+        default=True, metadata=_opt("serve the web dashboard at /dashboard/ on the HTTP port")
+    )
+    dashboard_port: int = field(
+        default=0,
+        metadata=_opt("serve the dashboard on this port of its own instead (0: the HTTP port)"),
+    )
+    envoy_admin: str = field(
+        default="",
+        metadata=_opt("Envoy admin URL for the dashboard's cluster panel (http://host:9901)"),
+    )
+    dashboard_trace_url: str = field(
+        default="",
+        metadata=_opt("trace link for a request id in the dashboard's logs; {request_id} in it"),
+    )
 
     def models_to_load(self) -> list[str] | None:
         """None loads every model in the repository."""

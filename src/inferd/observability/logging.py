@@ -46,16 +46,26 @@ class TailHandler(logging.Handler):
     def __init__(self, capacity: int = TAIL_LINES) -> None:
         super().__init__()
         self.lines: collections.deque[str] = collections.deque(maxlen=capacity)
+        self.total = 0  # lines ever kept: the sequence number of the newest line
         self._lines_lock = threading.Lock()
 
     def emit(self, record: logging.LogRecord) -> None:
         line = self.format(record)
         with self._lines_lock:
             self.lines.append(line)
+            self.total += 1
 
     def tail(self, count: int) -> list[str]:
         with self._lines_lock:
             return list(self.lines)[-count:] if count > 0 else []
+
+    def since(self, after: int, count: int) -> tuple[list[str], int]:
+        """At most the last ``count`` lines newer than sequence number ``after``, and the
+        newest sequence number (pass it back as ``after`` to get only what follows)."""
+        with self._lines_lock:
+            new = min(self.total - after, len(self.lines), count) if after < self.total else 0
+            lines = [self.lines[i] for i in range(len(self.lines) - new, len(self.lines))]
+            return lines, self.total
 
 
 class JsonFormatter(logging.Formatter):
@@ -148,6 +158,9 @@ class Logs:
 
     def tail(self, kind: str, count: int) -> list[str]:
         return (self.engine_tail if kind == "engine" else self.access_tail).tail(count)
+
+    def since(self, kind: str, after: int, count: int) -> tuple[list[str], int]:
+        return (self.engine_tail if kind == "engine" else self.access_tail).since(after, count)
 
 
 def _rotating(path: str, max_bytes: int, backup_count: int) -> logging.Handler:

@@ -1,4 +1,8 @@
-"""Operator routes on the HTTP port: Prometheus ``/metrics`` and ``/v2/logs`` tails."""
+"""Operator routes on the HTTP port: Prometheus ``/metrics`` and ``/v2/logs`` tails.
+
+``/v2/logs?after=N`` answers only the lines after sequence number N with ``next``, the number
+to pass next time: how the dashboard follows a log without fetching it whole every time.
+"""
 
 from __future__ import annotations
 
@@ -35,4 +39,10 @@ class AdminHttp:
         if not text.isdigit():
             raise InvalidInput(f"lines must be a non-negative integer, got '{text}'")
         count = min(int(text), TAIL_LINES)
-        return json_response({"kind": kind, "lines": self.logs.tail(kind, count)})
+        after = query.get("after", [""])[0]
+        if not after:
+            return json_response({"kind": kind, "lines": self.logs.tail(kind, count)})
+        if not after.isdigit():
+            raise InvalidInput(f"after must be a non-negative integer, got '{after}'")
+        lines, newest = self.logs.since(kind, int(after), count)
+        return json_response({"kind": kind, "lines": lines, "next": newest})

@@ -1,0 +1,219 @@
+"""The web dashboard over HTTP: its page at ``/dashboard/`` and the JSON it needs.
+
+The page (``GET /`` redirects to it) is static files from ``inferd/dashboard/static``; it
+reads inferd's public APIs (repository index, statistics, ``/metrics``, ``/v2/logs``,
+routing) and these, which they lack: ``/v2/dashboard/models`` (the models table),
+``/v2/dashboard/series`` (recent traffic, sampled once a second), ``/v2/dashboard/cluster``
+(Envoy's view of the nodes) and ``/v2/repository/models/{m}/files[/{path}]`` (a model's
+folder). With ``--dashboard-port`` the page moves to a port of its own, which also answers
+every other route, so the page there reaches the same APIs under the same rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+from urllib.parse import parse_qs
+
+from granian.constants import Interfaces
+from granian.server.embed import Server as GranianServer
+
+from inferd.dashboard import envoy
+from inferd.dashboard.assets import CSP, Asset, load_assets
+from inferd.dashboard.files import list_model, read_model_file
+from inferd.dashboard.overview import Overview, ServerFacts
+from inferd.dashboard.series import TrafficSeries
+from inferd.dataplane import DataPlane
+from inferd.errors import ConfigError, InvalidInput, NotFound
+from inferd.observability.requests import RequestObserver
+from inferd.protocols.http import HttpApp, HttpRequest, HttpResponse, Router, json_response
+from inferd.repository.manager import ModelManager
+from inferd.settings import Settings
+
+log = logging.getLogger("inferd.dashboard")
+
+PAGE = "/dashboard/"
+_FILES = r"/v2/repository/models/(?P<model>[^/]+)/files"
+_SECURITY_HEADERS = [
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "no-referrer"),
+    ("x-frame-options", "DENY"),
+]
+_TEXT_SUFFIXES = (".pbtxt", ".txt", ".json", ".py", ".yaml", ".yml", ".md", ".csv")
+
+
+def _query(request: HttpRequest) -> dict[str, str]:
+    return {k: v[-1] for k, v in parse_qs(request.query).items()}
+
+
+def _redirect(location: str, status: int = 302) -> HttpResponse:
+    return HttpResponse(b"", status, content_type="text/plain", headers=[("location", location)])
+
+
+class PortApp:
+    """The dashboard's own port: the page here, every other route answered by the main app."""
+
+    def __init__(self, page: HttpApp, main: Any) -> None:
+        self.page = page
+        self.main = main
+
+    async def __rsgi__(self, scope: Any, protocol: Any) -> None:
+        path: str = scope.path
+        if path == "/" or path == "/dashboard" or path.startswith(PAGE):
+            await self.page.__rsgi__(scope, protocol)
+        else:
+            await self.main.__rsgi__(scope, protocol)
+
+
+class Dashboard:
+    """The dashboard's routes, its traffic sampler, and its port when it has one."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        plane: DataPlane,
+        manager: ModelManager,
+        *,
+        access_log: bool,
+        tracing: bool,
+    ) -> None:
+        self.settings = settings
+        self.plane = plane
+        self.manager = manager
+        self.envoy_admin = (
+            envoy.check_admin_url(settings.envoy_admin) if settings.envoy_admin else ""
+        )
+        if settings.dashboard_port < 0 or settings.dashboard_port > 65535:
+            raise ConfigError(f"--dashboard-port must be 0..65535, got {settings.dashboard_port}")
+        self.assets: dict[str, Asset] = load_assets()
+        if "index.html" not in self.assets:
+            raise ConfigError("the dashboard's files are missing from the installed package")
+        self.series = TrafficSeries(plane.registry)
+        facts = ServerFacts(
+            name=settings.server_name,
+            node=settings.node_name,
+            control_mode=manager.mode.value,
+            repositories=tuple(s.uri for s in manager.storages),
+            writable=manager.writable_storage() is not None,
+            access_log=access_log,
+            tracing=tracing,
+            trace_url=settings.dashboard_trace_url,
+            envoy_admin=bool(self.envoy_admin),
+            started_s=time.time(),
+        )
+        self.overview = Overview(plane.registry, manager, facts)
+        self._port_server: Any = None
+        self._port_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ routes
+
+    def register(self, router: Router) -> None:
+        """The JSON routes, and the page too unless it has a port of its own."""
+        router.add("GET", "/v2/dashboard/models", self.models)
+        router.add("GET", "/v2/dashboard/series", self.traffic)
+        router.add("GET", "/v2/dashboard/cluster", self.cluster)
+        router.add("GET", _FILES, self.files)
+        router.add("GET", _FILES + r"/(?P<path>.+)", self.file)
+        if not self.settings.dashboard_port:
+            self.register_page(router)
+
+    def register_page(self, router: Router) -> None:
+        router.add("GET", "/", self.root)
+        router.add("GET", "/dashboard", self.root)
+        router.add("GET", r"/dashboard/(?P<asset>[A-Za-z0-9_.\-/]*)", self.asset)
+
+    async def root(self, request: HttpRequest) -> HttpResponse:
+        return _redirect(PAGE)
+
+    async def asset(self, request: HttpRequest) -> HttpResponse:
+        name = request.params.get("asset", "") or "index.html"
+        found = self.assets.get(name)
+        if found is None:
+            raise NotFound(f"the dashboard has no file '{name}'")
+        headers = [("etag", found.etag), ("cache-control", "no-cache"), *_SECURITY_HEADERS]
+        if name.endswith(".html"):
+            headers.append(("content-security-policy", CSP))
+        if request.headers.get("if-none-match") == found.etag:
+            return HttpResponse(b"", 304, content_type=found.content_type, headers=headers)
+        return HttpResponse(found.body, content_type=found.content_type, headers=headers)
+
+    async def models(self, request: HttpRequest) -> HttpResponse:
+        return json_response(await self.overview.as_json(self.plane.ready))
+
+    async def traffic(self, request: HttpRequest) -> HttpResponse:
+        query = _query(request)
+        text = query.get("after", "0") or "0"
+        try:
+            after = float(text)
+        except ValueError:
+            raise InvalidInput(f"after must be a number of seconds, got '{text}'") from None
+        return json_response(self.series.as_json(after, query.get("model", "")))
+
+    async def cluster(self, request: HttpRequest) -> HttpResponse:
+        if not self.envoy_admin:
+            return json_response({"enabled": False, "hint": envoy.HINT, "clusters": []})
+        return json_response(await envoy.clusters(self.envoy_admin))
+
+    async def files(self, request: HttpRequest) -> HttpResponse:
+        return json_response(await list_model(self.manager, request.params["model"]))
+
+    async def file(self, request: HttpRequest) -> HttpResponse:
+        name, path = request.params["model"], request.params["path"]
+        data = await read_model_file(self.manager, name, path)
+        filename = path.rsplit("/", 1)[-1].replace('"', "")
+        content_type = (
+            "text/plain; charset=utf-8"
+            if filename.endswith(_TEXT_SUFFIXES)
+            else "application/octet-stream"
+        )
+        disposition = f'attachment; filename="{filename}"'
+        return HttpResponse(
+            data,
+            content_type=content_type,
+            headers=[("content-disposition", disposition), *_SECURITY_HEADERS],
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, main_app: Any, observer: RequestObserver | None) -> None:
+        """Start sampling, and serve the dashboard's own port if it has one."""
+        self.series.start()
+        port = self.settings.dashboard_port
+        if not port:
+            return
+        router = Router()
+        self.register_page(router)
+        page = HttpApp(router, max_body_bytes=1024, observer=observer)
+        address = self.settings.http_address
+        server = GranianServer(
+            PortApp(page, main_app),
+            address=address,
+            port=port,
+            interface=Interfaces.RSGI,
+            runtime_threads=1,
+            backlog=256,
+            log_enabled=False,
+        )
+        bound = asyncio.Event()
+        server.on_startup(bound.set)
+        task = asyncio.get_running_loop().create_task(server.serve())
+        bind = asyncio.get_running_loop().create_task(bound.wait())
+        await asyncio.wait({task, bind}, return_when=asyncio.FIRST_COMPLETED)
+        if not bound.is_set():
+            bind.cancel()
+            exc = task.exception() if task.done() else None
+            raise ConfigError(f"cannot serve the dashboard on {address}:{port}: {exc}")
+        self._port_server, self._port_task = server, task
+        log.info("listening: dashboard on %s:%d%s", address, port, PAGE)
+
+    async def stop(self) -> None:
+        await self.series.stop()
+        if self._port_server is not None and self._port_task is not None:
+            self._port_server.stop()
+            try:
+                await self._port_task
+            except Exception:
+                log.exception("the dashboard's port stopped with an error")
+            self._port_server = self._port_task = None
