@@ -127,11 +127,12 @@ class Catalog:
         return listing, failures
 
     async def refresh(self, max_wait_s: float) -> None:
-        """Rescan in the background (one scan at a time), waiting at most ``max_wait_s``."""
-        task = self._refresh
-        if task is None or task.done():
-            task = self._refresh = asyncio.get_running_loop().create_task(self.scan())
-            task.add_done_callback(_consume)
+        """Start a rescan in the background and wait for it at most ``max_wait_s``; while an
+        earlier one still runs (a store that hangs), return at once."""
+        if self._refresh is not None and not self._refresh.done():
+            return
+        task = self._refresh = asyncio.get_running_loop().create_task(self.scan())
+        task.add_done_callback(_consume)
         # Past the wait, answer from the last listing: the scan goes on, or failed and says so.
         with contextlib.suppress(TimeoutError, StorageError):
             await asyncio.wait_for(asyncio.shield(task), max_wait_s)

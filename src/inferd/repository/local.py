@@ -6,6 +6,7 @@ and a model folder put by an upload is renamed into place (the old one moved asi
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -66,7 +67,8 @@ class LocalStorage:
             aside.write_bytes(data)
             os.replace(aside, path)
         except OSError as exc:
-            aside.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                aside.unlink(missing_ok=True)
             raise StorageError(f"cannot write '{path}': {exc}") from None
 
     def remove(self, rel: str) -> None:
