@@ -6,6 +6,7 @@ this module knows nothing of HTTP or gRPC.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,7 @@ class DataPlane:
         self.started = False  # set once startup loading has settled
         # Strict readiness: every model that should load is READY (see --strict-readiness).
         self.models_ready: Callable[[], bool] = _always
+        self._routing_changes = asyncio.Lock()
 
     @property
     def ready(self) -> bool:
@@ -194,10 +196,17 @@ class DataPlane:
         """When the stores were last listed, how each answered, the models held."""
         return self._control().status()
 
-    async def _persist(self, name: str, policy: RoutingPolicy, keys: set[str]) -> None:
-        """Write routing keys into the model's store first, so replicas follow."""
-        if self.repository is not None:
-            await self.repository.persist_routing(name, policy, keys)
+    async def _change_routing(
+        self, name: str, change: Callable[[RoutingPolicy], RoutingPolicy], keys: set[str]
+    ) -> None:
+        """Apply ``change`` to a model's routing, writing the changed ``keys`` into the model's
+        store first so replicas follow; one change at a time, so none is lost."""
+        async with self._routing_changes:
+            routing = self.registry.routing(name)
+            policy = change(routing.policy)
+            if self.repository is not None:
+                await self.repository.persist_routing(name, policy, keys)
+            routing.set(policy)
 
     async def upload_model(self, name: str, archive: bytes) -> list[IndexEntry]:
         await self._control().upload(name, archive)
@@ -223,16 +232,17 @@ class DataPlane:
                     f"label '{label}': version {version} of model '{name}' is not ready"
                 )
             updates[label] = version
-        routing = self.registry.routing(name)
-        labels = dict(routing.policy.labels)
-        for label, number in updates.items():
-            if number is None:
-                labels.pop(label, None)
-            else:
-                labels[label] = number
-        policy = replace(routing.policy, labels=labels)
-        await self._persist(name, policy, {"labels"})
-        routing.set(policy)
+
+        def change(policy: RoutingPolicy) -> RoutingPolicy:
+            labels = dict(policy.labels)
+            for label, number in updates.items():
+                if number is None:
+                    labels.pop(label, None)
+                else:
+                    labels[label] = number
+            return replace(policy, labels=labels)
+
+        await self._change_routing(name, change, {"labels"})
         return self.routing(name)
 
     async def set_routing(self, name: str, doc: dict[str, Any]) -> dict[str, Any]:
@@ -241,27 +251,19 @@ class DataPlane:
         unknown = set(doc) - {"labels", "traffic_split", "shadow"}
         if unknown:
             raise InvalidInput(f"unknown routing key(s) {sorted(unknown)}")
-        routing = self.registry.routing(name)
-        policy: RoutingPolicy = routing.policy
+        fields: dict[str, Any] = {}
         if "labels" in doc:
-            policy = replace(
-                policy, labels=labels_from_mapping(_mapping(doc["labels"], "labels"), "labels")
-            )
+            fields["labels"] = labels_from_mapping(_mapping(doc["labels"], "labels"), "labels")
         if "traffic_split" in doc:
-            split = split_from_mapping(
+            fields["split"] = split_from_mapping(
                 _mapping(doc["traffic_split"], "traffic_split"), "traffic_split"
             )
-            policy = replace(policy, split=split)
         if "shadow" in doc:
             value = doc["shadow"]
-            policy = replace(
-                policy,
-                shadow=None
-                if value is None
-                else shadow_from_mapping(_mapping(value, "shadow"), "shadow"),
+            fields["shadow"] = (
+                None if value is None else shadow_from_mapping(_mapping(value, "shadow"), "shadow")
             )
-        await self._persist(name, policy, set(doc))
-        routing.set(policy)
+        await self._change_routing(name, lambda policy: replace(policy, **fields), set(doc))
         return self.routing(name)
 
 

@@ -1,6 +1,6 @@
 """Turns one model folder into loaded versions: config, version policy, backend, instances.
 
-Everything here blocks (reading files, loading runtimes, warmup): the manager calls it on
+Everything here blocks (reading files, loading runtimes, warmup): the lifecycle calls it on
 worker threads and decides what to swap in or retire.
 """
 
