@@ -45,7 +45,8 @@ class ServerProcess:
     def grpc_address(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
-    def start(self, timeout_s: float = 60.0) -> ServerProcess:
+    def start(self, timeout_s: float = 60.0, until: str = "/v2/health/ready") -> ServerProcess:
+        """Start the server and wait until ``until`` answers 200."""
         self.log_path = self.log_path or self.repository.parent / f"server-{self.http_port}.log"
         args = [
             sys.executable,
@@ -72,7 +73,7 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"inferd exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                if httpx.get(f"{self.http_url}/v2/health/ready", timeout=1).status_code == 200:
+                if httpx.get(f"{self.http_url}{until}", timeout=1).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass

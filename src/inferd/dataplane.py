@@ -6,6 +6,8 @@ this module knows nothing of HTTP or gRPC.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +29,7 @@ from inferd.types import InferRequest, InferResponse
 
 if TYPE_CHECKING:
     from inferd.repository.control import RepositoryControl
+    from inferd.repository.manager import RepositoryStatus
 
 EXTENSIONS = ["binary_tensor_data", "model_configuration", "model_repository"]
 
@@ -49,7 +52,14 @@ class DataPlane:
         self.registry = registry
         self.server_name = server_name
         self.repository = repository  # None: no repository API (load, unload, upload)
-        self.ready = False  # set once startup loading has settled
+        self.started = False  # set once startup loading has settled
+        # Strict readiness: every model that should load is READY (see --strict-readiness).
+        self.models_ready: Callable[[], bool] = _always
+        self._routing_changes = asyncio.Lock()
+
+    @property
+    def ready(self) -> bool:
+        return self.started and self.models_ready()
 
     def live(self) -> bool:
         return True
@@ -111,16 +121,24 @@ class DataPlane:
         listed with no version as UNAVAILABLE 'unloaded', as Triton does."""
         entries: list[IndexEntry] = []
         loaded = set(self.registry.names())
+        notes: dict[str, str] = {}
         if self.repository is not None:
-            for name in await self.repository.manager.repository_names():
+            view = await self.repository.view()  # the last listing: never waits on a store
+            notes = view.notes
+            for name in view.names:
                 if name not in loaded:
                     entries.append(IndexEntry(name, "", "UNAVAILABLE", "unloaded"))
         for record in self.registry.records():
+            note = notes.get(record.name, "")
             if not record.status:
-                entries.append(IndexEntry(record.name, "", record.state.value, record.reason))
+                entries.append(
+                    IndexEntry(record.name, "", record.state.value, note or record.reason)
+                )
             for status in record.status.values():
                 entries.append(
-                    IndexEntry(record.name, str(status.version), status.state.value, status.reason)
+                    IndexEntry(
+                        record.name, str(status.version), status.state.value, note or status.reason
+                    )
                 )
         if ready_only:
             entries = [e for e in entries if e.state == "READY"]
@@ -170,8 +188,25 @@ class DataPlane:
     ) -> None:
         await self._control().load(name, config_json, files)
 
-    async def unload_model(self, name: str) -> None:
-        await self._control().unload(name)
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> list[str]:
+        """Unload a model (and the models that need it); returns the models unloaded."""
+        return await self._control().unload(name, unload_dependents)
+
+    def repository_status(self) -> RepositoryStatus:
+        """When the stores were last listed, how each answered, the models held."""
+        return self._control().status()
+
+    async def _change_routing(
+        self, name: str, change: Callable[[RoutingPolicy], RoutingPolicy], keys: set[str]
+    ) -> None:
+        """Apply ``change`` to a model's routing, writing the changed ``keys`` into the model's
+        store first so replicas follow; one change at a time, so none is lost."""
+        async with self._routing_changes:
+            routing = self.registry.routing(name)
+            policy = change(routing.policy)
+            if self.repository is not None:
+                await self.repository.persist_routing(name, policy, keys)
+            routing.set(policy)
 
     async def upload_model(self, name: str, archive: bytes) -> list[IndexEntry]:
         await self._control().upload(name, archive)
@@ -182,7 +217,7 @@ class DataPlane:
         record = self.registry.record(name)
         return {"name": record.name, **self.registry.routing(name).as_dict()}
 
-    def set_labels(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+    async def set_labels(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
         """Set (a version) or remove (None) version labels; a label must name a ready version."""
         self.registry.record(name)
         updates: dict[str, int | None] = {}
@@ -197,36 +232,43 @@ class DataPlane:
                     f"label '{label}': version {version} of model '{name}' is not ready"
                 )
             updates[label] = version
-        self.registry.routing(name).set_labels(updates)
+
+        def change(policy: RoutingPolicy) -> RoutingPolicy:
+            labels = dict(policy.labels)
+            for label, number in updates.items():
+                if number is None:
+                    labels.pop(label, None)
+                else:
+                    labels[label] = number
+            return replace(policy, labels=labels)
+
+        await self._change_routing(name, change, {"labels"})
         return self.routing(name)
 
-    def set_routing(self, name: str, doc: dict[str, Any]) -> dict[str, Any]:
+    async def set_routing(self, name: str, doc: dict[str, Any]) -> dict[str, Any]:
         """Replace any of labels, traffic_split and shadow (null clears it)."""
         self.registry.record(name)
         unknown = set(doc) - {"labels", "traffic_split", "shadow"}
         if unknown:
             raise InvalidInput(f"unknown routing key(s) {sorted(unknown)}")
-        routing = self.registry.routing(name)
-        policy: RoutingPolicy = routing.policy
+        fields: dict[str, Any] = {}
         if "labels" in doc:
-            policy = replace(
-                policy, labels=labels_from_mapping(_mapping(doc["labels"], "labels"), "labels")
-            )
+            fields["labels"] = labels_from_mapping(_mapping(doc["labels"], "labels"), "labels")
         if "traffic_split" in doc:
-            split = split_from_mapping(
+            fields["split"] = split_from_mapping(
                 _mapping(doc["traffic_split"], "traffic_split"), "traffic_split"
             )
-            policy = replace(policy, split=split)
         if "shadow" in doc:
             value = doc["shadow"]
-            policy = replace(
-                policy,
-                shadow=None
-                if value is None
-                else shadow_from_mapping(_mapping(value, "shadow"), "shadow"),
+            fields["shadow"] = (
+                None if value is None else shadow_from_mapping(_mapping(value, "shadow"), "shadow")
             )
-        routing.set(policy)
+        await self._change_routing(name, lambda policy: replace(policy, **fields), set(doc))
         return self.routing(name)
+
+
+def _always() -> bool:
+    return True
 
 
 def _mapping(value: Any, what: str) -> dict[str, Any]:

@@ -48,9 +48,11 @@ class Server:
         self.manager = ModelManager.from_settings(settings, self.registry, cache)
         control = RepositoryControl(self.manager, settings.max_upload_bytes)
         self.plane = DataPlane(self.registry, settings.server_name, control)
+        if settings.strict_readiness:
+            self.plane.models_ready = self.manager.ready
         self.logs = logs or logs_from(settings)
         self.endpoints = EndpointStats()
-        self.metrics = build_registry(self.registry, self.endpoints)
+        self.metrics = build_registry(self.registry, self.endpoints, self.manager.status)
         self.tracer = (
             Tracer(settings.trace_exporter, settings.trace_endpoint, settings.server_name)
             if settings.trace_exporter
@@ -84,7 +86,7 @@ class Server:
         try:
             await self.manager.start(self.settings.load_model)
         finally:
-            self.plane.ready = True
+            self.plane.started = True
             ready = [r.name for r in self.registry.records() if r.versions]
             log.info("server ready; models ready: %s", ", ".join(ready) or "none")
         if self.manager.mode is ControlMode.POLL:
@@ -134,7 +136,7 @@ class Server:
                     raise
                 raise ConfigError(f"cannot serve HTTP on {address}: {exc}") from None
         finally:
-            self.plane.ready = False
+            self.plane.started = False
             loader.cancel()
             if self.poller is not None:
                 await self.poller.stop()

@@ -59,6 +59,24 @@ class Settings:
     repository_poll_secs: int = field(
         default=15, metadata=_opt("seconds between repository polls (--model-control-mode poll)")
     )
+    repository_unload_max_fraction: float = field(
+        default=0.5,
+        metadata=_opt(
+            "a listing that loses more than this share of a store's models (or all of them) "
+            "is a store fault: they keep serving for --repository-unload-grace-s"
+        ),
+    )
+    repository_unload_grace_s: int = field(
+        default=60,
+        metadata=_opt("seconds models missing after a store fault keep serving (0: unload now)"),
+    )
+    strict_readiness: bool = field(
+        default=True,
+        metadata=_opt(
+            "/v2/health/ready only when every model that should load is READY (false: as "
+            "soon as startup loading is done)"
+        ),
+    )
     model_cache_dir: str = field(
         default="",
         metadata=_opt("local copies of models from S3 (default: a folder under the temp dir)"),
@@ -211,6 +229,8 @@ def _convert(f: dataclasses.Field[Any], raw: Any) -> Any:
             return _parse_bool(str(raw))
         if f.type == "int":
             return int(raw)
+        if f.type == "float":
+            return float(raw)
     except ValueError as exc:
         raise ConfigError(f"invalid value for {_flag(f.name)}: {exc}") from None
     if f.metadata.get("repeat"):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -100,3 +103,46 @@ def infer(
 ) -> httpx.Response:
     url = f"{server.http_url}/v2/models/{model}{path}/infer"
     return HTTP.post(url, json=x_body(values, **extra))
+
+
+class Traffic:
+    """Inference requests from ``clients`` connections in a background thread until ``stop``:
+    ``answers`` counts them by HTTP status (0: no answer), ``failures`` keeps the first few
+    that were not 200."""
+
+    def __init__(self, server: ServerProcess, models: list[str], clients: int = 4) -> None:
+        self.server = server
+        self.models = models
+        self.clients = clients
+        self.answers: Counter[int] = Counter()
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+
+    def start(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def stop(self) -> Counter[int]:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        return self.answers
+
+    async def _run(self) -> None:
+        async def client(offset: int) -> None:
+            async with httpx.AsyncClient(base_url=self.server.http_url, timeout=30) as http:
+                count = offset
+                while not self._stop.is_set():
+                    model = self.models[count % len(self.models)]
+                    count += 1
+                    try:
+                        r = await http.post(f"/v2/models/{model}/infer", json=x_body([1.0]))
+                    except httpx.HTTPError as exc:  # counted as status 0
+                        status, text = 0, repr(exc)
+                    else:
+                        status, text = r.status_code, r.text
+                    self.answers[status] += 1
+                    if status != 200 and len(self.failures) < 5:
+                        self.failures.append(f"{model}: {status} {text}")
+
+        await asyncio.gather(*(client(i) for i in range(self.clients)))

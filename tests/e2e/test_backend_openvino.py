@@ -79,7 +79,8 @@ def ov_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProces
         "bad_hint",
         'parameters { key: "PERFORMANCE_HINT" value: { string_value: "FASTEST" } }\n',
     )
-    server = ServerProcess(root).start(timeout_s=120)
+    # bad_hint fails to load on purpose: ready means "startup is done", not "all READY".
+    server = ServerProcess(root, extra_args=["--strict-readiness=false"]).start(timeout_s=120)
     yield server
     server.stop()
 

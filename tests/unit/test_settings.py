@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from inferd import settings
+from inferd.errors import ConfigError
+from inferd.registry import Registry
+from inferd.repository.manager import ModelManager
 
 
 def test_defaults() -> None:
@@ -27,3 +32,22 @@ def test_flags_and_environment() -> None:
     assert s.disable_auto_complete_config is True
     s = settings.parse(["--disable-auto-complete-config=false"], environ={})
     assert s.disable_auto_complete_config is False
+
+
+def test_repository_fault_and_readiness_flags() -> None:
+    s = settings.parse([], environ={})
+    assert (s.strict_readiness, s.repository_unload_max_fraction) == (True, 0.5)
+    assert s.repository_unload_grace_s == 60
+    env = {"INFERD_REPOSITORY_UNLOAD_MAX_FRACTION": "0.25"}
+    s = settings.parse(["--strict-readiness=false", "--repository-unload-grace-s", "5"], env)
+    assert (s.strict_readiness, s.repository_unload_max_fraction) == (False, 0.25)
+    assert s.repository_unload_grace_s == 5
+    with pytest.raises(ConfigError, match="invalid value for --repository-unload-max-fraction"):
+        settings.parse(["--repository-unload-max-fraction", "half"], environ={})
+    for flag, value, message in (
+        ("--repository-unload-max-fraction", "1.5", "above 0 and at most 1"),
+        ("--repository-unload-grace-s", "-1", "must be 0 or more"),
+    ):
+        bad = settings.parse(["--model-repository", "/tmp", flag, value], environ={})
+        with pytest.raises(ConfigError, match=message):
+            ModelManager.from_settings(bad, Registry(), None)

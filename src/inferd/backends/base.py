@@ -53,7 +53,11 @@ class Runtime(Protocol):
 
 
 class Backend(Protocol):
-    """A framework adapter, found by name in ``inferd.backends.BACKENDS``."""
+    """A framework adapter, found by name in ``inferd.backends.BACKENDS``.
+
+    A backend whose models call other models (ensembles, pipelines) also has
+    ``dependencies(config) -> Sequence[str]``: the control plane loads those models first.
+    """
 
     name: str
     platforms: tuple[str, ...]  # Triton ``platform`` values that select this backend

@@ -10,7 +10,8 @@ model file, a framework or sleeps. Config parameters:
 - ``error_every``: every Nth execution fails its requests (a model error);
 - ``crash_every``: every Nth execution breaks its instance (``InstanceFailed``: restarted);
 - ``request_level``: ``"true"`` serves through ``EchoExecutor``, which sees every request as it
-  came (id, parameters, sequence controls) instead of one concatenated batch.
+  came (id, parameters, sequence controls) instead of one concatenated batch;
+- ``depends_on``: ``"a,b"`` declares models this one needs loaded first, as an ensemble would.
 
 Every execution is appended to ``LOG[model name]``: the instance, the request ids and rows.
 Configs list the inputs; outputs default to the inputs renamed ``INPUT`` -> ``OUTPUT``.
@@ -31,7 +32,7 @@ from inferd.errors import ConfigError, InternalError
 from inferd.scheduling.work import Executed, InstanceFailed, Work, check_rows
 from inferd.types import Tensors
 
-_KNOWN = {"delay_ms", "gate", "error_every", "crash_every", "request_level"}
+_KNOWN = {"delay_ms", "gate", "error_every", "crash_every", "request_level", "depends_on"}
 GATE_TIMEOUT_S = 30.0
 
 
@@ -173,6 +174,15 @@ class EchoBackend:
 
     def gpu_available(self) -> bool:
         return False
+
+    def dependencies(self, config: ModelConfig) -> list[str]:
+        """The models named by the ``depends_on`` parameter."""
+        text = (
+            config.parameters["depends_on"].string_value
+            if "depends_on" in config.parameters
+            else ""
+        )
+        return [name.strip() for name in text.split(",") if name.strip()]
 
     def complete_config(
         self, version_dir: Path, config: ModelConfig, default_max_batch_size: int

@@ -7,8 +7,9 @@ Labels are bounded: only loaded model versions and registered routes ever become
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -22,6 +23,9 @@ from prometheus_client.registry import Collector
 
 from inferd.registry import Registry
 from inferd.stats import BUCKETS_S, Duration
+
+if TYPE_CHECKING:
+    from inferd.repository.manager import RepositoryStatus
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -140,10 +144,49 @@ class InferdCollector(Collector):
         yield latency
 
 
-def build_registry(registry: Registry, endpoints: EndpointStats) -> CollectorRegistry:
+class RepositoryCollector(Collector):
+    """The model stores: when they were last listed, which answered, suspected store faults."""
+
+    def __init__(self, status: Callable[[], RepositoryStatus]) -> None:
+        self.status = status
+
+    def collect(self) -> Iterable[Metric]:
+        status = self.status()
+        synced = GaugeMetricFamily(
+            "inferd_repository_last_sync_timestamp_seconds",
+            "Unix time of the last listing every model store answered (0: never)",
+        )
+        synced.add_metric([], status.synced_unix_s or 0.0)
+        up = GaugeMetricFamily(
+            "inferd_repository_store_up",
+            "1 when the model store answered its last listing",
+            labels=["store"],
+        )
+        for store in status.stores:
+            up.add_metric([store.uri], 1 if store.ok else 0)
+        held = GaugeMetricFamily(
+            "inferd_repository_held_models",
+            "Models serving on although their store stopped listing them (a store fault)",
+        )
+        held.add_metric([], len(status.held))
+        faults = CounterMetricFamily(
+            "inferd_repository_store_faults",
+            "Listings that lost most of a store's models, judged a store fault",
+        )
+        faults.add_metric([], status.faults)
+        yield from (synced, up, held, faults)
+
+
+def build_registry(
+    registry: Registry,
+    endpoints: EndpointStats,
+    repository: Callable[[], RepositoryStatus] | None = None,
+) -> CollectorRegistry:
     """A Prometheus registry with inferd's metrics and the process's CPU, memory and fds."""
     metrics = CollectorRegistry(auto_describe=False)
     metrics.register(InferdCollector(registry, endpoints))
+    if repository is not None:
+        metrics.register(RepositoryCollector(repository))
     ProcessCollector(registry=metrics)
     return metrics
 

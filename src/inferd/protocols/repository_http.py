@@ -2,8 +2,10 @@
 
 ``POST /v2/repository/index``, ``.../models/{m}/load`` and ``.../unload`` are Triton's
 model repository extension (a load may carry ``parameters.config`` and base64
-``file:<version>/<path>`` contents). ``PUT /v2/repository/models/{m}`` takes a .tar.gz or
-.zip of a model folder. ``.../labels`` and ``.../routing`` set version labels, the traffic
+``file:<version>/<path>`` contents). The index answers from the last listing of the stores
+and says when that was in the ``Inferd-Repository-Synced-At`` header; ``GET
+/v2/repository/status`` details each store. ``PUT /v2/repository/models/{m}`` takes a .tar.gz
+or .zip of a model folder. ``.../labels`` and ``.../routing`` set version labels, the traffic
 split and shadow copies; ``GET /v2/models/{m}/routing`` reads them with the shadow counts.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import time
 from typing import Any
 
 from inferd.dataplane import DataPlane
@@ -20,6 +23,15 @@ from inferd.protocols.v2_http import json_object, parse_json
 
 _REPO_MODEL = r"/v2/repository/models/(?P<model>[^/]+)"
 FILE_PREFIX = "file:"
+SYNCED_HEADER = "inferd-repository-synced-at"
+
+
+def rfc3339(unix_s: float | None) -> str:
+    """A UTC time as RFC 3339 (``never`` for None)."""
+    if unix_s is None:
+        return "never"
+    whole = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(unix_s))
+    return f"{whole}.{int(unix_s % 1 * 1000):03d}Z"
 
 
 def _body(request: HttpRequest) -> dict[str, Any]:
@@ -58,6 +70,7 @@ class RepositoryHttp:
 
     def register(self, router: Router) -> None:
         router.add("POST", "/v2/repository/index", self.index)
+        router.add("GET", "/v2/repository/status", self.status)
         router.add("POST", _REPO_MODEL + "/load", self.load)
         router.add("POST", _REPO_MODEL + "/unload", self.unload)
         router.add(
@@ -74,11 +87,46 @@ class RepositoryHttp:
     async def index(self, request: HttpRequest) -> HttpResponse:
         ready_only = bool(_body(request).get("ready", False))
         entries = await self.plane.index(ready_only)
-        return json_response(
+        response = json_response(
             [
                 {"name": e.name, "version": e.version, "state": e.state, "reason": e.reason}
                 for e in entries
             ]
+        )
+        if self.plane.repository is not None:
+            synced = self.plane.repository_status().synced_unix_s
+            response.headers.append((SYNCED_HEADER, rfc3339(synced)))
+        return response
+
+    async def status(self, request: HttpRequest) -> HttpResponse:
+        status = self.plane.repository_status()
+        now = time.time()
+        return json_response(
+            {
+                "synced_at": rfc3339(status.synced_unix_s),
+                "synced_age_s": None
+                if status.synced_unix_s is None
+                else round(now - status.synced_unix_s, 3),
+                "stores": [
+                    {
+                        "uri": s.uri,
+                        "ok": s.ok,
+                        "last_ok_at": rfc3339(s.last_ok_unix_s),
+                        "error": s.error,
+                    }
+                    for s in status.stores
+                ],
+                "held": [
+                    {
+                        "name": h.name,
+                        "store": h.store,
+                        "missing_since": rfc3339(h.since_unix_s),
+                        "unload_at": rfc3339(h.unload_at_unix_s),
+                    }
+                    for h in status.held
+                ],
+                "store_faults": status.faults,
+            }
         )
 
     async def load(self, request: HttpRequest) -> HttpResponse:
@@ -89,10 +137,10 @@ class RepositoryHttp:
 
     async def unload(self, request: HttpRequest) -> HttpResponse:
         params = json_object(_body(request).get("parameters"), "parameters")
-        if not isinstance(params.get("unload_dependents", False), bool):
+        dependents = params.get("unload_dependents", False)
+        if not isinstance(dependents, bool):
             raise InvalidInput("parameters.unload_dependents must be a boolean")
-        # No model has dependents (ensembles) yet, so unload_dependents changes nothing.
-        await self.plane.unload_model(request.params["model"])
+        await self.plane.unload_model(request.params["model"], dependents)
         return HttpResponse(b"")
 
     async def upload(self, request: HttpRequest) -> HttpResponse:
@@ -111,10 +159,11 @@ class RepositoryHttp:
         if "labels" not in doc:
             raise InvalidInput('the body must be {"labels": {"LABEL": VERSION or null, ...}}')
         labels = json_object(doc["labels"], "labels")
-        return json_response(self.plane.set_labels(request.params["model"], labels))
+        return json_response(await self.plane.set_labels(request.params["model"], labels))
 
     async def set_routing(self, request: HttpRequest) -> HttpResponse:
-        return json_response(self.plane.set_routing(request.params["model"], _body(request)))
+        doc = _body(request)
+        return json_response(await self.plane.set_routing(request.params["model"], doc))
 
     async def routing(self, request: HttpRequest) -> HttpResponse:
         return json_response(self.plane.routing(request.params["model"]))

@@ -173,8 +173,11 @@ class V2Grpc:
     async def repository_model_unload(
         self, request: pb.RepositoryModelUnloadRequest
     ) -> pb.RepositoryModelUnloadResponse:
-        # No model has dependents (ensembles) yet, so unload_dependents changes nothing.
-        await self.plane.unload_model(_model_name(request.model_name))
+        dependents = request.parameters.get("unload_dependents")
+        if dependents is not None and dependents.WhichOneof("parameter_choice") != "bool_param":
+            raise InvalidInput("parameter 'unload_dependents' must be a boolean")
+        unload_dependents = dependents is not None and dependents.bool_param
+        await self.plane.unload_model(_model_name(request.model_name), unload_dependents)
         return pb.RepositoryModelUnloadResponse()
 
     async def model_statistics(

@@ -1,14 +1,17 @@
-"""The repository API's operations, allowed by control mode: load, unload and upload models.
+"""The repository API's operations, allowed by control mode: load, unload, upload, routing.
 
 ``none`` allows no change after startup. ``poll`` follows the repository, so load and
 unload calls are refused as in Triton, but an upload (written into the repository) is
-allowed. ``explicit`` allows everything. Errors name the problem and change nothing.
+allowed, and so is an unload that confirms a model its store stopped listing (held by the
+unload guard). ``explicit`` allows everything. Errors name the problem and change nothing.
+Uploads and routing changes are written into the model's store, which replicas share;
+loads and unloads are this server's own.
 """
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+from dataclasses import dataclass
 
 import orjson
 
@@ -16,17 +19,11 @@ from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import parse_config_json
 from inferd.errors import ConfigError, InvalidInput
 from inferd.registry import ModelRecord
-from inferd.repository.local import LocalStorage
-from inferd.repository.manager import ControlMode, ModelManager, Outcome
+from inferd.repository import routing_file
+from inferd.repository.manager import ControlMode, ModelManager, Outcome, RepositoryStatus
 from inferd.repository.storage import StorageError
-from inferd.repository.upload import (
-    check_model_name,
-    install,
-    new_staging,
-    remove_tree,
-    restore,
-    stage_archive,
-)
+from inferd.repository.upload import check_model_name, new_staging, remove_tree, stage_archive
+from inferd.routing import RoutingPolicy
 
 DEFAULT_MAX_UPLOAD_BYTES = 1 << 30
 
@@ -53,6 +50,16 @@ def _check_repository_name(name: str) -> None:
         raise InvalidInput(f"'{name}' is not a model name")
 
 
+@dataclass(frozen=True, slots=True)
+class RepositoryView:
+    """What the index adds to the loaded models: the names in the stores, a reason for each
+    model that serves on in spite of its store, and when the stores were last listed."""
+
+    names: list[str]
+    notes: dict[str, str]
+    synced_unix_s: float | None
+
+
 class RepositoryControl:
     def __init__(
         self, manager: ModelManager, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
@@ -74,6 +81,13 @@ class RepositoryControl:
             "with --model-control-mode explicit to load and unload models through the API"
         )
 
+    async def view(self) -> RepositoryView:
+        names = await self.manager.repository_names()
+        return RepositoryView(names, self.manager.notes(), self.manager.catalog.synced_unix_s)
+
+    def status(self) -> RepositoryStatus:
+        return self.manager.status()
+
     async def load(
         self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
     ) -> ModelRecord:
@@ -92,60 +106,46 @@ class RepositoryControl:
             outcome = await self.manager.load(name, config)
         return _checked(name, outcome)
 
-    async def unload(self, name: str) -> None:
-        self._require_explicit(f"unload model '{name}'")
+    async def unload(self, name: str, unload_dependents: bool = False) -> list[str]:
+        """Triton's RepositoryModelUnload; returns the models unloaded, in order."""
         _check_repository_name(name)
-        await self.manager.unload_model(name)
+        if not (self.manager.mode is ControlMode.POLL and self.manager.is_held(name)):
+            self._require_explicit(f"unload model '{name}'")
+        return await self.manager.unload_model(name, unload_dependents)
 
     async def upload(self, name: str, archive: bytes) -> ModelRecord:
-        """Write a model archive into the first local repository and load it, atomically."""
+        """Load a model archive and, once it serves, write it into its store (the one that
+        holds the model, else the first): all of it, or nothing."""
         if self.manager.mode is ControlMode.NONE:
             raise InvalidInput(
                 f"cannot upload model '{name}': the model control mode is 'none'; start the "
                 "server with --model-control-mode poll or explicit to accept uploads"
             )
         check_model_name(name)
-        storage = self.manager.writable_storage()
-        if storage is None:
-            raise InvalidInput(
-                f"cannot upload model '{name}': the server has no local --model-repository folder"
-            )
-        if not await asyncio.to_thread(storage.root.is_dir):
-            raise StorageError(f"model repository '{storage.root}' is not a directory")
-        staging = await asyncio.to_thread(new_staging, storage.root)
+        storage = await self.manager.catalog.home(name)
+        base = await asyncio.to_thread(storage.staging_dir)
+        if not await asyncio.to_thread(base.is_dir):
+            raise StorageError(f"model repository '{storage.uri}' is not a directory")
+        staging = await asyncio.to_thread(new_staging, base)
         try:
             staged = await asyncio.to_thread(
                 stage_archive, archive, staging, name, self.max_upload_bytes
             )
             async with self.manager.locked(name):
-                return await self._install(name, storage, staged, staging)
+                outcome = await self.manager.publish(name, storage, staged)
         finally:
             await asyncio.to_thread(remove_tree, staging)
-
-    async def _install(
-        self, name: str, storage: LocalStorage, staged: Path, staging: Path
-    ) -> ModelRecord:
-        target = storage.root / name
-        previous = await asyncio.to_thread(install, staged, target)
-        outcome: Outcome | None = None
-        try:
-            files = await asyncio.to_thread(storage.scan_model, name)
-            outcome = await self.manager.fetch_and_reload(name, storage, files or {})
-        finally:
-            if outcome is None or not outcome.ok:
-                await asyncio.to_thread(restore, target, previous, staging)
-                if previous is None:
-                    await self.manager.unload_locked(name, forget=True)
-                else:
-                    files = await asyncio.to_thread(storage.scan_model, name)
-                    await self.manager.fetch_and_reload(name, storage, files or {})
-        assert outcome is not None
         if not outcome.ok:
             raise InvalidInput(
                 f"the uploaded model '{name}' did not load: {outcome.reason}; the repository "
                 "was left as it was"
             )
         return outcome.record
+
+    async def persist_routing(self, name: str, policy: RoutingPolicy, keys: set[str]) -> bool:
+        """Write ``keys`` of a routing policy beside the model's config in its store (before
+        the caller applies it); False when the model has no store (load-call files)."""
+        return await self.manager.persist_routing(name, routing_file.document(policy, keys))
 
 
 def _checked(name: str, outcome: Outcome) -> ModelRecord:

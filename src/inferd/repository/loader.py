@@ -1,6 +1,6 @@
 """Turns one model folder into loaded versions: config, version policy, backend, instances.
 
-Everything here blocks (reading files, loading runtimes, warmup): the manager calls it on
+Everything here blocks (reading files, loading runtimes, warmup): the lifecycle calls it on
 worker threads and decides what to swap in or retire.
 """
 
@@ -19,6 +19,7 @@ from inferd.errors import ConfigError
 from inferd.model import ModelVersion
 from inferd.repository.config import read_config
 from inferd.repository.layout import select_versions, version_dirs
+from inferd.repository.routing_file import read_policy
 from inferd.repository.warmup import run_warmup
 from inferd.routing import ROUTING_PARAMETERS, RoutingPolicy, policy_from_config
 from inferd.scheduling.batcher import DirectScheduler, DynamicBatcher, Scheduler
@@ -40,7 +41,8 @@ class LoadOptions:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What a model folder asks for: its config, the versions to serve, backend, routing."""
+    """What a model folder asks for: its config, the versions to serve, backend, routing
+    (config parameters with ``routing.json`` on top), and the models it needs loaded first."""
 
     folder: Path
     config: ModelConfig
@@ -48,6 +50,7 @@ class Plan:
     selected: list[int]
     backend: Backend
     routing: RoutingPolicy
+    dependencies: tuple[str, ...] = ()
 
 
 def plan(name: str, folder: Path, override: ModelConfig | None = None) -> Plan:
@@ -66,7 +69,13 @@ def plan(name: str, folder: Path, override: ModelConfig | None = None) -> Plan:
         raise ConfigError(f"model '{name}' has no version folder (expected {name}/1/<model file>)")
     selected = select_versions(dirs, config.version_policy)
     backend = select_backend(config, (dirs[v] for v in selected))
-    return Plan(folder, config, dirs, selected, backend, policy_from_config(config))
+    routing = read_policy(folder, policy_from_config(config))
+    # A backend whose models call other models (ensembles, pipelines) names them here.
+    declared = getattr(backend, "dependencies", None)
+    needs = tuple(declared(config)) if declared is not None else ()
+    if name in needs:
+        raise ConfigError(f"model '{name}' depends on itself")
+    return Plan(folder, config, dirs, selected, backend, routing, needs)
 
 
 def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions) -> ModelVersion:

@@ -1,11 +1,20 @@
-"""Local folders as model repositories: models are loaded in place, stamped by size and mtime."""
+"""Local folders as model repositories: models are loaded in place, stamped by size and mtime.
+
+Writes are atomic as readers see them: a file is written aside and renamed over the old one,
+and a model folder put by an upload is renamed into place (the old one moved aside first).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import shutil
+import uuid
 from pathlib import Path
 
-from inferd.repository.storage import ModelFiles, StorageError, is_hidden
+from inferd.repository.storage import ModelFiles, StorageError, check_relative, is_hidden
+from inferd.repository.upload import STAGING_PREFIX, install, remove_tree
 
 
 class LocalStorage:
@@ -37,6 +46,59 @@ class LocalStorage:
 
     def fetch(self, name: str, files: ModelFiles) -> Path:
         return self.root / name
+
+    def _path(self, rel: str) -> Path:
+        return self.root / check_relative(rel, f"file in model repository '{self.root}'")
+
+    def read(self, rel: str) -> bytes | None:
+        path = self._path(rel)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read '{path}': {exc}") from None
+
+    def write(self, rel: str, data: bytes) -> None:
+        path = self._path(rel)
+        aside = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            aside.write_bytes(data)
+            os.replace(aside, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                aside.unlink(missing_ok=True)
+            raise StorageError(f"cannot write '{path}': {exc}") from None
+
+    def remove(self, rel: str) -> None:
+        path = self._path(rel)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot remove '{path}': {exc}") from None
+
+    def staging_dir(self) -> Path:
+        return self.root
+
+    def put_model(self, name: str, folder: Path) -> ModelFiles:
+        target = self._path(name)
+        staging = self.root / f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}"
+        try:
+            staging.mkdir()
+            staged = staging / name
+            try:
+                os.rename(folder, staged)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                shutil.copytree(folder, staged)  # staged on another file system
+            install(staged, target)  # the old folder moves into staging, then goes
+            return _walk(target)
+        except OSError as exc:
+            raise StorageError(f"cannot write model folder '{target}': {exc}") from None
+        finally:
+            remove_tree(staging)
 
 
 def _walk(folder: Path) -> ModelFiles:

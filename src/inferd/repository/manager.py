@@ -1,43 +1,37 @@
-"""The repository manager: decides which model versions are loaded, and swaps them in.
+"""The control plane of one server: which models should serve, and bringing them there.
 
-Model control modes follow Triton: ``none`` loads the repository at start, ``poll`` follows
-its changes (``inferd.repository.poller``), ``explicit`` loads what ``--load-model`` and the
-repository API ask for. A (re)load brings every new or changed version up (loaded and warmed
-up on worker threads) while the old ones keep serving; the new record then replaces the old
-in one step, and retired versions finish their in-flight requests before they close.
-Unchanged versions are kept as they are. A reload that brings nothing up keeps what serves.
+It joins the catalog (what the stores hold), the lifecycle (swap, retire, unload, the
+dependency graph) and the unload guard, by Triton's model control modes: ``none`` loads the
+repository at start, ``poll`` follows it (a ``Poller`` built by the server calls ``scan`` and
+``apply``), ``explicit`` loads what ``--load-model`` and the repository API ask for. Every
+change it makes to a store (routing, uploads) goes through the store, so replicas polling
+the same store converge; explicit loads and unloads stay this server's own choice.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import os
 import tempfile
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import ConfigError, InferdError, NotFound
-from inferd.model import ModelState, ModelVersion
-from inferd.registry import ModelRecord, Registry, VersionStatus
-from inferd.repository import records
-from inferd.repository.loader import LoadOptions, load_version, plan
+from inferd.errors import ConfigError, InferdError, InvalidInput, NotFound
+from inferd.registry import ModelRecord, Registry
+from inferd.repository import routing_file
+from inferd.repository.catalog import Catalog, Listing, StoreState
+from inferd.repository.guard import Held, UnloadGuard
+from inferd.repository.lifecycle import Lifecycle, Outcome
+from inferd.repository.loader import LoadOptions
 from inferd.repository.local import LocalStorage
 from inferd.repository.schemes import open_storage
-from inferd.repository.storage import (
-    ModelFiles,
-    Stamp,
-    Storage,
-    StorageError,
-    StorageOptions,
-    describe,
-    version_files,
-)
+from inferd.repository.storage import ModelFiles, Storage, StorageError, StorageOptions
 from inferd.repository.upload import new_staging, remove_tree, write_files
 from inferd.scheduling.cache import ResponseCache
 
@@ -46,7 +40,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("inferd.repository")
 
-Found = dict[str, tuple[Storage, ModelFiles]]  # model name -> where it is, and its files
+INDEX_WAIT_S = 0.25  # the index waits this long for a fresh listing, then answers the last one
+
+__all__ = ["ControlMode", "ModelManager", "Outcome", "RepositoryStatus"]
 
 
 class ControlMode(enum.Enum):
@@ -64,16 +60,6 @@ class ControlMode(enum.Enum):
             ) from None
 
 
-@dataclass(frozen=True, slots=True)
-class _Key:
-    """What a loaded version was built from: equal keys mean nothing of it changed."""
-
-    folder: str
-    shared: tuple[tuple[str, Stamp], ...]  # the model's files outside version folders
-    override: bytes  # the config given in the load call, serialized
-    files: tuple[tuple[str, Stamp], ...]  # the version folder's files
-
-
 @dataclass(slots=True)
 class _Source:
     storage: Storage | None  # None: the files came with the load call
@@ -82,11 +68,13 @@ class _Source:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
-    record: ModelRecord
-    ok: bool  # every version the policy selects is READY
-    took_over: bool  # the new versions replaced the old (False: the old ones keep serving)
-    reason: str = ""
+class RepositoryStatus:
+    """What the index, the status route and the metrics say about the stores."""
+
+    synced_unix_s: float | None  # the last listing every store answered; None: never
+    stores: tuple[StoreState, ...]
+    held: tuple[Held, ...]  # models serving on although their store stopped listing them
+    faults: int  # listings judged a store fault since start
 
 
 def _as_storage(root: Path | str | Storage) -> Storage:
@@ -107,21 +95,22 @@ class ModelManager:
         mode: ControlMode = ControlMode.NONE,
         poll_interval_s: float = 15.0,
         files_dir: Path | None = None,
+        unload_max_fraction: float = 0.5,
+        unload_grace_s: float = 60.0,
     ) -> None:
-        self.storages = [_as_storage(r) for r in roots]
         self.registry = registry
-        self.options = LoadOptions(default_max_batch_size, auto_complete, cache)
+        self.catalog = Catalog([_as_storage(r) for r in roots])
+        self.lifecycle = Lifecycle(
+            registry, LoadOptions(default_max_batch_size, auto_complete, cache)
+        )
+        self.guard = UnloadGuard(unload_max_fraction, unload_grace_s)
         self.mode = mode
         self.poll_interval_s = poll_interval_s
         # Where the files given in a load call are written (one folder per load).
         self.files_dir = files_dir or Path(tempfile.gettempdir()) / f"inferd-load-{os.getpid()}"
-        self.known: set[str] = set()  # model names seen in the repositories by the last scan
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._sources: dict[str, _Source] = {}
-        self._keys: dict[str, dict[int, _Key]] = {}
-        self._fetch_failed: dict[str, ModelFiles] = {}
-        self._duplicates: set[str] = set()
+        self.wanted: set[str] = set()  # the models that should serve (strict readiness)
         self.followed: set[str] | None = None  # poll mode with --load-model: only these
+        self._sources: dict[str, _Source] = {}
 
     @classmethod
     def from_settings(
@@ -139,6 +128,10 @@ class ModelManager:
         mode = ControlMode.parse(settings.model_control_mode)
         if settings.repository_poll_secs < 1:
             raise ConfigError("--repository-poll-secs must be at least 1")
+        if not 0 < settings.repository_unload_max_fraction <= 1:
+            raise ConfigError("--repository-unload-max-fraction must be above 0 and at most 1")
+        if settings.repository_unload_grace_s < 0:
+            raise ConfigError("--repository-unload-grace-s must be 0 or more")
         files_dir = (
             Path(settings.model_cache_dir) / f"load-{os.getpid()}"
             if settings.model_cache_dir
@@ -153,52 +146,52 @@ class ModelManager:
             mode=mode,
             poll_interval_s=float(settings.repository_poll_secs),
             files_dir=files_dir,
+            unload_max_fraction=settings.repository_unload_max_fraction,
+            unload_grace_s=float(settings.repository_unload_grace_s),
         )
 
-    # ------------------------------------------------------------------ repository view
+    # ------------------------------------------------------------------ what the server knows
 
-    async def scan(self) -> tuple[Found, dict[str, StorageError]]:
-        """Every model folder of every repository, and the repositories that did not answer."""
-        results = await asyncio.gather(
-            *(asyncio.to_thread(s.scan) for s in self.storages), return_exceptions=True
-        )
-        found: Found = {}
-        failures: dict[str, StorageError] = {}
-        for storage, result in zip(self.storages, results, strict=True):
-            if isinstance(result, asyncio.CancelledError):
-                raise result
-            if isinstance(result, BaseException):
-                failures[storage.uri] = (
-                    result
-                    if isinstance(result, StorageError)
-                    else StorageError(f"model repository '{storage.uri}': {describe(result)}")
-                )
-                continue
-            for name, files in result.items():
-                if name not in found:
-                    found[name] = (storage, files)
-                elif name not in self._duplicates:
-                    self._duplicates.add(name)
-                    log.error(
-                        "model '%s' is in two repositories, %s and %s: serving the first",
-                        name,
-                        found[name][0].uri,
-                        storage.uri,
-                    )
-        self.known = set(found) if not failures else self.known | set(found)
-        return found, failures
+    @property
+    def storages(self) -> list[Storage]:
+        return self.catalog.storages
+
+    @property
+    def known(self) -> set[str]:
+        return self.catalog.names
+
+    async def scan(self) -> tuple[Listing, dict[str, StorageError]]:
+        """Every model folder of every store, and the stores that did not answer."""
+        return await self.catalog.scan()
 
     async def repository_names(self) -> list[str]:
-        """The model names in the repositories now (the last known ones if a store is down)."""
-        await self.scan()
-        return sorted(self.known)
+        """The model names in the stores, from the last listing; outside poll mode (where the
+        poller keeps it fresh) a rescan is started and awaited for at most INDEX_WAIT_S."""
+        if self.mode is not ControlMode.POLL:
+            await self.catalog.refresh(INDEX_WAIT_S)
+        return sorted(self.catalog.names)
 
-    def writable_storage(self) -> LocalStorage | None:
-        """The first local repository (uploads are written there)."""
-        for storage in self.storages:
-            if isinstance(storage, LocalStorage):
-                return storage
-        return None
+    def ready(self) -> bool:
+        """Whether every model that should serve has a READY version."""
+        return all(self.registry.is_ready(name) for name in self.wanted)
+
+    def status(self) -> RepositoryStatus:
+        return RepositoryStatus(
+            self.catalog.synced_unix_s,
+            tuple(self.catalog.stores.values()),
+            tuple(self.guard.held.values()),
+            self.guard.faults,
+        )
+
+    def notes(self) -> dict[str, str]:
+        """A reason to show beside models that serve on in spite of their store."""
+        return {name: held.reason() for name, held in self.guard.held.items()}
+
+    def locked(self, name: str) -> AbstractAsyncContextManager[None]:
+        return self.lifecycle.locked(name)
+
+    def current(self, name: str) -> ModelRecord | None:
+        return self.lifecycle.current(name)
 
     # ------------------------------------------------------------------ startup and polling
 
@@ -216,19 +209,24 @@ class ModelManager:
 
     async def load_all(self, names: Iterable[str] | None = None) -> None:
         """Load every model in the repositories, or only ``names``."""
-        found, failures = await self.scan()
+        listing, failures = await self.scan()
         for error in failures.values():
             log.error("%s", error.message)
-        wanted = sorted(found) if names is None else list(names)
+        wanted = sorted(listing.found) if names is None else list(names)
+        self.wanted.update(wanted)
         for name in wanted:
-            if name not in found:
+            if name in self.lifecycle.serving():
+                continue  # a dependency of a model loaded before it
+            if name not in listing.found:
                 reason = "no such model folder in the repository"
-                if failures:  # it may be in the repository that did not answer
+                if name in listing.writing:
+                    reason = "it is being written to the repository by another server"
+                elif failures:  # it may be in the repository that did not answer
                     reason = "not found; " + "; ".join(e.message for e in failures.values())
                 log.error("cannot load model '%s': %s", name, reason)
                 self.registry.put(ModelRecord(name, reason=reason))
                 continue
-            storage, files = found[name]
+            storage, files = listing.found[name]
             try:
                 async with self.locked(name):
                     await self.fetch_and_reload(name, storage, files)
@@ -236,30 +234,45 @@ class ModelManager:
                 if self.current(name) is None:
                     self.registry.put(ModelRecord(name, reason=exc.message))
 
-    async def apply(self, found: Found, failed: set[str]) -> None:
+    def _follows(self, name: str) -> bool:
+        return self.followed is None or name in self.followed
+
+    async def apply(self, listing: Listing, failed: set[str]) -> None:
         """Bring the loaded models in line with a scan (poll mode); stores in ``failed``
-        did not answer, so their models stay as they are."""
-        for name, (storage, files) in found.items():
-            if self.followed is not None and name not in self.followed:
+        did not answer, so their models stay as they are. Models a store stops listing go
+        through the unload guard."""
+        present = set(listing.found) | listing.writing
+        for storage in self.catalog.storages:
+            if storage.uri in failed:
                 continue
+            had = {
+                name
+                for name, source in self._sources.items()
+                if source.storage is storage and self._follows(name)
+            }
+            listed = listing.listed.get(storage.uri, set()) | present
+            verdict = self.guard.review(storage.uri, had, listed)
+            for name in sorted(verdict.unload):
+                await self._poll_sync(name)
+        for name, (storage, files) in listing.found.items():
+            if not self._follows(name):
+                continue
+            self.guard.release(name)
             source = self._sources.get(name)
             if source is None or source.storage is not storage or source.files != files:
                 await self._poll_sync(name)
-        for name, source in list(self._sources.items()):
-            if name in found or source.storage is None or source.storage.uri in failed:
-                continue
-            await self._poll_sync(name)
 
     async def _poll_sync(self, name: str) -> None:
         try:
             async with self.locked(name):
                 try:
-                    storage, files = await self.find(name)
+                    storage, files = await self.catalog.find(name)
                 except NotFound:
-                    if self.current(name) is not None:
+                    if self.current(name) is not None or name in self._sources:
                         log.info("model '%s' left the repository: unloading it", name)
                         await self.unload_locked(name, forget=True)
                     return
+                self.wanted.add(name)
                 source = self._sources.get(name)
                 if source is None or source.storage is not storage or source.files != files:
                     await self.fetch_and_reload(name, storage, files)
@@ -268,59 +281,82 @@ class ModelManager:
         except Exception:
             log.exception("updating model '%s' from the repository failed", name)
 
-    # ------------------------------------------------------------------ load and unload
-
-    @contextlib.asynccontextmanager
-    async def locked(self, name: str) -> AsyncIterator[None]:
-        """One change at a time per model name."""
-        async with self._locks.setdefault(name, asyncio.Lock()):
-            yield
-
-    def current(self, name: str) -> ModelRecord | None:
-        try:
-            return self.registry.record(name)
-        except NotFound:
-            return None
-
-    async def find(self, name: str) -> tuple[Storage, ModelFiles]:
-        """Which repository holds a model, and its files now (NotFound, StorageError)."""
-        errors: list[StorageError] = []
-        for storage in self.storages:
-            try:
-                files = await asyncio.to_thread(storage.scan_model, name)
-            except StorageError as exc:
-                errors.append(exc)
-                continue
-            if files is not None:
-                return storage, files
-        if errors:
-            raise errors[0]
-        raise NotFound(f"unknown model '{name}': no such folder in the repository")
+    # ------------------------------------------------------------------ load
 
     async def load_model(self, name: str, config: ModelConfig | None = None) -> ModelRecord:
         """(Re)load a model from its repository; unchanged versions stay as they are."""
         return (await self.load(name, config)).record
 
     async def load(self, name: str, config: ModelConfig | None = None) -> Outcome:
+        """Load a model from the repository, after the models it needs (explicit loads)."""
         async with self.locked(name):
-            storage, files = await self.find(name)
-            return await self.fetch_and_reload(name, storage, files, config)
+            storage, files = await self.catalog.find(name)
+            self.catalog.names.add(name)
+            outcome = await self.fetch_and_reload(name, storage, files, config)
+        if outcome.ok:
+            self.wanted.add(name)
+        return outcome
 
     async def fetch_and_reload(
-        self, name: str, storage: Storage, files: ModelFiles, config: ModelConfig | None = None
+        self,
+        name: str,
+        storage: Storage,
+        files: ModelFiles,
+        config: ModelConfig | None = None,
+        chain: tuple[str, ...] = (),
     ) -> Outcome:
         """Copy the model locally if need be, then reload it (hold ``locked(name)``)."""
-        try:
-            folder = await asyncio.to_thread(storage.fetch, name, files)
-        except StorageError as exc:
-            if self._fetch_failed.get(name) != files:
-                self._fetch_failed[name] = files
-                log.error("cannot fetch model '%s': %s", name, exc.message)
-            raise
-        self._fetch_failed.pop(name, None)
-        outcome = await self.reload(name, folder, files, config)
+        folder = await self.catalog.fetch(name, storage, files)
+        outcome = await self._reload(name, folder, files, storage.uri, config, chain=chain)
         await self._set_source(name, _Source(storage, files))
         return outcome
+
+    async def _reload(
+        self,
+        name: str,
+        folder: Path,
+        files: ModelFiles,
+        origin: str,
+        config: ModelConfig | None,
+        *,
+        chain: tuple[str, ...] = (),
+        all_or_nothing: bool = False,
+    ) -> Outcome:
+        """Plan the folder, load the models it needs, then swap its versions in."""
+        old = self.current(name)
+        try:
+            model_plan = await self.lifecycle.plan(name, folder, config)
+            self.lifecycle.graph.declare(name, model_plan.dependencies)
+            await self._load_dependencies(name, chain)
+        except InferdError as exc:
+            log.error("model '%s' is UNAVAILABLE: %s", name, exc.message)
+            if all_or_nothing:
+                return self.lifecycle.restore(name, old, exc.message)
+            return self.lifecycle.fail(name, exc.message)
+        return await self.lifecycle.reload(
+            name, model_plan, files, origin, config, all_or_nothing=all_or_nothing
+        )
+
+    async def _load_dependencies(self, name: str, chain: tuple[str, ...]) -> None:
+        """Load what ``name`` needs that is not READY yet, in order (ModelLoadError if one
+        does not come up)."""
+        for need in self.lifecycle.graph.load_order(name):
+            if self.registry.is_ready(need) or need in chain:
+                continue
+            log.info("model '%s' needs model '%s': loading it first", name, need)
+            try:
+                async with self.locked(need):
+                    storage, files = await self.catalog.find(need)
+                    outcome = await self.fetch_and_reload(
+                        need, storage, files, chain=(*chain, name)
+                    )
+            except InferdError as exc:
+                raise ConfigError(
+                    f"needs model '{need}', which cannot load: {exc.message}"
+                ) from None
+            if not self.registry.is_ready(need):
+                raise ConfigError(f"needs model '{need}', which did not load: {outcome.reason}")
+            self.wanted.add(need)
 
     async def load_files(
         self, name: str, config: ModelConfig, files: dict[str, bytes], max_bytes: int
@@ -334,7 +370,7 @@ class ModelManager:
             try:
                 await asyncio.to_thread(write_files, files, folder, max_bytes)
                 stamps = await asyncio.to_thread(LocalStorage(owned).scan_model, name) or {}
-                outcome = await self.reload(name, folder, stamps, config)
+                outcome = await self._reload(name, folder, stamps, f"call:{owned}", config)
             except BaseException:
                 await asyncio.to_thread(remove_tree, owned)
                 raise
@@ -342,7 +378,45 @@ class ModelManager:
                 await self._set_source(name, _Source(None, stamps, owned))
             else:
                 await asyncio.to_thread(remove_tree, owned)
+        if outcome.ok:
+            self.wanted.add(name)
+        return outcome
+
+    async def publish(self, name: str, storage: Storage, staged: Path) -> Outcome:
+        """An upload (hold ``locked(name)``): load the staged folder, all versions or none,
+        and only then write it into ``storage``, so a store never holds a model that did not
+        load here. The model's ``routing.json`` is kept unless the upload brings one."""
+        routing = staged / routing_file.ROUTING_FILE
+        if not await asyncio.to_thread(routing.exists):
+            data = await asyncio.to_thread(storage.read, f"{name}/{routing_file.ROUTING_FILE}")
+            if data is not None:
+                await asyncio.to_thread(routing.write_bytes, data)
+        stamps = await asyncio.to_thread(LocalStorage(staged.parent).scan_model, name) or {}
+        origin = f"upload:{staged}"
+        outcome = await self._reload(name, staged, stamps, origin, None, all_or_nothing=True)
+        if not outcome.ok:
             return outcome
+        try:
+            files = await asyncio.to_thread(storage.put_model, name, staged)
+        except StorageError:
+            await self._revert(name)
+            raise
+        self.lifecycle.rekey(name, storage.uri, files)
+        await self._set_source(name, _Source(storage, files))
+        self.catalog.names.add(name)
+        self.wanted.add(name)
+        return outcome
+
+    async def _revert(self, name: str) -> None:
+        """After a failed write: serve what the store has again (hold ``locked(name)``)."""
+        try:
+            storage, files = await self.catalog.find(name)
+        except NotFound:
+            await self.unload_locked(name, forget=True)
+            return
+        except StorageError:
+            return  # the store is down: the uploaded versions serve until it answers
+        await self.fetch_and_reload(name, storage, files)
 
     async def _set_source(self, name: str, source: _Source) -> None:
         old = self._sources.get(name)
@@ -350,115 +424,69 @@ class ModelManager:
         if old is not None and old.owned is not None and old.owned != source.owned:
             await asyncio.to_thread(remove_tree, old.owned)
 
-    async def reload(
-        self, name: str, folder: Path, files: ModelFiles, override: ModelConfig | None = None
-    ) -> Outcome:
-        """Bring ``folder`` up as model ``name`` (hold ``locked(name)``)."""
-        old = self.current(name)
-        try:
-            model_plan = await asyncio.to_thread(plan, name, folder, override)
-        except InferdError as exc:
-            log.error("model '%s' is UNAVAILABLE: %s", name, exc.message)
-            return self._failed(name, old, exc.message, {})
-        by_version, shared = version_files(files)
-        shared_key = tuple(sorted(shared.items()))
-        override_bytes = override.SerializeToString(deterministic=True) if override else b""
-        keys = {
-            v: _Key(
-                str(folder),
-                shared_key,
-                override_bytes,
-                tuple(sorted(by_version.get(v, {}).items())),
-            )
-            for v in model_plan.selected
-        }
-        old_keys = self._keys.get(name, {})
-        reused: dict[int, ModelVersion] = {}
-        for v in model_plan.selected:
-            current = old.versions.get(v) if old is not None else None
-            if (
-                current is not None
-                and current.state is ModelState.READY
-                and old_keys.get(v) == keys[v]
-            ):
-                reused[v] = current
-        to_load = [v for v in model_plan.selected if v not in reused]
-        if to_load:
-            self.registry.put(records.interim(name, old, to_load))
-        loaded: dict[int, ModelVersion] = {}
-        failed: dict[int, str] = {}
-        for v in to_load:
-            try:
-                loaded[v] = await asyncio.to_thread(load_version, name, v, model_plan, self.options)
-            except Exception as exc:
-                failed[v] = describe(exc)
-                log.error("model '%s' version %d is UNAVAILABLE: %s", name, v, failed[v])
-        versions = dict(sorted({**reused, **loaded}.items()))
-        reason = "; ".join(f"version {v}: {r}" for v, r in failed.items())
-        if not versions:
-            return self._failed(name, old, reason, failed)
-        status = {v: VersionStatus(v, ModelState.READY) for v in versions}
-        status.update({v: VersionStatus(v, ModelState.UNAVAILABLE, r) for v, r in failed.items()})
-        for v, earlier in old.status.items() if old else ():
-            if v not in status and v in model_plan.dirs and earlier.state is ModelState.UNAVAILABLE:
-                status[v] = earlier  # e.g. 'unloaded' from an earlier swap
-        record = ModelRecord(
-            name,
-            versions=versions,
-            status=dict(sorted(status.items())),
-            state=ModelState.READY,
-            config=versions[max(versions)].config,
-        )
-        kept = {id(m) for m in versions.values()}
-        retired = [m for m in (old.versions.values() if old else ()) if id(m) not in kept]
-        for m in retired:
-            record.status.setdefault(m.version, VersionStatus(m.version, ModelState.UNLOADING))
-        self.registry.routing(name).apply_config(model_plan.routing)
-        self.registry.put(record)
-        self._keys[name] = {v: keys[v] for v in versions}
-        if retired:
-            await records.retire(record, retired, set(model_plan.dirs))
-        return Outcome(record, ok=not failed, took_over=True, reason=reason)
+    # ------------------------------------------------------------------ routing
 
-    def _failed(
-        self, name: str, old: ModelRecord | None, reason: str, failures: dict[int, str]
-    ) -> Outcome:
-        record, kept = records.failed(name, old, reason, failures)
-        self.registry.put(record)
-        if not kept:
-            self._keys.pop(name, None)
-        return Outcome(record, ok=False, took_over=not kept, reason=reason)
+    async def persist_routing(self, name: str, changes: dict[str, Any]) -> bool:
+        """Write routing keys into the model's ``routing.json`` in its store (False: the
+        model has no store, its files came with a load call)."""
+        async with self.locked(name):
+            source = self._sources.get(name)
+            if source is None or source.storage is None:
+                return False
+            storage = source.storage
+            rel = f"{name}/{routing_file.ROUTING_FILE}"
+            data = await asyncio.to_thread(storage.read, rel)
+            doc: dict[str, Any] = {}
+            if data is not None:
+                try:
+                    doc = routing_file.parse(data, f"{storage.uri}/{rel}")
+                except InvalidInput as exc:
+                    log.warning("replacing %s", exc.message)
+            doc.update(changes)
+            await asyncio.to_thread(storage.write, rel, routing_file.encode(doc))
+            log.info("model '%s': routing %s written to %s", name, sorted(changes), storage.uri)
+            return True
 
-    async def unload_model(self, name: str) -> None:
+    # ------------------------------------------------------------------ unload
+
+    def is_held(self, name: str) -> bool:
+        return name in self.guard.held
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> list[str]:
+        """Unload a model and the loaded models that need it; with ``unload_dependents``
+        (Triton's name) also what it needed that no other loaded model needs. Returns the
+        models unloaded, in order."""
         async with self.locked(name):
             if self.current(name) is None:
                 if name in self.known:
-                    return  # in the repository but not loaded: nothing to do
+                    return []  # in the repository but not loaded: nothing to do
                 raise NotFound(f"unknown model '{name}'")
-            await self.unload_locked(name)
+        serving = self.lifecycle.serving()
+        graph = self.lifecycle.graph
+        users = [u for u in graph.users(name) if u in serving]
+        needed = graph.orphans(name, serving - set(users)) if unload_dependents else []
+        order = [*users, name, *needed]
+        for model in order:
+            if model != name:
+                why = "needs" if model in users else "was needed by"
+                log.info("unloading model '%s': it %s model '%s'", model, why, name)
+            async with self.locked(model):
+                await self.unload_locked(model, forget=self.is_held(model))
+        return order
 
     async def unload_locked(self, name: str, *, forget: bool = False) -> None:
         """Stop routing to the model, drain and close its versions (hold ``locked(name)``).
         ``forget``: it left the repository, so drop its record; else it shows 'unloaded'."""
-        old = self.current(name)
-        if old is None:
-            return
-        self.registry.put(records.draining(old))
-        await asyncio.gather(*(v.close() for v in old.versions.values()))
-        self._keys.pop(name, None)
-        self._fetch_failed.pop(name, None)
+        self.wanted.discard(name)
+        self.guard.release(name)
+        self.catalog.forget(name)
+        await self.lifecycle.unload(name, forget=forget)
         source = self._sources.pop(name, None)
         if source is not None and source.owned is not None:
             await asyncio.to_thread(remove_tree, source.owned)
         if forget:
-            self.registry.forget(name)
-        else:
-            self.registry.put(records.unloaded(old))
-        log.info("unloaded model '%s'", name)
+            self.catalog.names.discard(name)
 
     async def close(self) -> None:
-        for name in self.registry.names():
-            record = self.registry.remove(name)
-            if record is not None:
-                await asyncio.gather(*(v.close() for v in record.versions.values()))
+        await self.lifecycle.close()
         await asyncio.to_thread(remove_tree, self.files_dir)

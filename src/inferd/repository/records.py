@@ -1,4 +1,4 @@
-"""The records one model name goes through while the manager changes it.
+"""The records one model name goes through while the lifecycle changes it.
 
 While new versions load, the old ones keep serving and the new ones show LOADING; a
 failed reload keeps what serves and shows why; retired versions drain, then show

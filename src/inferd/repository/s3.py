@@ -2,8 +2,11 @@
 
 Listing gives each object's size and ETag, which stamp the files; ``fetch`` copies a model's
 changed objects into a local cache folder (atomically, file by file) and removes the ones the
-store no longer has, so a poll only downloads what changed. Credentials come from the
-``--s3-*`` settings or boto3's usual sources (``AWS_ACCESS_KEY_ID``... variables, profiles).
+store no longer has, so a poll only downloads what changed. ``put_model`` uploads a model
+folder under a ``.inferd-writing`` marker object, which tells other servers to leave the model
+alone until every object is in place (S3 cannot rename a folder). Every call has short
+timeouts. Credentials come from the ``--s3-*`` settings or boto3's usual sources
+(``AWS_ACCESS_KEY_ID``... variables, profiles).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import logging
 import os
 import shutil
 import tempfile
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +26,7 @@ import botocore.exceptions
 from botocore.config import Config
 
 from inferd.errors import ConfigError, InferdError
+from inferd.repository.storage import WRITING_MARKER as _WRITING
 from inferd.repository.storage import (
     ModelFiles,
     StorageError,
@@ -31,10 +37,14 @@ from inferd.repository.storage import (
 
 log = logging.getLogger("inferd.repository")
 
-CONNECT_TIMEOUT_S = 5
-READ_TIMEOUT_S = 60
-MAX_ATTEMPTS = 2  # a poll retries on its own schedule; do not stall it on a dead store
+# Short: a store that hangs must not hold a poll, a load or a routing change for long (a poll
+# retries on its own schedule). The read timeout bounds each wait for bytes, not a download.
+CONNECT_TIMEOUT_S = 3
+READ_TIMEOUT_S = 10
+MAX_ATTEMPTS = 2
+WRITING_STALE_S = 600.0  # a writing marker older than this was left by a writer that died
 _MANIFESTS = ".manifests"
+_STAGING = ".staging"
 
 # botocore logs every request at DEBUG: keep it quiet unless asked for explicitly.
 for _name in ("botocore", "boto3", "s3transfer", "urllib3"):
@@ -102,7 +112,7 @@ class S3Storage:
     def scan(self) -> dict[str, ModelFiles]:
         found: dict[str, ModelFiles] = {}
         for obj in self._list(self.prefix):
-            entry = self._entry(obj["Key"][len(self.prefix) :])
+            entry = self._entry(obj)
             if entry is not None:
                 name, rel = entry
                 found.setdefault(name, {})[rel] = (int(obj["Size"]), _etag(obj))
@@ -111,17 +121,20 @@ class S3Storage:
     def scan_model(self, name: str) -> ModelFiles | None:
         files: ModelFiles = {}
         for obj in self._list(f"{self.prefix}{name}/"):
-            entry = self._entry(obj["Key"][len(self.prefix) :])
+            entry = self._entry(obj)
             if entry is not None and entry[0] == name:
                 files[entry[1]] = (int(obj["Size"]), _etag(obj))
         return files or None
 
-    @staticmethod
-    def _entry(rel_key: str) -> tuple[str, str] | None:
-        """(model, path in the model) of an object key, or None for keys to skip."""
+    def _entry(self, obj: dict[str, Any]) -> tuple[str, str] | None:
+        """(model, path in the model) of a listed object, or None for keys to skip; a fresh
+        writing marker is listed as the model's file ``WRITING_MARKER``."""
+        rel_key = obj["Key"][len(self.prefix) :]
         name, sep, rel = rel_key.partition("/")
         if not sep or not rel or rel.endswith("/") or is_hidden(name):
             return None  # a file beside the models, a "folder" marker, or a hidden name
+        if rel == _WRITING:
+            return (name, rel) if _fresh(obj) else None
         if any(is_hidden(part) for part in rel.split("/")):
             return None
         try:
@@ -136,6 +149,7 @@ class S3Storage:
         manifest_path = self.cache / _MANIFESTS / f"{name}.json"
         manifest = _read_manifest(manifest_path)
         fetched = fetched_bytes = 0
+        files = {rel: stamp for rel, stamp in files.items() if rel != _WRITING}
         for rel, stamp in sorted(files.items()):
             target = folder / rel
             if manifest.get(rel) == stamp and _size(target) == stamp[0]:
@@ -159,6 +173,79 @@ class S3Storage:
         )
         return folder
 
+    def read(self, rel: str) -> bytes | None:
+        key = self.prefix + check_relative(rel, f"file in model repository '{self.uri}'")
+        try:
+            body = self._client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            data: bytes = body.read()
+            return data
+        except botocore.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise self._error(exc) from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._error(exc) from None
+
+    def write(self, rel: str, data: bytes) -> None:
+        key = self.prefix + check_relative(rel, f"file in model repository '{self.uri}'")
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=key, Body=data)
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise self._error(exc) from None
+
+    def remove(self, rel: str) -> None:
+        key = self.prefix + check_relative(rel, f"file in model repository '{self.uri}'")
+        try:
+            self._client.delete_object(Bucket=self.bucket, Key=key)
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise self._error(exc) from None
+
+    def staging_dir(self) -> Path:
+        staging = self.cache / _STAGING
+        staging.mkdir(parents=True, exist_ok=True)
+        return staging
+
+    def put_model(self, name: str, folder: Path) -> ModelFiles:
+        """Upload ``folder`` as model ``name`` under a writing marker: the new objects first
+        (version folders before the config), then the old ones that are not in it are
+        deleted, then the marker; the cache is filled from ``folder``, not downloaded."""
+        prefix = f"{self.prefix}{check_relative(name, 'model name')}/"
+        local = _local_files(folder)
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=prefix + _WRITING, Body=b"")
+            for rel in sorted(local, key=lambda r: ("/" not in r, r)):
+                self._client.upload_file(str(folder / rel), self.bucket, prefix + rel)
+            for obj in self._list(prefix):
+                rel = obj["Key"][len(prefix) :]
+                if rel not in local and rel != _WRITING:
+                    self._client.delete_object(Bucket=self.bucket, Key=obj["Key"])
+            self._client.delete_object(Bucket=self.bucket, Key=prefix + _WRITING)
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise self._error(exc) from None
+        files = self.scan_model(name) or {}
+        self._seed_cache(name, folder, files)
+        log.info("model '%s' written to %s: %d file(s)", name, self.uri, len(files))
+        return files
+
+    def _seed_cache(self, name: str, folder: Path, files: ModelFiles) -> None:
+        """Put the uploaded files into the cache as if fetched, so no poll downloads them."""
+        target = self.cache / name
+        manifest_path = self.cache / _MANIFESTS / f"{name}.json"
+        manifest = _read_manifest(manifest_path)
+        for rel, stamp in files.items():
+            source = folder / rel
+            if _size(source) != stamp[0]:
+                continue  # changed in the store meanwhile: the next fetch downloads it
+            path = target / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            aside = path.with_name(f".fetch-{uuid.uuid4().hex[:8]}")
+            shutil.copyfile(source, aside)
+            os.replace(aside, path)
+            manifest[rel] = stamp
+        _remove_extra(target, set(files))
+        manifest = {rel: stamp for rel, stamp in manifest.items() if rel in files}
+        _write_manifest(manifest_path, manifest)
+
     def _download(self, key: str, target: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.is_dir():
@@ -173,6 +260,28 @@ class S3Storage:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+
+def _fresh(obj: dict[str, Any]) -> bool:
+    """Whether a writing marker is recent enough to be a writer at work."""
+    modified = obj.get("LastModified")
+    if not isinstance(modified, datetime):
+        return True
+    age_s = (datetime.now(UTC) - modified).total_seconds()
+    if age_s < WRITING_STALE_S:
+        return True
+    log.warning("ignoring '%s': a writer left it %.0f s ago", obj["Key"], age_s)
+    return False
+
+
+def _local_files(folder: Path) -> dict[str, Path]:
+    """The files under a local model folder, by relative path (hidden names skipped)."""
+    found: dict[str, Path] = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.is_file() and not any(is_hidden(p) for p in rel.split("/")):
+            found[rel] = path
+    return found
 
 
 def _etag(obj: dict[str, Any]) -> str:

@@ -2,9 +2,11 @@
 
 A ``Storage`` lists the model folders of one repository with a stamp per file (size plus
 modification time or ETag), so a poll can tell what changed, and hands back a local folder
-for a model (a remote store copies the changed files into a local cache first). Every method
-blocks: the manager calls them through ``asyncio.to_thread``. Each scheme is a module of its
-own (``local``, ``s3``); ``schemes.open_storage`` picks one for a ``--model-repository`` value.
+for a model (a remote store copies the changed files into a local cache first). It also
+writes: small files beside a model's config (``routing.json``) and whole model folders
+(uploads), so every replica reading the same store sees the same models and routing. Every
+method blocks: the control plane calls them on worker threads, never on the request path.
+Each scheme is a module of its own (``local``, ``s3``); ``schemes.open_storage`` picks one.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from inferd.errors import InferdError, InvalidInput, Unavailable
 Stamp = tuple[int, str]
 # A model folder's files: path relative to the folder ("1/model.onnx") -> stamp.
 ModelFiles = dict[str, Stamp]
+# A model folder holding this file is being written by another server (an upload to a store
+# that cannot rename folders): readers leave the model as it is until the file goes away.
+WRITING_MARKER = ".inferd-writing"
 
 
 class StorageError(Unavailable):
@@ -40,6 +45,28 @@ class Storage(Protocol):
 
     def fetch(self, name: str, files: ModelFiles) -> Path:
         """A local folder holding the model's ``files`` (copied first if the store is remote)."""
+        ...
+
+    def read(self, rel: str) -> bytes | None:
+        """A small file of the repository (``model/routing.json``); None when it is absent."""
+        ...
+
+    def write(self, rel: str, data: bytes) -> None:
+        """Write a small file of the repository in one step (readers see old or new)."""
+        ...
+
+    def remove(self, rel: str) -> None:
+        """Remove one file of the repository (nothing happens when it is absent)."""
+        ...
+
+    def staging_dir(self) -> Path:
+        """A local folder where a model is staged before ``put_model`` (on the same file
+        system as the repository when it is local, so putting it is a rename)."""
+        ...
+
+    def put_model(self, name: str, folder: Path) -> ModelFiles:
+        """Replace the model folder ``name`` with the local ``folder`` (which it may move);
+        returns the model's files as the repository now stamps them."""
         ...
 
 

@@ -1,0 +1,186 @@
+"""The repository side of the control plane: what the stores hold, and what changed.
+
+It lists every store (each on a worker thread, with the store's own short timeouts), keeps the
+last listing and when each store last answered, finds and fetches one model, and stamps each
+version with what it was built from, so a reload keeps every version whose files did not
+change. Nothing here runs on a request path: the index answers from the last listing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inferd.config.model_config_pb2 import ModelConfig
+from inferd.errors import NotFound
+from inferd.repository.routing_file import ROUTING_FILE
+from inferd.repository.storage import (
+    WRITING_MARKER,
+    ModelFiles,
+    Stamp,
+    Storage,
+    StorageError,
+    describe,
+    version_files,
+)
+from inferd.repository.upload import check_model_name
+
+log = logging.getLogger("inferd.repository")
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """What a loaded version was built from: equal keys mean nothing of it changed."""
+
+    origin: str  # the store's uri, or the folder of a load call's files
+    shared: tuple[tuple[str, Stamp], ...]  # the model's files outside version folders
+    override: bytes  # the config given in the load call, serialized
+    files: tuple[tuple[str, Stamp], ...]  # the version folder's files
+
+
+def version_keys(
+    versions: list[int], origin: str, files: ModelFiles, override: ModelConfig | None
+) -> dict[int, Key]:
+    """The key of each version; ``routing.json`` is left out, so a routing change reloads
+    nothing (it is applied on its own)."""
+    by_version, shared = version_files(files)
+    shared_key = tuple(sorted((r, s) for r, s in shared.items() if r != ROUTING_FILE))
+    override_bytes = override.SerializeToString(deterministic=True) if override else b""
+    return {
+        v: Key(origin, shared_key, override_bytes, tuple(sorted(by_version.get(v, {}).items())))
+        for v in versions
+    }
+
+
+@dataclass(slots=True)
+class Listing:
+    """One scan: where each model is (the first store that has it) and what every store that
+    answered lists; models being written elsewhere are in ``writing``, not in ``found``."""
+
+    found: dict[str, tuple[Storage, ModelFiles]] = field(default_factory=dict)
+    listed: dict[str, set[str]] = field(default_factory=dict)  # store uri -> model names
+    writing: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreState:
+    uri: str
+    ok: bool
+    last_ok_unix_s: float | None  # None: never answered
+    error: str = ""
+
+
+class Catalog:
+    def __init__(self, storages: list[Storage]) -> None:
+        self.storages = storages
+        self.names: set[str] = set()  # model names the stores held at the last scan
+        self.synced_unix_s: float | None = None  # the last scan every store answered
+        self.stores = {s.uri: StoreState(s.uri, False, None) for s in storages}
+        self._duplicates: set[str] = set()
+        self._fetch_failed: dict[str, ModelFiles] = {}
+        self._refresh: asyncio.Task[tuple[Listing, dict[str, StorageError]]] | None = None
+
+    async def scan(self) -> tuple[Listing, dict[str, StorageError]]:
+        """Every model folder of every store, and the stores that did not answer."""
+        results = await asyncio.gather(
+            *(asyncio.to_thread(s.scan) for s in self.storages), return_exceptions=True
+        )
+        listing = Listing()
+        failures: dict[str, StorageError] = {}
+        now = time.time()
+        for storage, result in zip(self.storages, results, strict=True):
+            if isinstance(result, asyncio.CancelledError):
+                raise result
+            if isinstance(result, BaseException):
+                error = (
+                    result
+                    if isinstance(result, StorageError)
+                    else StorageError(f"model repository '{storage.uri}': {describe(result)}")
+                )
+                failures[storage.uri] = error
+                last = self.stores[storage.uri].last_ok_unix_s
+                self.stores[storage.uri] = StoreState(storage.uri, False, last, error.message)
+                continue
+            self.stores[storage.uri] = StoreState(storage.uri, True, now)
+            listing.listed[storage.uri] = set(result)
+            for name, files in result.items():
+                if WRITING_MARKER in files:
+                    listing.writing.add(name)
+                elif name not in listing.found:
+                    listing.found[name] = (storage, files)
+                elif name not in self._duplicates:
+                    self._duplicates.add(name)
+                    log.error(
+                        "model '%s' is in two repositories, %s and %s: serving the first",
+                        name,
+                        listing.found[name][0].uri,
+                        storage.uri,
+                    )
+        every = set(listing.found) | listing.writing
+        self.names = every if not failures else self.names | every
+        if not failures:
+            self.synced_unix_s = now
+        return listing, failures
+
+    async def refresh(self, max_wait_s: float) -> None:
+        """Start a rescan in the background and wait for it at most ``max_wait_s``; while an
+        earlier one still runs (a store that hangs), return at once."""
+        if self._refresh is not None and not self._refresh.done():
+            return
+        task = self._refresh = asyncio.get_running_loop().create_task(self.scan())
+        task.add_done_callback(_consume)
+        # Past the wait, answer from the last listing: the scan goes on, or failed and says so.
+        with contextlib.suppress(TimeoutError, StorageError):
+            await asyncio.wait_for(asyncio.shield(task), max_wait_s)
+
+    async def find(self, name: str) -> tuple[Storage, ModelFiles]:
+        """Which store holds a model, and its files now (NotFound, StorageError)."""
+        errors: list[StorageError] = []
+        for storage in self.storages:
+            try:
+                files = await asyncio.to_thread(storage.scan_model, name)
+            except StorageError as exc:
+                errors.append(exc)
+                continue
+            if files is not None:
+                if WRITING_MARKER in files:
+                    raise StorageError(
+                        f"model '{name}' is being written to model repository "
+                        f"'{storage.uri}' by another server; try again when it is done"
+                    )
+                return storage, files
+        if errors:
+            raise errors[0]
+        raise NotFound(f"unknown model '{name}': no such folder in the repository")
+
+    async def home(self, name: str) -> Storage:
+        """Where an upload of ``name`` goes: the store that holds it, else the first."""
+        check_model_name(name)
+        for storage in self.storages:
+            if await asyncio.to_thread(storage.scan_model, name) is not None:
+                return storage
+        return self.storages[0]
+
+    async def fetch(self, name: str, storage: Storage, files: ModelFiles) -> Path:
+        """A local folder with the model's files (logged once per failing snapshot)."""
+        try:
+            folder = await asyncio.to_thread(storage.fetch, name, files)
+        except StorageError as exc:
+            if self._fetch_failed.get(name) != files:
+                self._fetch_failed[name] = files
+                log.error("cannot fetch model '%s': %s", name, exc.message)
+            raise
+        self._fetch_failed.pop(name, None)
+        return folder
+
+    def forget(self, name: str) -> None:
+        self._fetch_failed.pop(name, None)
+
+
+def _consume(task: asyncio.Task[object]) -> None:
+    if not task.cancelled():
+        task.exception()  # a failed background refresh is reported by the next scan

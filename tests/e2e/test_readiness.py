@@ -1,0 +1,73 @@
+"""``--strict-readiness``: the server is ready only when every model that should load is READY
+(HTTP ``/v2/health/ready``, gRPC ServerReady and the health service), or, with
+``--strict-readiness=false``, as soon as startup loading is done."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+import tritonclient.grpc as triton_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.e2e.lifecycle_support import HTTP, states, wait_for
+from tests.echo_support import BATCHED as ECHO
+from tests.support import ServerProcess
+
+
+def _repository(root: Path) -> Path:
+    (root / "good" / "1").mkdir(parents=True)
+    (root / "good" / "config.pbtxt").write_text(ECHO)
+    (root / "bad" / "1").mkdir(parents=True)
+    (root / "bad" / "config.pbtxt").write_text('backend: "echo"\n')  # no inputs: fails to load
+    return root
+
+
+def _ready(server: ServerProcess) -> tuple[int, bool, int]:
+    """(HTTP status, gRPC ServerReady, gRPC health status of the server)."""
+    status = HTTP.get(f"{server.http_url}/v2/health/ready").status_code
+    with triton_grpc.InferenceServerClient(server.grpc_address) as client:
+        grpc_ready = client.is_server_ready()
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        served = health.Check(health_pb2.HealthCheckRequest(service="")).status
+    return status, grpc_ready, served
+
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_readiness_with_a_model_that_fails(tmp_path: Path, strict: bool) -> None:
+    root = _repository(tmp_path / "models")
+    args = ["--model-control-mode", "poll", "--repository-poll-secs", "1"]
+    server = ServerProcess(root, extra_args=[*args, f"--strict-readiness={str(strict).lower()}"])
+    server.start(until="/v2/health/live")
+    try:
+        wait_for(lambda: states(server, "bad") == {"1": "UNAVAILABLE"}, "the failed load")
+        assert states(server, "good") == {"1": "READY"}
+        if strict:
+            assert _ready(server) == (503, False, NOT_SERVING)
+            assert HTTP.get(f"{server.http_url}/v2/health/ready").json() == {"ready": False}
+        else:
+            assert _ready(server) == (200, True, SERVING)
+        (root / "bad" / "config.pbtxt").write_text(ECHO)  # fixed: it loads on the next poll
+        wait_for(lambda: states(server, "bad") == {"1": "READY"}, "the fixed model")
+        assert _ready(server) == (200, True, SERVING)
+    finally:
+        server.stop()
+
+
+def test_a_failed_explicit_load_does_not_make_the_server_unready(tmp_path: Path) -> None:
+    root = _repository(tmp_path / "models")
+    args = ["--model-control-mode", "explicit", "--load-model", "good"]
+    server = ServerProcess(root, extra_args=args).start()
+    try:
+        r = httpx.post(f"{server.http_url}/v2/repository/models/bad/load")
+        assert r.status_code == 400 and "failed to load model 'bad'" in r.json()["error"]
+        assert _ready(server) == (200, True, SERVING)
+    finally:
+        server.stop()
