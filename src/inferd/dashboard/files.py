@@ -87,7 +87,7 @@ def describe_files(files: ModelFiles) -> dict[str, Any]:
 
 async def list_model(manager: ModelManager, name: str) -> dict[str, Any]:
     """The listing of one model folder, with its config.pbtxt text when it can be read."""
-    storage, files = await manager.find(check_name(name))
+    storage, files = await manager.catalog.find(check_name(name))
     doc: dict[str, Any] = {
         "name": name,
         "repository": storage.uri,
@@ -114,7 +114,7 @@ async def list_model(manager: ModelManager, name: str) -> dict[str, Any]:
 async def read_model_file(manager: ModelManager, name: str, rel: str) -> bytes:
     """The contents of one file of a model folder, which must be in its listing."""
     rel = check_relative(rel, "file path")
-    storage, files = await manager.find(check_name(name))
+    storage, files = await manager.catalog.find(check_name(name))
     stamp = files.get(rel)
     if stamp is None:
         raise NotFound(f"model '{name}' has no file '{rel}'")

@@ -28,7 +28,7 @@ class ServerFacts:
     node: str
     control_mode: str
     repositories: tuple[str, ...]
-    writable: bool  # a local repository takes uploads
+    writable: bool  # the repository takes uploads (a local folder or S3)
     access_log: bool
     tracing: bool
     trace_url: str

@@ -96,7 +96,7 @@ class Dashboard:
             node=settings.node_name,
             control_mode=manager.mode.value,
             repositories=tuple(s.uri for s in manager.storages),
-            writable=manager.writable_storage() is not None,
+            writable=bool(manager.storages),  # uploads go to the model's store, or the first
             access_log=access_log,
             tracing=tracing,
             trace_url=settings.dashboard_trace_url,

@@ -253,7 +253,7 @@ export class DeployPanel {
     const server = doc.server;
     this.mode.textContent = server.control_mode === 'none'
       ? 'This server runs with --model-control-mode none: it refuses uploads and loads (start it with poll or explicit).'
-      : `Control mode ${server.control_mode}. Uploads are written into ${server.repositories[0] || 'the repository'}${server.writable ? '' : ' (no local repository: uploads are refused)'}.`;
+      : `Control mode ${server.control_mode}. Uploads are written into ${server.repositories[0] || 'the repository'}${server.writable ? '' : ' (no repository takes uploads)'}.`;
     setOptions(this.target, doc.models.map((m) => m.name), this.wanted || this.target.value);
     if (this.target.value !== this.routingFor) this.fillRouting();
     this.showState();
