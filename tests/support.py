@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -84,10 +85,11 @@ class ServerProcess:
         return self.log_path.read_text(errors="replace") if self.log_path else ""
 
     def stop(self) -> int | None:
+        """Stop at once (SIGINT); SIGTERM would drain first (tests/e2e/test_drain.py)."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
-            self.proc.terminate()
+            self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
