@@ -33,18 +33,19 @@ class ServerProcess:
     grpc_port: int = field(default_factory=free_port)
     log_path: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
+    host: str = "127.0.0.1"  # the loopback address both servers bind
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"http://{self.host}:{self.http_port}"
 
     @property
     def http_address(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
+        return f"{self.host}:{self.http_port}"
 
     @property
     def grpc_address(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
+        return f"{self.host}:{self.grpc_port}"
 
     def start(self, timeout_s: float = 60.0) -> ServerProcess:
         self.log_path = self.log_path or self.repository.parent / f"server-{self.http_port}.log"
@@ -56,7 +57,7 @@ class ServerProcess:
             "--model-repository",
             str(self.repository),
             "--http-address",
-            "127.0.0.1",
+            self.host,
             "--http-port",
             str(self.http_port),
             *self.extra_args,
@@ -64,7 +65,7 @@ class ServerProcess:
         if os.environ.get("INFERD_TEST_GRPC", "1") != "1":
             args.append("--allow-grpc=false")  # else every server would bind the default 8081
         elif "--grpc-port" not in self.extra_args:
-            args += ["--grpc-port", str(self.grpc_port)]
+            args += ["--grpc-port", str(self.grpc_port), "--grpc-address", self.host]
         env = {**os.environ, "RUST_BACKTRACE": "0", **self.env}
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
