@@ -63,6 +63,7 @@ class Options:
     listen: tuple[str, int] = ("0.0.0.0", 8080)
     grpc_listen: tuple[str, int] = ("0.0.0.0", 8081)
     admin: tuple[str, int] = ("127.0.0.1", 9901)
+    stats_listen: tuple[str, int] | None = None  # /stats/prometheus and /ready, from the admin
     lb: str = "round_robin"
     strict_dns: bool = False
     health_interval_s: float = 5.0
@@ -272,22 +273,67 @@ def _cluster(name: str, grpc: bool, options: Options) -> dict[str, Any]:
     return cluster
 
 
+def _stats(options: Options) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A listener that shows only the admin's ``/stats/prometheus`` and ``/ready`` (for
+    Prometheus and probes), and the cluster that reaches the admin on loopback."""
+    routes = [
+        {"match": {"path": path}, "route": {"cluster": "envoy_admin", "timeout": "5s"}}
+        for path in ("/stats/prometheus", "/ready")
+    ]
+    manager = {
+        "@type": f"{HCM}.HttpConnectionManager",
+        "stat_prefix": "envoy_stats",
+        "route_config": {
+            "name": "envoy_stats",
+            "virtual_hosts": [{"name": "envoy_stats", "domains": ["*"], "routes": routes}],
+        },
+        "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER}}],
+    }
+    assert options.stats_listen is not None
+    listener = {
+        "name": "envoy_stats",
+        "address": _socket(options.stats_listen),
+        "filter_chains": [
+            {
+                "filters": [
+                    {
+                        "name": "envoy.filters.network.http_connection_manager",
+                        "typed_config": manager,
+                    }
+                ]
+            }
+        ],
+    }
+    host = options.admin[0] if options.admin[0] not in ("0.0.0.0", "::") else "127.0.0.1"
+    endpoint = {"endpoint": {"address": _socket((host, options.admin[1]))}}
+    cluster = {
+        "name": "envoy_admin",
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "load_assignment": {
+            "cluster_name": "envoy_admin",
+            "endpoints": [{"lb_endpoints": [endpoint]}],
+        },
+    }
+    return listener, cluster
+
+
 def bootstrap(options: Options) -> dict[str, Any]:
     """The whole Envoy v3 bootstrap as a dict (JSON- and YAML-ready)."""
     if not options.upstreams:
         raise UpstreamError("at least one --upstream HOST:HTTP_PORT:GRPC_PORT is needed")
+    listeners = [
+        _listener("inferd_http", options.listen, _http_routes(options), options),
+        _listener("inferd_grpc", options.grpc_listen, _grpc_routes(options), options),
+    ]
+    clusters = [_cluster("inferd_http", False, options), _cluster("inferd_grpc", True, options)]
+    if options.stats_listen is not None:
+        listener, cluster = _stats(options)
+        listeners.append(listener)
+        clusters.append(cluster)
     return {
         "admin": {"address": _socket(options.admin)},
-        "static_resources": {
-            "listeners": [
-                _listener("inferd_http", options.listen, _http_routes(options), options),
-                _listener("inferd_grpc", options.grpc_listen, _grpc_routes(options), options),
-            ],
-            "clusters": [
-                _cluster("inferd_http", False, options),
-                _cluster("inferd_grpc", True, options),
-            ],
-        },
+        "static_resources": {"listeners": listeners, "clusters": clusters},
     }
 
 
@@ -334,6 +380,9 @@ def _run(args: argparse.Namespace) -> int:
             listen=parse_address(args.listen, "--listen"),
             grpc_listen=parse_address(args.grpc_listen, "--grpc-listen"),
             admin=parse_address(args.admin, "--admin"),
+            stats_listen=(
+                parse_address(args.stats_listen, "--stats-listen") if args.stats_listen else None
+            ),
             lb=args.lb,
             strict_dns=args.strict_dns,
             health_interval_s=args.health_interval_s,
@@ -374,6 +423,12 @@ def add_parser(commands: Any) -> None:
         "--grpc-listen", default="0.0.0.0:8081", help="gRPC listener (0.0.0.0:8081)"
     )
     parser.add_argument("--admin", default="127.0.0.1:9901", help="admin (127.0.0.1:9901)")
+    parser.add_argument(
+        "--stats-listen",
+        default="",
+        metavar="ADDR:PORT",
+        help="also serve the admin's /stats/prometheus and /ready here, and nothing else of it",
+    )
     parser.add_argument(
         "--lb", choices=("round_robin", "least_request"), default="round_robin", help="balancing"
     )

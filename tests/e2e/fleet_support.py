@@ -61,6 +61,7 @@ class Fleet:
     http_port: int = field(default_factory=free_port)
     grpc_port: int = field(default_factory=free_port)
     admin_port: int = field(default_factory=free_port)
+    stats_port: int = field(default_factory=free_port)
     # Each node's (HTTP, gRPC) ports, kept when it restarts: Envoy's config names them.
     ports: list[tuple[int, int]] = field(
         default_factory=lambda: [(free_port(), free_port()) for _ in HOSTS]
@@ -122,6 +123,7 @@ class Fleet:
                 f"--listen=127.0.0.1:{self.http_port}",
                 f"--grpc-listen=127.0.0.1:{self.grpc_port}",
                 f"--admin=127.0.0.1:{self.admin_port}",
+                f"--stats-listen=127.0.0.1:{self.stats_port}",
                 "--health-interval-s=0.5",
                 f"--access-log={self.root / 'envoy-access.log'}",
             ],

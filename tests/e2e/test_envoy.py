@@ -72,7 +72,8 @@ def test_http_and_grpc_requests_spread_over_every_node(fleet: Fleet) -> None:
     print("\nrequests per node (http, grpc):", [(d["http"], d["grpc"]) for d in delta])
     assert all(d["http"] > 0 and d["grpc"] > 0 for d in delta), delta
     # Envoy's admin lists the nodes; its access log names the node that served each request.
-    assert fleet.healthy() == {"inferd_http": set(HOSTS), "inferd_grpc": set(HOSTS)}
+    healthy = fleet.healthy()
+    assert healthy["inferd_http"] == healthy["inferd_grpc"] == set(HOSTS)
     names = [
         f"upstream={n.host}:{port} cluster={cluster}"
         for n in fleet.nodes
@@ -80,6 +81,13 @@ def test_http_and_grpc_requests_spread_over_every_node(fleet: Fleet) -> None:
     ]
     log = fleet.root / "envoy-access.log"
     wait_for(lambda: all(name in log.read_text() for name in names), "every node in Envoy's log")
+    # The stats listener shows Prometheus figures and readiness, and nothing else of the admin.
+    stats = f"http://127.0.0.1:{fleet.stats_port}"
+    text = httpx.get(f"{stats}/stats/prometheus", timeout=5).text
+    assert 'envoy_http_downstream_rq_total{envoy_http_conn_manager_prefix="inferd_http"}' in text
+    assert httpx.get(f"{stats}/ready", timeout=5).text.strip() == "LIVE"
+    assert httpx.get(f"{stats}/clusters", timeout=5).status_code == 404
+    assert httpx.post(f"{stats}/quitquitquit", timeout=5).status_code == 404
 
 
 def test_a_version_pushed_to_s3_reaches_every_node_with_no_failed_request(fleet: Fleet) -> None:

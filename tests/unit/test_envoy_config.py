@@ -148,3 +148,11 @@ def test_envoy_accepts_the_bootstrap(tmp_path: Path, output_format: str) -> None
     )
     assert check.returncode == 0, check.stdout + check.stderr
     assert f"configuration '{path}' OK" in check.stdout + check.stderr
+
+
+def test_the_deploy_example_is_what_the_command_prints() -> None:
+    example = Path(__file__).parents[2] / "deploy" / "envoy"
+    upstreams = [f"--upstream=10.0.0.{n}:8080:8081" for n in (11, 12, 13)]
+    assert _inferd(*upstreams).stdout == (example / "envoy.yaml").read_text()
+    for flag in upstreams:
+        assert f"  --upstream {flag.split('=')[1]}" in (example / "README.md").read_text()
