@@ -34,6 +34,7 @@ class ServerProcess:
     log_path: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
     host: str = "127.0.0.1"  # the loopback address both servers bind
+    python: str = sys.executable  # the interpreter that runs `-m inferd`
 
     @property
     def http_url(self) -> str:
@@ -50,7 +51,7 @@ class ServerProcess:
     def start(self, timeout_s: float = 60.0) -> ServerProcess:
         self.log_path = self.log_path or self.repository.parent / f"server-{self.http_port}.log"
         args = [
-            sys.executable,
+            self.python,
             "-m",
             "inferd",
             "serve",

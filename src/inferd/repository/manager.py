@@ -219,6 +219,8 @@ class ModelManager:
         found, failures = await self.scan()
         for error in failures.values():
             log.error("%s", error.message)
+        if failures:
+            found = {**self._cached(set(failures)), **found}
         wanted = sorted(found) if names is None else list(names)
         for name in wanted:
             if name not in found:
@@ -235,6 +237,24 @@ class ModelManager:
             except StorageError as exc:
                 if self.current(name) is None:
                     self.registry.put(ModelRecord(name, reason=exc.message))
+
+    def _cached(self, failed: set[str]) -> Found:
+        """What the unreachable stores left in their local caches, to serve meanwhile."""
+        found: Found = {}
+        for storage in self.storages:
+            cached = getattr(storage, "cached", None)  # remote stores keep a cache
+            if storage.uri not in failed or cached is None:
+                continue
+            models: dict[str, ModelFiles] = cached()
+            log.warning(
+                "model repository '%s' is unreachable: serving %d model(s) from its local cache "
+                "until it answers%s",
+                storage.uri,
+                len(models),
+                f" ({', '.join(models)})" if models else "",
+            )
+            found.update({name: (storage, files) for name, files in models.items()})
+        return found
 
     async def apply(self, found: Found, failed: set[str]) -> None:
         """Bring the loaded models in line with a scan (poll mode); stores in ``failed``
