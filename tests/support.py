@@ -66,7 +66,9 @@ class ServerProcess:
         if os.environ.get("INFERD_TEST_GRPC", "1") != "1":
             args.append("--allow-grpc=false")  # else every server would bind the default 8081
         elif "--grpc-port" not in self.extra_args:
-            args += ["--grpc-port", str(self.grpc_port), "--grpc-address", self.host]
+            args += ["--grpc-port", str(self.grpc_port)]
+            if self.host != "127.0.0.1":  # else gRPC keeps its default address
+                args += ["--grpc-address", self.host]
         env = {**os.environ, "RUST_BACKTRACE": "0", **self.env}
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)

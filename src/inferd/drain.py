@@ -43,6 +43,7 @@ class Drain:
         self.stop = stop
         self.quiet_s = quiet_s
         self._task: asyncio.Task[None] | None = None
+        self.exit_timer: asyncio.TimerHandle | None = None  # set by a drain timeout
 
     @property
     def started(self) -> bool:
@@ -97,7 +98,8 @@ class Drain:
                     self.timeout_s,
                     pending,
                 )
-                asyncio.get_running_loop().call_later(STOP_GRACE_S, self._exit_now)
+                loop = asyncio.get_running_loop()
+                self.exit_timer = loop.call_later(STOP_GRACE_S, self._exit_now)
                 break
             await asyncio.sleep(POLL_S)
         self.stop()

@@ -241,6 +241,7 @@ def _cluster(name: str, grpc: bool, options: Options) -> dict[str, Any]:
         "lb_policy": options.lb.upper(),
         "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": endpoints}]},
         "health_checks": [check],
+        "close_connections_on_host_health_failure": True,
         "outlier_detection": {
             "consecutive_5xx": 5,
             "consecutive_gateway_failure": 2,

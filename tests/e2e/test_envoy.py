@@ -135,16 +135,19 @@ def _kill_or_stop(fleet: Fleet, index: int, sig: signal.Signals) -> tuple[list, 
 def test_a_node_killed_under_load_costs_at_most_its_requests_in_flight(fleet: Fleet) -> None:
     outcomes, killed, noticed = _kill_or_stop(fleet, 2, signal.SIGKILL)
     failed = [o for o in outcomes if not o.ok]
-    after = [o for o in outcomes if o.start >= killed]
+    late = [o for o in outcomes if o.start >= noticed]
     print(
-        f"\nSIGKILL: {len(outcomes)} requests, {len(failed)} failed (all in flight at the kill), "
-        f"{len(after)} sent after it; Envoy noticed after {noticed - killed:.2f} s"
+        f"\nSIGKILL: {len(outcomes)} requests, {len(failed)} failed "
+        f"({sum(o.start < killed for o in failed)} sent before the kill), {len(late)} sent after "
+        f"Envoy noticed ({noticed - killed:.2f} s after the kill)"
     )
-    # Only requests already running when the node died may fail: at most one per load thread.
-    assert all(o.start < killed < o.end for o in failed), failed
-    assert len(failed) <= 6
-    assert all(o.ok and o.value == 1.0 for o in after)
-    assert len(after) > 0
+    # What the node held when it died: at most one request per load thread (each thread has one
+    # in flight), each failing with a reset; none of those sent once Envoy had noticed.
+    print("\n".join(f"  {o.protocol}: {o.error[:150]}" for o in failed))
+    assert len(failed) <= 6, failed
+    assert all("reset" in o.error or "Socket closed" in o.error for o in failed), failed
+    assert all(o.start < noticed for o in failed), failed
+    assert late and all(o.ok and o.value == 1.0 for o in late)
 
 
 def test_a_node_stopped_with_sigterm_drains_and_costs_nothing(fleet: Fleet) -> None:
