@@ -20,7 +20,7 @@ RUN useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonex
       --shell /usr/sbin/nologin inferd
 WORKDIR /build
 COPY --from=build /src/dist ./dist
-RUN python -m venv /opt/inferd && /opt/inferd/bin/pip install "$(ls dist/inferd-*.whl)[${EXTRAS}]"
+RUN python -m venv /opt/inferd && /opt/inferd/bin/pip install "$(ls dist/inferd-*.whl)${EXTRAS:+[$EXTRAS]}"
 WORKDIR /
 # Models come from s3:// (INFERD_MODEL_REPOSITORY) or a volume at /models; S3 copies are cached
 # in /var/cache/inferd, which may be the only writable path besides /tmp (read-only root).

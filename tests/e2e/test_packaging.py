@@ -53,7 +53,7 @@ def test_the_dockerfile_installs_with_the_readme_commands() -> None:
         'python -m pip install "build>=1.2"',
         "python -m build --wheel --outdir dist .",
         "python -m venv /opt/inferd",
-        '/opt/inferd/bin/pip install "$(ls dist/inferd-*.whl)[${EXTRAS}]"',
+        '/opt/inferd/bin/pip install "$(ls dist/inferd-*.whl)${EXTRAS:+[$EXTRAS]}"',
     ]
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^FROM python:\$\{PYTHON_VERSION\}-slim AS build$", dockerfile, re.M)
@@ -82,25 +82,53 @@ def _copy_source(target: Path) -> None:
     )
 
 
+def _run_step(step: str, old: str, new: str, cwd: Path, env: dict[str, str]) -> None:
+    """One README install step, run by bash with ``old`` (its start) replaced by ``new``."""
+    assert step.startswith(old), step
+    done = subprocess.run(
+        ["bash", "-c", new + step[len(old) :]], cwd=cwd, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, f"{step}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+
+
 def test_a_built_wheel_serves_the_demo_from_a_fresh_venv(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    """The README's image install steps, made cheap: the build without an isolated
+    environment, the venv without its own pip, the install of inferd alone."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"EXTRAS": ""}
     source = tmp_path / "source"
     _copy_source(source)
-    build = [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", "dist", "."]
-    done = subprocess.run(build, cwd=source, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    venv = tmp_path / "venv"
+    python = venv / "bin" / "python"
+    _, build, make_venv, install = _readme_steps()
+    _run_step(build, "python -m build", f"{sys.executable} -m build --no-isolation", source, env)
+    _run_step(
+        make_venv,
+        "python -m venv /opt/inferd",
+        f"{sys.executable} -m venv --without-pip {venv}",
+        source,
+        env,
+    )
+    pip = f"{sys.executable} -m pip --python {python} install -q --no-deps"
+    _run_step(install, "/opt/inferd/bin/pip install", pip, source, env)
     (wheel,) = (source / "dist").glob("inferd-*.whl")
+    for extras, expected in (
+        ("", wheel.name),
+        ("sklearn,xgboost", f"{wheel.name}[sklearn,xgboost]"),
+    ):
+        argument = install.split(" install ", 1)[1]  # what the step hands pip, once expanded
+        shown = subprocess.run(
+            ["bash", "-c", f"echo {argument}"],
+            cwd=source,
+            env=env | {"EXTRAS": extras},
+            capture_output=True,
+            text=True,
+        )
+        assert shown.stdout.strip() == f"dist/{expected}"
     names = zipfile.ZipFile(wheel).namelist()
     assert "inferd/py.typed" in names and "inferd/config/model_config.proto" in names
     assert "inferd/protocols/grpc_service_pb2.pyi" in names
     assert not [n for n in names if n.startswith("tests/")]
 
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps"]
-    done = subprocess.run([*install, str(wheel)], env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
     # The dependencies, not inferd: a .pth line adds a folder but not the .pth files in it
     # (so not this checkout's editable install).
     purelib = subprocess.run(
