@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -32,31 +33,33 @@ class ServerProcess:
     grpc_port: int = field(default_factory=free_port)
     log_path: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
+    host: str = "127.0.0.1"  # the loopback address both servers bind
+    python: str = sys.executable  # the interpreter that runs `-m inferd`
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"http://{self.host}:{self.http_port}"
 
     @property
     def http_address(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
+        return f"{self.host}:{self.http_port}"
 
     @property
     def grpc_address(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
+        return f"{self.host}:{self.grpc_port}"
 
     def start(self, timeout_s: float = 60.0, until: str = "/v2/health/ready") -> ServerProcess:
         """Start the server and wait until ``until`` answers 200."""
         self.log_path = self.log_path or self.repository.parent / f"server-{self.http_port}.log"
         args = [
-            sys.executable,
+            self.python,
             "-m",
             "inferd",
             "serve",
             "--model-repository",
             str(self.repository),
             "--http-address",
-            "127.0.0.1",
+            self.host,
             "--http-port",
             str(self.http_port),
             *self.extra_args,
@@ -65,6 +68,8 @@ class ServerProcess:
             args.append("--allow-grpc=false")  # else every server would bind the default 8081
         elif "--grpc-port" not in self.extra_args:
             args += ["--grpc-port", str(self.grpc_port)]
+            if self.host != "127.0.0.1":  # else gRPC keeps its default address
+                args += ["--grpc-address", self.host]
         env = {**os.environ, "RUST_BACKTRACE": "0", **self.env}
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -85,10 +90,11 @@ class ServerProcess:
         return self.log_path.read_text(errors="replace") if self.log_path else ""
 
     def stop(self) -> int | None:
+        """Stop at once (SIGINT); SIGTERM would drain first (tests/e2e/test_drain.py)."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
-            self.proc.terminate()
+            self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:

@@ -1,4 +1,4 @@
-"""The ``inferd`` command line: serve, demo-models, bench, repo."""
+"""The ``inferd`` command line: serve, demo-models, bench, repo, envoy-config."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from inferd import __version__, settings
 from inferd.bench.options import add_arguments as add_bench_arguments
+from inferd.envoy_config import add_parser as add_envoy_parser
 from inferd.errors import ConfigError
 from inferd.repo_cli import add_parser as add_repo_parser
 
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_arguments(bench)
     bench.set_defaults(func=_bench)
     add_repo_parser(commands)
+    add_envoy_parser(commands)
     return parser
 
 

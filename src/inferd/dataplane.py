@@ -53,13 +53,14 @@ class DataPlane:
         self.server_name = server_name
         self.repository = repository  # None: no repository API (load, unload, upload)
         self.started = False  # set once startup loading has settled
+        self.draining = False  # set by a SIGTERM: the balancer must stop sending
         # Strict readiness: every model that should load is READY (see --strict-readiness).
         self.models_ready: Callable[[], bool] = _always
         self._routing_changes = asyncio.Lock()
 
     @property
     def ready(self) -> bool:
-        return self.started and self.models_ready()
+        return self.started and not self.draining and self.models_ready()
 
     def live(self) -> bool:
         return True

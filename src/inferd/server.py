@@ -13,6 +13,7 @@ from granian.server.embed import Server as GranianServer
 from prometheus_client import start_http_server
 
 from inferd.dataplane import DataPlane
+from inferd.drain import Drain
 from inferd.errors import ConfigError
 from inferd.observability.logging import Logs
 from inferd.observability.metrics import EndpointStats, build_registry
@@ -59,6 +60,7 @@ class Server:
             else None
         )
         self.poller: Poller[Any] | None = None
+        self.drain: Drain | None = None  # set by run(): SIGTERM drains, SIGINT stops at once
         self.observer = RequestObserver(self.endpoints, self.logs, self.tracer, settings.node_name)
         router = Router()
         V2Http(self.plane).register(router)
@@ -106,8 +108,9 @@ class Server:
             log_enabled=False,
         )
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, http.stop)
+        self.drain = Drain(self.plane, self.registry, self.settings.drain_timeout_s, http.stop)
+        loop.add_signal_handler(signal.SIGINT, http.stop)
+        loop.add_signal_handler(signal.SIGTERM, self.drain.begin)
         address = f"{self.settings.http_address}:{self.settings.http_port}"
         bound = False
 

@@ -145,6 +145,10 @@ class Settings:
     trace_endpoint: str = field(
         default="", metadata=_opt("OTLP/HTTP traces endpoint (default: the exporter's own)")
     )
+    drain_timeout_s: int = field(
+        default=30,
+        metadata=_opt("on SIGTERM, seconds to let requests in flight finish before stopping"),
+    )
     server_name: str = field(default="inferd", metadata=_opt("name reported by GET /v2"))
     allow_dashboard: bool = field(
         default=True, metadata=_opt("serve the web dashboard at /dashboard/ on the HTTP port")

@@ -212,6 +212,9 @@ class ModelManager:
         listing, failures = await self.scan()
         for error in failures.values():
             log.error("%s", error.message)
+        if failures:
+            for name, place in self._cached(set(failures)).items():
+                listing.found.setdefault(name, place)
         wanted = sorted(listing.found) if names is None else list(names)
         self.wanted.update(wanted)
         for name in wanted:
@@ -236,6 +239,24 @@ class ModelManager:
 
     def _follows(self, name: str) -> bool:
         return self.followed is None or name in self.followed
+
+    def _cached(self, failed: set[str]) -> dict[str, tuple[Storage, ModelFiles]]:
+        """What the unreachable stores left in their local caches, to serve meanwhile."""
+        found: dict[str, tuple[Storage, ModelFiles]] = {}
+        for storage in self.storages:
+            cached = getattr(storage, "cached", None)  # remote stores keep a cache
+            if storage.uri not in failed or cached is None:
+                continue
+            models: dict[str, ModelFiles] = cached()
+            log.warning(
+                "model repository '%s' is unreachable: serving %d model(s) from its local cache "
+                "until it answers%s",
+                storage.uri,
+                len(models),
+                f" ({', '.join(models)})" if models else "",
+            )
+            found.update({name: (storage, files) for name, files in models.items()})
+        return found
 
     async def apply(self, listing: Listing, failed: set[str]) -> None:
         """Bring the loaded models in line with a scan (poll mode); stores in ``failed``

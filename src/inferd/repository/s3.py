@@ -143,6 +143,18 @@ class S3Storage:
             log.warning("skipping S3 object '%s': not a safe relative path", rel_key)
             return None
 
+    def cached(self) -> dict[str, ModelFiles]:
+        """The models a previous run left complete in the cache (every file its manifest lists,
+        of the listed size): what a node can serve while the store does not answer."""
+        found: dict[str, ModelFiles] = {}
+        manifests = self.cache / _MANIFESTS
+        for path in sorted(manifests.glob("*.json")) if manifests.is_dir() else ():
+            files = _read_manifest(path)
+            name = path.stem
+            if files and all(_size(self.cache / name / rel) == st[0] for rel, st in files.items()):
+                found[name] = files
+        return found
+
     def fetch(self, name: str, files: ModelFiles) -> Path:
         """Copy the model's changed objects into the cache; returns the cached folder."""
         folder = self.cache / name

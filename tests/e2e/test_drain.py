@@ -1,0 +1,104 @@
+"""``inferd serve`` on SIGTERM: not ready at once, requests in flight and queued finish, exit 0.
+
+A slow echo model (one instance, 400 ms per request) holds requests running and queued while
+the server is told to stop; a drain that runs out of ``--drain-timeout-s`` stops anyway.
+"""
+
+from __future__ import annotations
+
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+from tests.e2e.lifecycle_support import wait_for
+from tests.support import ServerProcess
+
+SLOW = """
+name: "slow"
+backend: "echo"
+max_batch_size: 0
+input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [1] }]
+instance_group [{ count: 1 kind: KIND_CPU }]
+parameters [
+  { key: "delay_ms" value: { string_value: "%d" } },
+  { key: "request_level" value: { string_value: "true" } }
+]
+"""
+
+
+def _repository(root: Path, delay_ms: int) -> Path:
+    repo = root / "repo"
+    (repo / "slow" / "1").mkdir(parents=True)
+    (repo / "slow" / "config.pbtxt").write_text(SLOW % delay_ms)
+    return repo
+
+
+def _infer(url: str, value: float) -> httpx.Response:
+    body = {"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [value]}]}
+    return httpx.post(f"{url}/v2/models/slow/infer", json=body, timeout=30)
+
+
+def _pending(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=5).text
+    lines = [ln for ln in text.splitlines() if ln.startswith("inferd_pending_requests{")]
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in lines)
+
+
+def test_sigterm_finishes_running_and_queued_requests_then_exits_0(tmp_path: Path) -> None:
+    server = ServerProcess(_repository(tmp_path, 400)).start()
+    assert server.proc is not None
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            calls = [pool.submit(_infer, server.http_url, float(i)) for i in range(4)]
+            wait_for(lambda: _pending(server.http_url) == 4, "four requests in flight")
+            server.proc.send_signal(signal.SIGTERM)
+            ready = httpx.get(f"{server.http_url}/v2/health/ready", timeout=5)
+            late = _infer(server.http_url, 9.0)  # one more, as a balancer's last one
+            answers = [c.result() for c in calls]
+        assert ready.status_code == 503 and ready.json() == {"ready": False}
+        assert [r.status_code for r in answers] == [200] * 4
+        assert [r.json()["outputs"][0]["data"] for r in answers] == [[0.0], [1.0], [2.0], [3.0]]
+        assert late.status_code == 200 and late.json()["outputs"][0]["data"] == [9.0]
+        assert server.proc.wait(timeout=30) == 0
+        log = server.log()
+        assert "draining: not ready any more; " in log and "waiting at most 30 s" in log
+        assert "drained in " in log and "server stopped" in log
+    finally:
+        server.stop()
+
+
+def test_a_drain_stops_at_its_timeout_and_exits_soon_after(tmp_path: Path) -> None:
+    # The request runs 60 s: the drain gives up after 1 s, the stop after 3 s more.
+    server = ServerProcess(_repository(tmp_path, 60_000), ["--drain-timeout-s", "1"]).start()
+    assert server.proc is not None
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            call = pool.submit(_infer, server.http_url, 1.0)
+            wait_for(lambda: _pending(server.http_url) == 1, "a request in flight")
+            server.proc.send_signal(signal.SIGTERM)
+            assert server.proc.wait(timeout=30) == 0
+            try:
+                outcome = str(call.result().status_code)
+            except httpx.HTTPError as exc:
+                outcome = type(exc).__name__
+        log = server.log()
+        assert "drain timeout (1 s, --drain-timeout-s): stopping with 1 request(s) in flight" in log
+        assert "1 request(s) still running 3 s after the drain timeout: exiting now" in log
+        assert outcome in ("RemoteProtocolError", "ReadError"), outcome  # dropped, not answered
+    finally:
+        server.stop()
+
+
+def test_a_second_sigterm_stops_at_once(tmp_path: Path) -> None:
+    server = ServerProcess(_repository(tmp_path, 400)).start()
+    assert server.proc is not None
+    try:
+        server.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: "draining" in server.log(), "the drain to start")
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(timeout=30) == 0
+        assert "second stop signal: stopping now, 0 request(s) in flight" in server.log()
+    finally:
+        server.stop()
