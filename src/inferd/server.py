@@ -134,7 +134,11 @@ class Server:
             return None
         address = f"{self.settings.grpc_address}:{self.settings.grpc_port}"
         server = build_server(
-            self.plane, address, self.settings.grpc_max_message_bytes, observer=self.observer
+            self.plane,
+            address,
+            self.settings.grpc_max_message_bytes,
+            observer=self.observer,
+            tfserving_tensor_content=self.settings.tfserving_tensor_content,
         )
         await server.start()
         log.info("listening: gRPC (KServe v2 / Triton, TF Serving) on %s", address)

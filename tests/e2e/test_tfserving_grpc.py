@@ -93,9 +93,11 @@ def _float_tensor(stubs: Stubs, values: np.ndarray) -> Any:
 
 
 def _array(tensor: Any) -> np.ndarray:
+    """A Predict output as TF Serving answers by default: in its typed value field."""
     shape = [d.size for d in tensor.tensor_shape.dim]
-    dtype = {1: np.float32, 9: np.int64}[tensor.dtype]
-    return np.frombuffer(tensor.tensor_content, dtype=dtype).reshape(shape)
+    assert not tensor.tensor_content
+    values = {1: tensor.float_val, 9: tensor.int64_val}[tensor.dtype]
+    return np.asarray(values).reshape(shape)
 
 
 def _digits(repo: Path) -> tuple[np.ndarray, np.ndarray]:

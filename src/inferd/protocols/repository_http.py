@@ -17,6 +17,8 @@ from inferd.dataplane import DataPlane
 from inferd.errors import InvalidInput
 from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2_http import json_object, parse_json
+from inferd.routing import RoutingView
+from inferd.views import IndexEntry
 
 _REPO_MODEL = r"/v2/repository/models/(?P<model>[^/]+)"
 FILE_PREFIX = "file:"
@@ -74,12 +76,7 @@ class RepositoryHttp:
     async def index(self, request: HttpRequest) -> HttpResponse:
         ready_only = bool(_body(request).get("ready", False))
         entries = await self.plane.index(ready_only)
-        return json_response(
-            [
-                {"name": e.name, "version": e.version, "state": e.state, "reason": e.reason}
-                for e in entries
-            ]
-        )
+        return json_response(entries)
 
     async def load(self, request: HttpRequest) -> HttpResponse:
         params = json_object(_body(request).get("parameters"), "parameters")
@@ -98,23 +95,40 @@ class RepositoryHttp:
     async def upload(self, request: HttpRequest) -> HttpResponse:
         if not request.body:
             raise InvalidInput("the body is empty: send a .tar.gz or .zip of the model folder")
-        entries = await self.plane.upload_model(request.params["model"], request.body)
-        return json_response(
-            [
-                {"name": e.name, "version": e.version, "state": e.state, "reason": e.reason}
-                for e in entries
-            ]
+        entries: list[IndexEntry] = await self.plane.upload_model(
+            request.params["model"], request.body
         )
+        return json_response(entries)
 
     async def labels(self, request: HttpRequest) -> HttpResponse:
         doc = _body(request)
         if "labels" not in doc:
             raise InvalidInput('the body must be {"labels": {"LABEL": VERSION or null, ...}}')
         labels = json_object(doc["labels"], "labels")
-        return json_response(self.plane.set_labels(request.params["model"], labels))
+        return json_response(routing_json(self.plane.set_labels(request.params["model"], labels)))
 
     async def set_routing(self, request: HttpRequest) -> HttpResponse:
-        return json_response(self.plane.set_routing(request.params["model"], _body(request)))
+        view = self.plane.set_routing(request.params["model"], _body(request))
+        return json_response(routing_json(view))
 
     async def routing(self, request: HttpRequest) -> HttpResponse:
-        return json_response(self.plane.routing(request.params["model"]))
+        return json_response(routing_json(self.plane.routing(request.params["model"])))
+
+
+def routing_json(view: RoutingView) -> dict[str, Any]:
+    """A model's routing as the repository API writes it (the shadow names its version or
+    its label)."""
+    shadow: dict[str, Any] | None = None
+    if view.shadow is not None:
+        target = view.shadow.target
+        shadow = ({"version": int(target)} if target.isdigit() else {"label": target}) | {
+            "fraction": view.shadow.fraction,
+            "tolerance": view.shadow.tolerance,
+        }
+    return {
+        "name": view.name,
+        "labels": dict(view.labels),
+        "traffic_split": dict(view.traffic_split),
+        "shadow": shadow,
+        "shadow_stats": view.shadow_stats,
+    }
