@@ -9,6 +9,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -128,11 +129,14 @@ def test_every_protocol_carries_every_byte(strings_server: ServerProcess) -> Non
         request = pb.ModelInferRequest(model_name=model)
         request.inputs.add(name="INPUT0", datatype="BYTES", shape=[len(VALUES)])
         request.inputs[0].contents.bytes_contents.extend(VALUES)
-        answer = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)  # type: ignore[no-untyped-call]
+        answer = stub.ModelInfer(request, timeout=30)
     assert _raw_bytes(answer.raw_output_contents[0]) == VALUES
     # v2 HTTP JSON: text strings keep their NULs; bytes that are not UTF-8 must go binary.
     text = [v.decode() for v in TEXT]
-    doc = {"inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [6], "data": text}]}
+    doc: dict[str, Any] = {
+        "inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [6], "data": text}]
+    }
     r = httpx.post(f"{server.http_url}/v2/models/{model}/infer", json=doc, timeout=30)
     assert r.status_code == 200, r.text
     assert r.json()["outputs"][0]["data"] == text
@@ -166,7 +170,8 @@ def test_every_protocol_carries_every_byte(strings_server: ServerProcess) -> Non
         tensor_proto.dtype = tensorflow_pb2.DT_STRING
         tensor_proto.tensor_shape.dim.add().size = len(VALUES)
         tensor_proto.string_val.extend(VALUES)
-        out = serving_pb2_grpc.PredictionServiceStub(channel).Predict(predict, timeout=30)
+        tf_stub = serving_pb2_grpc.PredictionServiceStub(channel)  # type: ignore[no-untyped-call]
+        out = tf_stub.Predict(predict, timeout=30)
     assert list(out.outputs["OUTPUT0"].string_val) == VALUES
 
 

@@ -148,7 +148,8 @@ def test_triton_error_wording_over_http_and_grpc(triton: ServerProcess) -> None:
         grpc.insecure_channel(triton.grpc_address) as channel,
         pytest.raises(grpc.RpcError) as info,
     ):
-        pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=10)
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)  # type: ignore[no-untyped-call]
+        stub.ModelInfer(request, timeout=10)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert info.value.details().startswith(
         f"contents field must not be specified when using raw_input_contents for 'x' for model "
