@@ -22,6 +22,7 @@ from inferd.config.spec import (
     PREDICT_METHOD,
     REGRESS_METHOD,
     ModelSpec,
+    SignatureSpec,
     TensorSpec,
 )
 from inferd.datatypes import DataType
@@ -122,45 +123,28 @@ class TfServing:
         model = self.plane.registry.route(name, version, label)
         own = _own_signature(model)
         signatures = model.signatures
-        answered = signature or DEFAULT_SIGNATURE
-        if (
-            not signature
-            or signature == own
-            or (signature == DEFAULT_SIGNATURE and signature not in signatures)
-        ):
-            if not signature and verb != "predict":
-                method = CLASSIFY_METHOD if verb == "classify" else REGRESS_METHOD
-                kind = [s for s in signatures.values() if s.method == method]
-                if len(kind) == 1 and kind[0].name != own:
-                    chosen = kind[0]
-                    return Target(
-                        model.name,
-                        model.version,
-                        chosen.name,
-                        chosen.method,
-                        chosen.spec,
-                        model,
-                        chosen.name,
-                    )
-            found = signatures.get(own)
-            method = found.method if found is not None else PREDICT_METHOD
-            return Target(model.name, model.version, answered, method, model.spec, model, "")
-        chosen_signature = signatures.get(signature)
-        if chosen_signature is None:
-            served = sorted({own, *signatures} - {""})
-            raise InvalidInput(
-                f"unknown signature_name '{signature}'; model '{model.name}' serves "
-                f"{', '.join(repr(s) for s in served)}"
-            )
-        return Target(
-            model.name,
-            model.version,
-            signature,
-            chosen_signature.method,
-            chosen_signature.spec,
-            model,
-            signature,
+        # "serving_default" names the model's own signature unless the model has one so named.
+        is_own = signature == own or (
+            signature == DEFAULT_SIGNATURE and DEFAULT_SIGNATURE not in signatures
         )
+        if signature and not is_own:
+            found = signatures.get(signature)
+            if found is None:
+                served = sorted({own, *signatures})
+                raise InvalidInput(
+                    f"unknown signature_name '{signature}'; model '{model.name}' serves "
+                    f"{', '.join(repr(s) for s in served)}"
+                )
+            return _signature_target(model, found)
+        if not signature and verb != "predict":
+            method = CLASSIFY_METHOD if verb == "classify" else REGRESS_METHOD
+            kind = [s for s in signatures.values() if s.method == method]
+            if len(kind) == 1 and kind[0].name != own:
+                return _signature_target(model, kind[0])
+        mine = signatures.get(own)
+        method = mine.method if mine is not None else PREDICT_METHOD
+        answered = signature or DEFAULT_SIGNATURE
+        return Target(model.name, model.version, answered, method, model.spec, model, "")
 
     def metadata(self, name: str, version: str = "", label: str = "") -> ModelSignatures:
         """Every signature of a version: the model's own first (its config's tensors, under
@@ -274,6 +258,18 @@ class TfServing:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _signature_target(model: ModelVersion, signature: SignatureSpec) -> Target:
+    return Target(
+        model.name,
+        model.version,
+        signature.name,
+        signature.method,
+        signature.spec,
+        model,
+        signature.name,
+    )
 
 
 def _signature_info(name: str, method: str, spec: ModelSpec) -> SignatureInfo:

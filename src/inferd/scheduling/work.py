@@ -137,19 +137,21 @@ class BatchExecutor:
         self.runtime = runtime
         self.inline = bool(getattr(runtime, "inline", False))
 
-    def _run(self, work: Work, inputs: Tensors) -> Tensors:
-        if work.signature:
-            runtime: Any = self.runtime  # a SignatureRuntime: only its models get signatures
-            outputs: Tensors = runtime.execute_signature(work.signature, inputs, work.outputs)
-            return outputs
-        return self.runtime.execute(inputs, work.outputs)
+    def _signature(self, work: Work, inputs: Tensors) -> Tensors:
+        runtime: Any = self.runtime  # a SignatureRuntime: only its models get signatures
+        outputs: Tensors = runtime.execute_signature(work.signature, inputs, work.outputs)
+        return outputs
 
     def execute(self, batch: Sequence[Work]) -> Executed:
         first = batch[0]
         if len(batch) == 1:
             try:
                 started = time.perf_counter_ns()
-                outputs = self._run(first, first.inputs)
+                outputs = (
+                    self._signature(first, first.inputs)
+                    if first.signature
+                    else self.runtime.execute(first.inputs, first.outputs)
+                )
                 infer_ns = time.perf_counter_ns() - started
                 if first.rows:
                     check_rows(self.model, outputs, first.rows)
@@ -165,7 +167,11 @@ class BatchExecutor:
         inputs = {n: np.concatenate([w.inputs[n] for w in batch], axis=0) for n in first.inputs}
         assembled = time.perf_counter_ns()
         try:
-            outputs = self._run(first, inputs)
+            outputs = (
+                self._signature(first, inputs)
+                if first.signature
+                else self.runtime.execute(inputs, first.outputs)
+            )
             executed = time.perf_counter_ns()
             check_rows(self.model, outputs, rows)
         except InstanceFailed:
