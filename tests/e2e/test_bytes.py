@@ -1,12 +1,12 @@
 """BYTES tensors round-trip any byte string (NULs, empty strings, bytes that are not UTF-8,
 1 MB elements) over every protocol and every backend that takes strings; where a framework
-cannot carry a byte, the answer is a 400 that says so, never a shortened string."""
+cannot carry a byte, the answer is a 400 that says so, never a shortened string. (TensorFlow's
+string tensors: ``test_tfserving_fidelity.py``, whose server has TensorFlow loaded already.)"""
 
 from __future__ import annotations
 
 import base64
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,23 +52,6 @@ def _onnx_identity(path: Path) -> None:
     path.write_bytes(model.SerializeToString())
 
 
-def _tensorflow_identity(path: Path) -> bool:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    try:
-        import tensorflow as tf
-    except ImportError:
-        return False
-
-    class Identity(tf.Module):  # type: ignore[misc]
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="x")])  # type: ignore[untyped-decorator]
-        def serve(self, x: object) -> dict[str, object]:
-            return {"y": tf.identity(x)}
-
-    module = Identity()
-    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
-    return True
-
-
 def _openvino_identity(path: Path) -> bool:
     try:
         import openvino as ov
@@ -88,8 +71,6 @@ def strings_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
     write_config(root, "echo_bytes", ECHO)
     version_dir(root, "echo_bytes")
     _onnx_identity(version_dir(root, "onnx_strings") / "model.onnx")
-    if _tensorflow_identity(version_dir(root, "tf_strings") / "model.savedmodel"):
-        write_config(root, "tf_strings", 'platform: "tensorflow_savedmodel"\n')
     if _openvino_identity(version_dir(root, "ov_strings") / "model.xml"):
         write_config(root, "ov_strings", 'backend: "openvino"\n')
     server = ServerProcess(root).start(timeout_s=180)
@@ -195,12 +176,6 @@ def test_onnx_runtime_carries_every_utf8_string(strings_server: ServerProcess) -
         "input 'x': element 4 is not UTF-8 text; ONNX Runtime carries strings as text, "
         "so it cannot take arbitrary bytes"
     )
-
-
-def test_tensorflow_carries_every_byte(strings_server: ServerProcess) -> None:
-    if not (strings_server.repository / "tf_strings").exists():
-        pytest.skip("TensorFlow is not installed")
-    assert _infer_grpc(strings_server, "tf_strings", "x", VALUES).tolist() == VALUES
 
 
 def test_openvino_refuses_what_it_cannot_carry(strings_server: ServerProcess) -> None:

@@ -9,11 +9,14 @@ import json
 import math
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
 import httpx
+import numpy as np
 import pytest
+import tritonclient.grpc as triton_grpc
 
 from tests.e2e import tf1_models
 from tests.support import ServerProcess
@@ -36,9 +39,20 @@ def tf_serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
     root = tmp_path_factory.mktemp("tfserving") / "models"
     tf1_models.build(root / "saved_model_half_plus_two_cpu" / "123")
     tf1_models.build(root / "saved_model_half_plus_three" / "123", legacy=True)
+    _string_identity(root / "tf_strings" / "1")
     server = ServerProcess(root).start(timeout_s=180)
     yield server
     server.stop()
+
+
+def _string_identity(path: Path) -> None:
+    class Identity(tf.Module):  # type: ignore[misc]
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="x")])  # type: ignore[untyped-decorator]
+        def serve(self, x: Any) -> dict[str, Any]:
+            return {"y": tf.identity(x)}
+
+    module = Identity()
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
 
 
 def _curl(*args: str) -> Any:
@@ -187,3 +201,31 @@ def test_nan_and_infinity_tokens(tf_server_url: str) -> None:
         content=b'{"signature_name": "regress_x_to_y", "examples": [{"x": -Infinity}]}',
     )
     assert r.content == b'{"results":[-Infinity]}'
+
+
+def test_tensorflow_carries_every_byte(tf_serving: ServerProcess) -> None:
+    """TensorFlow strings are byte strings: NULs, empty, not UTF-8 and 1 MB all cross."""
+    values = [
+        b"he\x00llo",
+        b"\x00\x01\x02\x03",
+        b"abc\x00",
+        b"",
+        b"\xff\xfe\x00\xfd",
+        b"m" * (1 << 20),
+    ]
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    tensor = triton_grpc.InferInput("x", [len(values)], "BYTES")
+    tensor.set_data_from_numpy(array)
+    client = triton_grpc.InferenceServerClient(
+        tf_serving.grpc_address, channel_args=[("grpc.max_receive_message_length", 64 << 20)]
+    )
+    result = client.infer("tf_strings", [tensor])
+    assert result.as_numpy("y").reshape(-1).tolist() == values
+    with grpc.insecure_channel(tf_serving.grpc_address) as channel:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        request = apis.PredictRequest()
+        request.model_spec.name = "tf_strings"
+        request.inputs["x"].CopyFrom(tf.make_tensor_proto(values[:5]))
+        answer = stub.Predict(request, 30.0)
+    assert list(answer.outputs["y"].string_val) == values[:5]
