@@ -46,7 +46,7 @@ def tf_serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
 
 
 def _string_identity(path: Path) -> None:
-    class Identity(tf.Module):  # type: ignore[misc]
+    class Identity(tf.Module):  # type: ignore[misc,name-defined]
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="x")])  # type: ignore[untyped-decorator]
         def serve(self, x: Any) -> dict[str, Any]:
             return {"y": tf.identity(x)}
