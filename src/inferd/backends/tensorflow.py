@@ -292,6 +292,7 @@ class TensorFlowRuntime:
         self._loaded = loaded  # keeps the variables the functions capture alive
         self._signature = signature
         self._device = device
+        self._functions = dict(loaded.signatures)  # the signature map's lookup is not free
 
     def execute(self, inputs: Tensors, output_names: Sequence[str]) -> Tensors:
         return self.execute_signature(self._signature, inputs, output_names)
@@ -301,7 +302,7 @@ class TensorFlowRuntime:
     ) -> Tensors:
         tf = self._tf
         try:
-            function = self._loaded.signatures[signature]
+            function = self._functions[signature]
             with tf.device(self._device):
                 feeds = {name: tf.constant(array) for name, array in inputs.items()}
                 results = function(**feeds)
@@ -310,6 +311,7 @@ class TensorFlowRuntime:
         return _outputs(results, output_names)
 
     def close(self) -> None:
+        self._functions.clear()
         self._loaded = None
 
 
