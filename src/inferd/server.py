@@ -163,6 +163,7 @@ class Server:
             self.settings.grpc_max_message_bytes,
             observer=self.observer,
             kind=self.settings.grpc_server,
+            tfserving_tensor_content=self.settings.tfserving_tensor_content,
         )
         await server.start()
         log.info(

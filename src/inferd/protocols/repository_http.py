@@ -20,6 +20,8 @@ from inferd.dataplane import DataPlane
 from inferd.errors import InvalidInput
 from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2_http import json_object, parse_json
+from inferd.routing import RoutingPolicy, RoutingView, policy_document
+from inferd.views import IndexEntry
 
 _REPO_MODEL = r"/v2/repository/models/(?P<model>[^/]+)"
 FILE_PREFIX = "file:"
@@ -87,12 +89,7 @@ class RepositoryHttp:
     async def index(self, request: HttpRequest) -> HttpResponse:
         ready_only = bool(_body(request).get("ready", False))
         entries = await self.plane.index(ready_only)
-        response = json_response(
-            [
-                {"name": e.name, "version": e.version, "state": e.state, "reason": e.reason}
-                for e in entries
-            ]
-        )
+        response = json_response(entries)
         if self.plane.repository is not None:
             synced = self.plane.repository_status().synced_unix_s
             response.headers.append((SYNCED_HEADER, rfc3339(synced)))
@@ -146,24 +143,28 @@ class RepositoryHttp:
     async def upload(self, request: HttpRequest) -> HttpResponse:
         if not request.body:
             raise InvalidInput("the body is empty: send a .tar.gz or .zip of the model folder")
-        entries = await self.plane.upload_model(request.params["model"], request.body)
-        return json_response(
-            [
-                {"name": e.name, "version": e.version, "state": e.state, "reason": e.reason}
-                for e in entries
-            ]
+        entries: list[IndexEntry] = await self.plane.upload_model(
+            request.params["model"], request.body
         )
+        return json_response(entries)
 
     async def labels(self, request: HttpRequest) -> HttpResponse:
         doc = _body(request)
         if "labels" not in doc:
             raise InvalidInput('the body must be {"labels": {"LABEL": VERSION or null, ...}}')
         labels = json_object(doc["labels"], "labels")
-        return json_response(await self.plane.set_labels(request.params["model"], labels))
+        view = await self.plane.set_labels(request.params["model"], labels)
+        return json_response(routing_json(view))
 
     async def set_routing(self, request: HttpRequest) -> HttpResponse:
-        doc = _body(request)
-        return json_response(await self.plane.set_routing(request.params["model"], doc))
+        view = await self.plane.set_routing(request.params["model"], _body(request))
+        return json_response(routing_json(view))
 
     async def routing(self, request: HttpRequest) -> HttpResponse:
-        return json_response(self.plane.routing(request.params["model"]))
+        return json_response(routing_json(self.plane.routing(request.params["model"])))
+
+
+def routing_json(view: RoutingView) -> dict[str, Any]:
+    """A model's routing as the repository API writes it, with its shadow counts."""
+    policy = RoutingPolicy(view.labels, view.traffic_split, view.shadow)
+    return {"name": view.name, **policy_document(policy), "shadow_stats": view.shadow_stats}

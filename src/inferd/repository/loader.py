@@ -96,6 +96,8 @@ def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions
     elif not config.platform and not config.backend:
         config.backend = backend.name
     spec = build_spec(config)
+    read_signatures = getattr(backend, "signatures", None)  # model files with several
+    signatures = read_signatures(version_dir, config) if read_signatures is not None else {}
     batching = BatchingOptions.from_config(config) if config.HasField("dynamic_batching") else None
     if config.response_cache.enable and options.cache is None:
         raise ConfigError(
@@ -147,6 +149,7 @@ def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions
         stats=stats,
         cache=options.cache if config.response_cache.enable else None,
         instance_count=pool.count,
+        signatures=signatures,
     )
     loaded.load_seconds = time.perf_counter() - started
     log.info(
