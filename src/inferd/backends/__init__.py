@@ -9,10 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from inferd.backends.base import Backend
-from inferd.config.model_config_pb2 import ModelConfig
 from inferd.errors import ConfigError
+
+if TYPE_CHECKING:  # a Python model's worker imports this package without protobuf
+    from inferd.backends.base import Backend
+    from inferd.config.model_config_pb2 import ModelConfig
 
 
 def _onnxruntime() -> Backend:
