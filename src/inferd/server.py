@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+from dataclasses import replace
 from typing import Any
 
 from granian.constants import Interfaces
@@ -46,6 +47,8 @@ class Server:
         self.manager = ModelManager.from_settings(settings, self.registry, cache)
         control = RepositoryControl(self.manager, settings.max_upload_bytes)
         self.plane = DataPlane(self.registry, settings.server_name, control)
+        # Models in worker processes (Python models) call other models through the data plane.
+        self.manager.options = replace(self.manager.options, call_model=self.plane.infer)
         self.logs = logs or logs_from(settings)
         self.endpoints = EndpointStats()
         self.metrics = build_registry(self.registry, self.endpoints)

@@ -60,6 +60,12 @@ def _lightgbm() -> Backend:
     return LightGBMBackend()
 
 
+def _python() -> Backend:
+    from inferd.backends.python.backend import PythonBackend
+
+    return PythonBackend()
+
+
 def _echo() -> Backend:
     from inferd.backends.echo import EchoBackend
 
@@ -69,6 +75,7 @@ def _echo() -> Backend:
 # Each framework is imported by its own backend, when a model first needs it.
 BUILTIN: dict[str, Callable[[], Backend]] = {
     "echo": _echo,
+    "python": _python,
     "onnxruntime": _onnxruntime,
     "tensorflow": _tensorflow,
     "pytorch": _pytorch,
