@@ -368,6 +368,49 @@ class TritonPythonModel:
             f.write(f"finalized after {self.answered}")
 """
 
+SWAPPER_CONFIG = """
+backend: "python"
+input [{ name: "X" data_type: TYPE_FP32 dims: [ 1 ] }]
+output [{ name: "VERSION" data_type: TYPE_FP32 dims: [ 1 ] }]
+parameters { key: "marker" value: { string_value: "%s" } }
+"""
+
+# Answers its version; finalize() leaves a file named after it.
+SWAPPER = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+VERSION = 1.0
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.marker = config["parameters"]["marker"]["string_value"] + "-" + args["model_version"]
+
+    def execute(self, requests):
+        version = np.array([VERSION], np.float32)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("VERSION", version)]) for _ in requests]
+
+    def finalize(self):
+        open(self.marker, "w").close()
+"""
+
+CACHED_CONFIG = """
+backend: "python"
+max_batch_size: 4
+input [{ name: "X" data_type: TYPE_FP32 dims: [ 1 ] }]
+output [
+  { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] },
+  { name: "N" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+response_cache { enable: true }
+model_warmup [{ name: "zeros" batch_size: 1 inputs { key: "X" value: {
+  data_type: TYPE_FP32 dims: [ 1 ] zero_data: true } } }]
+"""
+
 ECHO_PROCESS_CONFIG = """
 backend: "echo"
 max_batch_size: 8
@@ -422,6 +465,8 @@ def write_repository(root: Path, demo_repo: Path, venv: Path, marker: Path, log:
     write_model(root, "bad_import", SCALAR_INT_CONFIG, "import not_a_module_anywhere\n")
     write_model(root, "no_class", SCALAR_INT_CONFIG, "def execute(requests):\n    return []\n")
     write_model(root, "echo_proc", ECHO_PROCESS_CONFIG % log, None)
+    write_model(root, "swapper", SWAPPER_CONFIG % (marker.parent / "swapper-finalized"), SWAPPER)
+    write_model(root, "cached_py", CACHED_CONFIG, BATCH_SIZES)
     (root / "onnx_proc" / "1").mkdir(parents=True)
     os.link(hpt / "model.onnx", root / "onnx_proc" / "1" / "model.onnx")
     (root / "onnx_proc" / "config.pbtxt").write_text('name: "onnx_proc"\n' + ONNX_PROCESS_CONFIG)

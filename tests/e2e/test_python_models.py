@@ -42,10 +42,16 @@ def server(paths: dict[str, Path]) -> Iterator[ServerProcess]:
     make_venv(paths["venv"])
     write_repository(paths["repo"], demo, paths["venv"], paths["marker"], paths["log"])
     proc = ServerProcess(
-        paths["repo"], ["--model-control-mode", "explicit", "--load-model", "*"]
+        paths["repo"],
+        ["--model-control-mode", "explicit", "--load-model", "*", "--cache-size", "1000000"],
     ).start(timeout_s=180)
+    assert proc.proc is not None
     yield proc
-    proc.stop()
+    workers = _descendants(proc.proc.pid)  # the zygote, and every worker it forked
+    assert proc.stop() == 0
+    # No worker outlives the server, and each one finalized its model on the way out.
+    _wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in workers))
+    assert "add_sub: cleaning up" in proc.log()
 
 
 def _infer(
@@ -288,7 +294,35 @@ def test_process_instances_for_an_onnx_model(server: ServerProcess) -> None:
     out = _outputs(_infer(server, "onnx_proc", [_fp32("x", [1.0, 2.0], [2, 1])]))
     assert out == {"y": [2.5, 3.0]}
     assert server.proc is not None
-    assert len(_children(server.proc.pid)) >= 10  # a worker per instance of each such model
+    assert len(_descendants(server.proc.pid)) >= 10  # a worker per instance of each such model
+
+
+def test_a_version_swap_finalizes_the_old_version(
+    server: ServerProcess, paths: dict[str, Path]
+) -> None:
+    def version() -> Any:
+        return _outputs(_infer(server, "swapper", [_fp32("X", [0.0])]))["VERSION"]
+
+    assert version() == [1.0]
+    new = paths["repo"] / "swapper" / "2"
+    new.mkdir()
+    source = (paths["repo"] / "swapper" / "1" / "model.py").read_text()
+    (new / "model.py").write_text(source.replace("VERSION = 1.0", "VERSION = 2.0"))
+    r = httpx.post(f"{server.http_url}/v2/repository/models/swapper/load", timeout=60)
+    assert r.status_code == 200, r.text
+    assert version() == [2.0]
+    _wait_for(lambda: (paths["root"] / "swapper-finalized-1").exists())
+    assert not (paths["root"] / "swapper-finalized-2").exists()
+
+
+def test_warmup_and_the_response_cache_work_for_python_models(server: ServerProcess) -> None:
+    assert "warmed up model 'cached_py' version 1: 1 execution(s)" in server.log()
+    body = [_fp32("X", [3.0], [1, 1])]
+    first, second = _infer(server, "cached_py", body), _infer(server, "cached_py", body)
+    assert _outputs(first) == _outputs(second) == {"Y": [6.0], "N": [1]}  # N: one request
+    stats = _stats(server, "cached_py")
+    assert stats["inference_stats"]["cache_hit"]["count"] == 1
+    assert stats["execution_count"] == 1
 
 
 def test_python_models_are_in_the_metrics(server: ServerProcess) -> None:
@@ -296,15 +330,19 @@ def test_python_models_are_in_the_metrics(server: ServerProcess) -> None:
     assert 'inferd_request_success_total{model="add_sub",version="1"}' in text
 
 
-def _children(pid: int) -> list[int]:
-    found = []
+def _descendants(pid: int) -> list[int]:
+    """Every live process under ``pid`` (workers are forked by a zygote, its child)."""
+    parents: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found += frontier
     return found
 
 
@@ -313,21 +351,3 @@ def _wait_for(check: Any, timeout_s: float = 10.0) -> None:
     while not check():
         assert time.monotonic() < deadline
         time.sleep(0.05)
-
-
-def test_no_worker_outlives_the_server(paths: dict[str, Path]) -> None:
-    repo = paths["root"] / "small"
-    (repo / "one" / "1").mkdir(parents=True)
-    (repo / "one" / "config.pbtxt").write_text(
-        'name: "one"\n' + (paths["repo"] / "add_sub" / "config.pbtxt").read_text().split("\n", 1)[1]
-    )
-    (repo / "one" / "1" / "model.py").write_text(
-        (paths["repo"] / "add_sub" / "1" / "model.py").read_text()
-    )
-    proc = ServerProcess(repo).start(timeout_s=120)
-    assert proc.proc is not None
-    children = _children(proc.proc.pid)
-    assert len(children) == 1
-    assert proc.stop() == 0
-    _wait_for(lambda: not os.path.exists(f"/proc/{children[0]}"))
-    assert "add_sub: cleaning up" in proc.log()

@@ -1,7 +1,7 @@
 """One end of the connection between the server and a worker process.
 
 A ``SOCK_SEQPACKET`` Unix socket carries small messages, one datagram each: a pickled tuple
-``(new arenas, unmapped arenas, releases, kind, payload)`` with the descriptors of new arenas
+``(new arenas, unmapped arenas, kind, payload, releases)`` with the descriptors of new arenas
 attached (``SCM_RIGHTS``). Tensors travel in the arenas (``scheduling.shm``); only tensors of
 a few KB ride inline in the message, where a copy costs less than a block. A message that would
 not fit one datagram goes through an arena too. The server unpickles what a worker sends with
@@ -26,6 +26,11 @@ MAX_MESSAGE_BYTES = 60 << 10  # larger pickles go through an arena
 SOCKET_BUFFER_BYTES = 1 << 20
 MAX_FDS = 16
 _BIG = "big"
+# Plain ints: the socket module's flags are enums, and enum arithmetic costs microseconds.
+_DONTWAIT = int(socket.MSG_DONTWAIT)
+_CUT = int(socket.MSG_TRUNC | socket.MSG_CTRUNC)
+_ANCILLARY_BYTES = socket.CMSG_SPACE(MAX_FDS * 4)
+_RECEIVE_BYTES = MAX_MESSAGE_BYTES + 4096
 
 Message = tuple[str, Any]
 
@@ -67,12 +72,16 @@ class Channel:
     # ------------------------------------------------------------------ sending
 
     def _pack(self, kind: str, payload: Any) -> tuple[bytes, list[int]]:
-        data = pickle.dumps((kind, payload, self.mapped.releases()), protocol=5)
-        if len(data) > MAX_MESSAGE_BYTES:
-            data = pickle.dumps((_BIG, self.arenas.put_bytes(data), []), protocol=5)
+        """One datagram: (new arenas, unmapped arenas, kind, payload, releases)."""
+        releases = self.mapped.releases()
         new, fds, retired = self.arenas.announcements()
-        # Header and body in one datagram: (new arenas, retired arenas, body).
-        return pickle.dumps((new, retired, data), protocol=5), fds
+        data = pickle.dumps((new, retired, kind, payload, releases), protocol=5)
+        if len(data) > MAX_MESSAGE_BYTES:  # the message itself goes through an arena
+            ref = self.arenas.put_bytes(pickle.dumps((kind, payload, releases), protocol=5))
+            more, more_fds, more_retired = self.arenas.announcements()
+            fds = fds + more_fds
+            data = pickle.dumps((new + more, retired + more_retired, _BIG, ref, []), protocol=5)
+        return data, fds
 
     def send(self, kind: str, payload: Any = None) -> None:
         """Send, waiting for socket space (the worker's way)."""
@@ -96,7 +105,7 @@ class Channel:
         while outbox:
             data, fds = outbox[0]
             try:
-                self._sendmsg(data, fds, socket.MSG_DONTWAIT)
+                self._sendmsg(data, fds, _DONTWAIT)
             except BlockingIOError:
                 return False
             outbox.popleft()
@@ -117,28 +126,27 @@ class Channel:
         peer is gone."""
         try:
             data, ancdata, flags, _ = self.sock.recvmsg(
-                MAX_MESSAGE_BYTES + 4096,
-                socket.CMSG_SPACE(MAX_FDS * 4),
-                0 if block else socket.MSG_DONTWAIT,
+                _RECEIVE_BYTES, _ANCILLARY_BYTES, 0 if block else _DONTWAIT
             )
         except BlockingIOError:
             return None
         except OSError as exc:  # reset, or this end was closed
             raise EOFError(str(exc)) from None
-        fds = _received_fds(ancdata)
+        fds = _received_fds(ancdata) if ancdata else []
         if not data:
             for fd in fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             raise EOFError("the peer closed the connection")
-        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        if flags & _CUT:
             raise EOFError("a message was cut short")
-        new, retired, body = self._loads(data)
-        self.mapped.add(new, fds)
-        kind, payload, releases = self._loads(body)
+        new, retired, kind, payload, releases = self._loads(data)
+        if new:
+            self.mapped.add(new, fds)
         if kind == _BIG:
             kind, payload, releases = self._loads(self.mapped.read(payload))
-        self.arenas.release(releases)
+        if releases:
+            self.arenas.release(releases)
         if retired:
             self.mapped.retire(retired)
         return kind, payload

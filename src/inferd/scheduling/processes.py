@@ -37,7 +37,7 @@ from typing import Any
 from inferd.errors import InferdError, InternalError, ModelLoadError, Unavailable
 from inferd.scheduling.channel import Channel, socket_pair
 from inferd.scheduling.recipe import WorkerRecipe
-from inferd.scheduling.spawn import describe_exit, start_python
+from inferd.scheduling.spawn import WorkerProcess, describe_exit, start_worker
 from inferd.scheduling.wire import (
     Encoder,
     decode_error,
@@ -75,7 +75,7 @@ class _Worker:
 
     index: int
     recipe: WorkerRecipe
-    proc: subprocess.Popen[bytes] | None = None
+    proc: WorkerProcess | None = None
     channel: Channel | None = None
     state: str = _STARTING
     queue: deque[_Job] = field(default_factory=deque)  # not sent yet
@@ -89,14 +89,11 @@ class _Worker:
         return len(self.queue) + len(self.sent)
 
 
-def launch(label: str, index: int, recipe: WorkerRecipe) -> tuple[subprocess.Popen[bytes], Channel]:
+def launch(label: str, index: int, recipe: WorkerRecipe) -> tuple[WorkerProcess, Channel]:
     """Start a worker and wait until its executor is built (ModelLoadError if it fails)."""
     server_end, worker_end = socket_pair()
     try:
-        fd = worker_end.fileno()
-        proc = start_python(
-            recipe.interpreter, "inferd.scheduling.worker", (fd,), {"INFERD_WORKER_FD": str(fd)}
-        )
+        proc = start_worker(recipe.interpreter, worker_end.fileno())
     except OSError as exc:
         server_end.close()
         raise ModelLoadError(f"cannot start a worker process for model '{label}': {exc}") from None
@@ -126,7 +123,7 @@ def launch(label: str, index: int, recipe: WorkerRecipe) -> tuple[subprocess.Pop
         raise
 
 
-def reap(proc: subprocess.Popen[bytes], timeout_s: float = REAP_TIMEOUT_S) -> int | None:
+def reap(proc: WorkerProcess, timeout_s: float = REAP_TIMEOUT_S) -> int | None:
     """Wait for a worker to end (killing it after ``timeout_s``); its return code."""
     try:
         return proc.wait(timeout_s)
@@ -135,7 +132,7 @@ def reap(proc: subprocess.Popen[bytes], timeout_s: float = REAP_TIMEOUT_S) -> in
         return proc.wait()
 
 
-def stop_worker(label: str, proc: subprocess.Popen[bytes], channel: Channel) -> None:
+def stop_worker(label: str, proc: WorkerProcess, channel: Channel) -> None:
     """Ask a worker to close its executor, wait (killing it after CLOSE_TIMEOUT_S)."""
     try:
         channel.send("close")
@@ -340,7 +337,9 @@ class ProcessInstances:
                 future.set_exception(decode_error(*data))
         self._settled()
         self._pump(worker)
-        if not worker.sent and not worker.flush_armed and self._loop is not None:
+        channel = worker.channel
+        idle = not worker.sent and not worker.flush_armed and channel is not None
+        if idle and channel is not None and channel.mapped.outstanding and self._loop is not None:
             worker.flush_armed = True
             self._loop.call_later(IDLE_FLUSH_S, self._flush_idle, worker)
 
@@ -432,9 +431,7 @@ class ProcessInstances:
         self._threads.append(thread)
         thread.start()
 
-    def _reap_and_report(
-        self, worker: _Worker, proc: subprocess.Popen[bytes], channel: Channel
-    ) -> None:
+    def _reap_and_report(self, worker: _Worker, proc: WorkerProcess, channel: Channel) -> None:
         how = describe_exit(reap(proc))
         channel.close()
         self._call_soon(self._crashed, worker, proc.pid, how)
@@ -468,7 +465,7 @@ class ProcessInstances:
             return
         self._call_soon(self._restarted, worker, proc, channel)
 
-    def _restarted(self, worker: _Worker, proc: subprocess.Popen[bytes], channel: Channel) -> None:
+    def _restarted(self, worker: _Worker, proc: WorkerProcess, channel: Channel) -> None:
         if self._closed:
             self._thread(stop_worker, self.name, proc, channel)
             worker.state = _CLOSED

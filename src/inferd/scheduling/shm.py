@@ -244,6 +244,7 @@ class Mapped:
     def __init__(self) -> None:
         self._arenas: dict[int, _PeerArena] = {}
         self.released: deque[Ref] = deque()  # appended from any thread, by Block.__del__
+        self.outstanding = 0  # blocks read and not yet handed back by ``releases``
 
     def add(self, arenas: list[tuple[int, int]], fds: list[int]) -> None:
         for (arena_id, size), fd in zip(arenas, fds, strict=True):
@@ -259,6 +260,7 @@ class Mapped:
     def array(self, ref: Ref, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
         """The tensor at ``ref``, in place (no copy)."""
         block = Block(self._arenas[ref[0]], ref, shape, dtype.str, self.released)
+        self.outstanding += 1
         array = np.asarray(block)
         return array if array.dtype == dtype else array.view(dtype)
 
@@ -266,6 +268,7 @@ class Mapped:
         """A copy of the bytes at ``ref``; the block is released at once."""
         arena = self._arenas[ref[0]]
         data = arena.map[ref[1] : ref[1] + ref[2]]
+        self.outstanding += 1
         self.released.append(ref)
         return data
 
@@ -273,11 +276,13 @@ class Mapped:
         """The blocks released since the last call (to send to the owner)."""
         out: list[Ref] = []
         queue = self.released
-        while True:
+        while queue:
             try:
                 out.append(queue.popleft())
-            except IndexError:
-                return out
+            except IndexError:  # another thread took the last one
+                break
+        self.outstanding -= len(out)
+        return out
 
     def close(self) -> None:
         self._arenas.clear()

@@ -10,14 +10,18 @@ Ctrl-C at the terminal reaches the server, which then stops its workers in order
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import inferd
+
+log = logging.getLogger("inferd.scheduling")
 
 BOOT = """\
 import importlib, os, sys
@@ -27,6 +31,18 @@ for entry in os.environ.pop("INFERD_WORKER_PATH", "").split(os.pathsep):
 importlib.import_module(os.environ.pop("INFERD_WORKER_MAIN")).main()
 """
 VERSION_PROBE_TIMEOUT_S = 30.0
+
+
+class WorkerProcess(Protocol):
+    """What the server keeps of a worker process (``subprocess.Popen`` is one)."""
+
+    pid: int
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit code, negative for a signal (None: unknown); ``TimeoutExpired``."""
+        ...
+
+    def kill(self) -> None: ...
 
 
 @functools.cache
@@ -61,6 +77,7 @@ def start_python(
     """Run ``main_module.main()`` in a new Python process (stdout and stderr: the server's)."""
     python = interpreter or sys.executable
     full_env = {
+        "PYTHONUNBUFFERED": "1",  # a model's prints reach the server's log as they happen
         **os.environ,
         **(env or {}),
         "INFERD_WORKER_PATH": worker_path(python),
@@ -97,3 +114,17 @@ def describe_exit(returncode: int | None) -> str:
         note = _SIGNAL_NOTES.get(sig)
         return f"killed by {sig.name}" + (f" ({note})" if note else "")
     return f"exited with code {returncode}"
+
+
+def start_worker(interpreter: str, worker_fd: int) -> WorkerProcess:
+    """A worker process serving the connection ``worker_fd``: forked by the zygote for the
+    server's own Python (fast), else started with the model's interpreter."""
+    if not interpreter or interpreter == sys.executable:
+        from inferd.scheduling.zygote import fork_worker
+
+        try:
+            return fork_worker(worker_fd)
+        except OSError as exc:
+            log.warning("the worker zygote failed (%s); starting the worker directly", exc)
+    env = {"INFERD_WORKER_FD": str(worker_fd)}
+    return start_python(interpreter, "inferd.scheduling.worker", (worker_fd,), env)

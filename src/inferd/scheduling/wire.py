@@ -52,6 +52,7 @@ _ERRORS: dict[str, type[InferdError]] = {
     )
 }
 _DTYPES: dict[str, np.dtype[Any]] = {}
+_NAMES: dict[np.dtype[Any], str] = {}  # dtype.name is computed in Python each time: slow
 
 
 def dtype_named(name: str) -> np.dtype[Any]:
@@ -106,19 +107,25 @@ class Encoder:
         return [self.tensor(name, array) for name, array in tensors.items()]
 
     def tensor(self, name: str, array: np.ndarray) -> tuple[Any, ...]:
-        array = np.asarray(array)
-        if array.dtype.kind in "OSU":
-            raw = serialize_bytes(array)
-            return (name, BYTES, array.shape, self._place_bytes(raw))
-        if not array.dtype.isnative:
-            array = array.astype(array.dtype.newbyteorder("="))
+        if not isinstance(array, np.ndarray):
+            array = np.asarray(array)
+        dtype = array.dtype
+        token = _NAMES.get(dtype)
+        if token is None:
+            if dtype.kind in "OSU":
+                raw = serialize_bytes(array)
+                return (name, BYTES, array.shape, self._place_bytes(raw))
+            if not dtype.isnative:
+                array = array.astype(dtype.newbyteorder("="))
+                dtype = array.dtype
+            token = _NAMES.setdefault(dtype, dtype.name)
         nbytes = array.nbytes
         if nbytes <= INLINE_BYTES and nbytes <= self._budget:
             self._budget -= nbytes
             data: Any = bytearray(np.ascontiguousarray(array).data)
         else:
             data = self._channel.arenas.put(array)
-        return (name, array.dtype.name, array.shape, data)
+        return (name, token, array.shape, data)
 
     def _place_bytes(self, raw: bytes) -> Any:
         if len(raw) <= INLINE_BYTES and len(raw) <= self._budget:

@@ -18,6 +18,7 @@ import asyncio
 import itertools
 import logging
 import os
+import select
 import signal
 import socket
 import sys
@@ -66,6 +67,8 @@ class Host:
         self._answers: dict[int, Result] = {}
         self._waiters: dict[int, asyncio.Future[Result]] = {}
         self._loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+        self._waiting = select.poll()
+        self._waiting.register(channel.fileno(), select.POLLIN)
 
     # ------------------------------------------------------------------ messages
 
@@ -88,7 +91,7 @@ class Host:
 
     def _drain(self) -> None:
         """Handle every message already waiting, without blocking."""
-        while True:
+        while self._waiting.poll(0):  # cheaper than a receive that fails
             message = self.channel.recv(block=False)
             if message is None:
                 return
@@ -114,7 +117,7 @@ class Host:
                     assert message is not None
                     self._handle(*message)
                     continue
-                self._drain()
+                self._drain()  # a cancel for the next job may be waiting
             except EOFError:
                 return 0  # the server is gone: nobody is waiting for anything
             job_id, works = self._queue.popleft()

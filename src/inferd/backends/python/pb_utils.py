@@ -217,13 +217,15 @@ class Tensor:
         return f"Tensor({self._name!r}, shape={self.shape()}, dtype={self._array.dtype})"
 
 
-def _parameters_json(parameters: dict[str, Any] | str | None) -> str:
+def _parameters_dict(parameters: dict[str, Any] | str | None) -> dict[str, Any]:
     if parameters is None:
-        return "{}"
+        return {}
     if isinstance(parameters, str):
-        json.loads(parameters)  # must be a JSON object
-        return parameters
-    return json.dumps(parameters)
+        value = json.loads(parameters)
+        if not isinstance(value, dict):
+            raise TritonModelException("parameters must be a JSON object")
+        return value
+    return dict(parameters)
 
 
 class InferenceResponse:
@@ -237,7 +239,7 @@ class InferenceResponse:
     ) -> None:
         self._outputs = list(output_tensors or ())
         self._error = error
-        self._parameters = _parameters_json(parameters)
+        self._parameters = _parameters_dict(parameters)
 
     def output_tensors(self) -> list[Tensor]:
         return self._outputs
@@ -249,7 +251,7 @@ class InferenceResponse:
         return self._error
 
     def parameters(self) -> str:
-        return self._parameters
+        return json.dumps(self._parameters, default=str)
 
 
 class InferenceResponseSender:
@@ -303,7 +305,7 @@ class InferenceRequest:
         self._timeout = timeout
         self._preferred_memory = preferred_memory
         self._trace = trace
-        self._parameters = _parameters_json(parameters)
+        self._parameters = _parameters_dict(parameters)
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         self._cancelled: Callable[[], bool] = _never
         self._sent: InferenceResponse | None = None  # via the response sender
@@ -331,7 +333,7 @@ class InferenceRequest:
 
     def parameters(self) -> str:
         """The request's parameters as a JSON object string (``json.loads`` it)."""
-        return self._parameters
+        return json.dumps(self._parameters, default=str)
 
     def timeout(self) -> int:
         return self._timeout
@@ -356,7 +358,7 @@ class InferenceRequest:
     def _call_arguments(self) -> tuple[str, str, dict[str, np.ndarray], list[str], dict[str, Any]]:
         if not self._model_name:
             raise TritonModelException("InferenceRequest needs a model_name to be executed")
-        parameters: dict[str, Any] = json.loads(self._parameters)
+        parameters = dict(self._parameters)
         if self._correlation_id:
             parameters["sequence_id"] = self._correlation_id
         if self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_START:

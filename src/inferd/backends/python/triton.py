@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,7 +33,7 @@ def conform(label: str, name: str, value: Any, wanted: Any) -> np.ndarray:
     array: np.ndarray = np.asarray(value)
     if wanted is None or array.dtype == wanted:
         return array
-    if wanted is np.object_:
+    if wanted.kind == "O":
         if array.dtype.kind in "OSU":
             converted: np.ndarray = pb_utils.Tensor(name, array).as_numpy()
             return converted
@@ -48,11 +47,12 @@ def conform(label: str, name: str, value: Any, wanted: Any) -> np.ndarray:
 
 
 def output_types(config: dict[str, Any]) -> dict[str, Any]:
-    """Declared numpy type of each output (None: unknown)."""
-    return {
-        o["name"]: pb_utils.triton_string_to_numpy(o.get("data_type", ""))
-        for o in config.get("output", ())
-    }
+    """Declared numpy dtype of each output (None: unknown)."""
+    types = {}
+    for output in config.get("output", ()):
+        numpy = pb_utils.triton_string_to_numpy(output.get("data_type", ""))
+        types[output["name"]] = None if numpy is None else np.dtype(numpy)
+    return types
 
 
 class TritonExecutor:
@@ -98,7 +98,7 @@ class TritonExecutor:
             model_name=self._name,
             model_version=self._version,
             flags=work.flags,
-            parameters=json.dumps(work.parameters, default=str) if work.parameters else None,
+            parameters=work.parameters,
         )
         if host is not None:
             request._cancelled = host.is_cancelled
@@ -106,7 +106,8 @@ class TritonExecutor:
 
     def execute(self, batch: Sequence[Work]) -> Executed:
         started = time.perf_counter_ns()
-        requests = [self._request(w, worker.current()) for w in batch]
+        host = worker.current()
+        requests = [self._request(w, host) for w in batch]
         built = time.perf_counter_ns()
         try:
             if self._loop is not None:
