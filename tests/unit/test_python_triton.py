@@ -4,6 +4,7 @@ request or per batch, response senders, outputs conformed to the config."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -235,3 +236,13 @@ def test_a_file_without_a_model_class(model: Any) -> None:
         model("x = 1\n")
     with pytest.raises(ModelLoadError, match=r"does not import: SyntaxError"):
         model("def broken(:\n")
+
+
+def test_the_worker_side_imports_no_protobuf() -> None:
+    """A model's own environment may pin any protobuf: the worker side never imports it."""
+    code = (
+        "import sys, inferd.scheduling.worker, inferd.scheduling.zygote, "
+        "inferd.backends.python.host; print('google.protobuf' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

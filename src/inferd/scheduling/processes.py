@@ -27,17 +27,17 @@ import contextlib
 import functools
 import itertools
 import logging
-import subprocess
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferd.errors import InferdError, InternalError, ModelLoadError, Unavailable
-from inferd.scheduling.channel import Channel, socket_pair
+from inferd.errors import InferdError, InternalError, Unavailable
+from inferd.scheduling.channel import Channel
+from inferd.scheduling.launch import launch, reap, refuse_call, stop_worker
 from inferd.scheduling.recipe import WorkerRecipe
-from inferd.scheduling.spawn import WorkerProcess, describe_exit, start_worker
+from inferd.scheduling.spawn import WorkerProcess, describe_exit
 from inferd.scheduling.wire import (
     Encoder,
     decode_error,
@@ -52,8 +52,6 @@ from inferd.types import InferRequest, ModelCaller, RequestedOutput
 log = logging.getLogger("inferd.scheduling")
 
 DEPTH = 2  # jobs a worker holds: one running, one waiting, so it never idles between them
-CLOSE_TIMEOUT_S = 30.0  # for finalize, after which the worker is killed
-REAP_TIMEOUT_S = 5.0
 RESTART_BACKOFF_FIRST_S = 0.5
 RESTART_BACKOFF_MAX_S = 30.0
 IDLE_FLUSH_S = 0.01  # a worker left idle gets the releases of its output blocks this soon
@@ -87,77 +85,6 @@ class _Worker:
     @property
     def load(self) -> int:
         return len(self.queue) + len(self.sent)
-
-
-def launch(label: str, index: int, recipe: WorkerRecipe) -> tuple[WorkerProcess, Channel]:
-    """Start a worker and wait until its executor is built (ModelLoadError if it fails)."""
-    server_end, worker_end = socket_pair()
-    try:
-        proc = start_worker(recipe.interpreter, worker_end.fileno())
-    except OSError as exc:
-        server_end.close()
-        raise ModelLoadError(f"cannot start a worker process for model '{label}': {exc}") from None
-    finally:
-        worker_end.close()
-    channel = Channel(server_end, trusting=False)
-    try:
-        channel.send("start", (recipe.factory, recipe.args, label, index))
-        while True:
-            message = channel.recv()
-            assert message is not None
-            kind, payload = message
-            if kind == "ready":
-                log.info("model '%s': instance %d is worker process %d", label, index, proc.pid)
-                return proc, channel
-            if kind == "failed":
-                raise ModelLoadError(f"model '{label}' instance {index} failed to start: {payload}")
-    except EOFError:
-        how = describe_exit(reap(proc))
-        channel.close()
-        raise ModelLoadError(
-            f"the worker process of model '{label}' (instance {index}) {how} while starting"
-        ) from None
-    except BaseException:
-        reap(proc)
-        channel.close()
-        raise
-
-
-def reap(proc: WorkerProcess, timeout_s: float = REAP_TIMEOUT_S) -> int | None:
-    """Wait for a worker to end (killing it after ``timeout_s``); its return code."""
-    try:
-        return proc.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait()
-
-
-def stop_worker(label: str, proc: WorkerProcess, channel: Channel) -> None:
-    """Ask a worker to close its executor, wait (killing it after CLOSE_TIMEOUT_S)."""
-    try:
-        channel.send("close")
-        channel.sock.settimeout(CLOSE_TIMEOUT_S)
-        while True:
-            message = channel.recv()
-            if message is None:
-                continue
-            kind, payload = message
-            if kind == "closed":
-                if payload:
-                    log.error("model '%s': closing worker %d failed: %s", label, proc.pid, payload)
-                break
-            if kind == "call":
-                _refuse_call(channel, payload[0], "the model is unloading")
-    except (EOFError, OSError):
-        pass
-    reap(proc, CLOSE_TIMEOUT_S)
-    channel.close()
-
-
-def _refuse_call(channel: Channel, call_id: int, why: str) -> None:
-    encoded = encode_result(Encoder(channel), Unavailable(f"calls to other models: {why}"))
-    with contextlib.suppress(OSError):
-        channel.send("called", (call_id, encoded))
 
 
 class ProcessInstances:
@@ -365,7 +292,7 @@ class ProcessInstances:
         channel = worker.channel
         assert channel is not None and self._loop is not None
         if self._call_model is None:
-            _refuse_call(channel, call_id, "not available to this model")
+            refuse_call(channel, call_id, "not available to this model")
             return
         try:
             tensors = decode_tensors(channel, inputs)
@@ -515,7 +442,7 @@ class ProcessInstances:
                 assert message is not None
                 kind, payload = message
                 if kind == "call":
-                    _refuse_call(channel, payload[0], "not during warmup")
+                    refuse_call(channel, payload[0], "not during warmup")
                 elif kind == "done" and payload[0] == job_id:
                     break
         except (EOFError, OSError):
