@@ -271,3 +271,22 @@ def test_close_waits_for_work_in_flight(tmp_path: Path) -> None:
 
     asyncio.run(run())
     assert pool.pids() == [None]
+
+
+def test_close_during_a_restart_serves_what_was_queued(tmp_path: Path) -> None:
+    pool = ProcessInstances("reborn", _recipes("reborn", 1, _params(die_every=2, die_by="kill")))
+
+    async def run() -> None:
+        assert (await pool.submit([_work(1)])).results[0]["OUTPUT0"].item() == 1
+        dying = pool.submit([_work(2)])
+        queued = [pool.submit([_work(v)]) for v in (3, 4)]  # behind the one that kills it
+        with pytest.raises(InstanceFailed, match="SIGKILL"):
+            await dying
+        await pool.close()  # while the worker restarts: the queue is served first
+        # Job 3 was already in the worker (it holds two jobs) and failed with it; job 4 waited
+        # in the server and ran on the new worker.
+        assert isinstance(queued[0].exception(), InstanceFailed)
+        assert queued[1].result().results[0]["OUTPUT0"].item() == 4
+
+    asyncio.run(run())
+    assert pool.pids() == [None]

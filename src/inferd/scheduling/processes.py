@@ -106,6 +106,7 @@ class ProcessInstances:
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._stopping = False  # closing, and the queues are drained
         self._drained: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._threads: list[threading.Thread] = []
@@ -393,9 +394,10 @@ class ProcessInstances:
         self._call_soon(self._restarted, worker, proc, channel)
 
     def _restarted(self, worker: _Worker, proc: WorkerProcess, channel: Channel) -> None:
-        if self._closed:
+        if self._stopping:  # closing, past waiting for the queues: too late to serve
             self._thread(stop_worker, self.name, proc, channel)
             worker.state = _CLOSED
+            self._fail_queue(worker, Unavailable(f"model '{self.name}' is unloading"))
             return
         assert self._loop is not None
         worker.proc, worker.channel, worker.state = proc, channel, _UP
@@ -474,6 +476,7 @@ class ProcessInstances:
                 if worker.state is _UP and worker.channel is not None:
                     loop.remove_reader(worker.channel.fileno())
                     loop.remove_writer(worker.channel.fileno())
+        self._stopping = True
         await asyncio.to_thread(self._stop)
 
     def _stop(self) -> None:
