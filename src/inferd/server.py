@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+from dataclasses import replace
 from typing import Any
 
 from granian.constants import Interfaces
@@ -51,6 +52,9 @@ class Server:
         self.plane = DataPlane(self.registry, settings.server_name, control)
         if settings.strict_readiness:
             self.plane.models_ready = self.manager.ready
+        # Models in worker processes (Python models) call other models through the data plane.
+        lifecycle = self.manager.lifecycle
+        lifecycle.options = replace(lifecycle.options, call_model=self.plane.infer)
         self.logs = logs or logs_from(settings)
         self.endpoints = EndpointStats()
         self.metrics = build_registry(self.registry, self.endpoints, self.manager.status)

@@ -15,13 +15,15 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from inferd.backends.base import Runtime
 from inferd.errors import InferdError, InternalError, InvalidInput, Unavailable
 from inferd.types import Parameters, Tensors
+
+if TYPE_CHECKING:  # a worker process of a Python model imports this module without protobuf
+    from inferd.backends.base import Runtime
 
 log = logging.getLogger("inferd.scheduling")
 
