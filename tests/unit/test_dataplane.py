@@ -138,8 +138,8 @@ def test_unknown_and_malformed_names(versions: list[ModelVersion]) -> None:
 
 def test_one_route_per_request_and_labels(versions: list[ModelVersion]) -> None:
     plane = DataPlane(registry_with(*versions))
-    plane.set_labels("m", {"stable": 1})
-    view = plane.set_routing("m", {"traffic_split": {"stable": 1}})
+    asyncio.run(plane.set_labels("m", {"stable": 1}))
+    view = asyncio.run(plane.set_routing("m", {"traffic_split": {"stable": 1}}))
     assert view.labels == {"stable": 1} and view.traffic_split == (("stable", 1.0),)
 
     async def run() -> list[str]:
@@ -152,7 +152,7 @@ def test_one_route_per_request_and_labels(versions: list[ModelVersion]) -> None:
     assert asyncio.run(run()) == ["1"] * 6
     assert plane.version_of("m", label="stable") == "1"
     with pytest.raises(InvalidInput, match="not ready"):
-        plane.set_labels("m", {"beta": 9})
+        asyncio.run(plane.set_labels("m", {"beta": 9}))
 
 
 def test_shadow_copies_run_in_the_data_plane(versions: list[ModelVersion]) -> None:
