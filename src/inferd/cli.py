@@ -12,6 +12,7 @@ from pathlib import Path
 from inferd import __version__, settings
 from inferd.bench.options import add_arguments as add_bench_arguments
 from inferd.errors import ConfigError
+from inferd.optimize.command import add_parser as add_optimize_parser
 from inferd.repo_cli import add_parser as add_repo_parser
 
 
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_arguments(bench)
     bench.set_defaults(func=_bench)
     add_repo_parser(commands)
+    add_optimize_parser(commands)
     return parser
 
 
