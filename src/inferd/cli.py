@@ -1,4 +1,4 @@
-"""The ``inferd`` command line: serve, demo-models, bench, repo."""
+"""The ``inferd`` command line: serve, demo-models, bench, repo, optimize, tune."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from inferd.bench.options import add_arguments as add_bench_arguments
 from inferd.errors import ConfigError
 from inferd.optimize.command import add_parser as add_optimize_parser
 from inferd.repo_cli import add_parser as add_repo_parser
+from inferd.tune.command import add_parser as add_tune_parser
 
 
 def _setup_logging(verbose: int) -> None:
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_bench)
     add_repo_parser(commands)
     add_optimize_parser(commands)
+    add_tune_parser(commands)
     return parser
 
 
