@@ -77,7 +77,7 @@ def bench_img_per_s(server: ServerProcess, version: int, out: Path) -> float:
     report = out / f"bench-v{version}.json"
     done = inferd(
         "bench", "-m", "resnet50", "-x", str(version), "-u", server.http_address,
-        "-b", "32", "--concurrency-range", "2", "-p", "8000", "--max-windows", "5",
+        "-b", "32", "--concurrency-range", "2", "-p", "20000", "--max-windows", "4",
         "--json-report", str(report), "--no-progress", timeout_s=900,
     )  # fmt: skip
     if done.returncode != 0:
@@ -171,6 +171,7 @@ def tune(work: Path, budget_ms: float) -> None:
         done = inferd(
             "tune", "digits", "-u", server.http_address, "--model-repository", str(repo),
             "--latency-budget-ms", str(budget_ms), "--concurrency", "1:8",
+            "--max-delay-us", "0,500", "--measurement-interval-ms", "2000",
             "--output-dir", str(work / "tune-digits"), "--no-progress", timeout_s=1800,
         )  # fmt: skip
     finally:
@@ -184,7 +185,7 @@ def tune(work: Path, budget_ms: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--budget-ms", type=float, default=10.0)
+    parser.add_argument("--budget-ms", type=float, default=50.0)
     parser.add_argument("--skip-resnet", action="store_true")
     parser.add_argument("--skip-tune", action="store_true")
     args = parser.parse_args()

@@ -30,7 +30,7 @@ def _options(**changes: object) -> Options:
         "as_version": None,
         "min_agreement": 0.99,
         "latency_runs": 1,
-        "reduce_range": "auto",
+        "reduce_range": False,
         "max_fp32_nodes": 2,
         "progress": False,
         "report": None,

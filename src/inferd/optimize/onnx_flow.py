@@ -89,9 +89,7 @@ def _quantize_checked(
     """Quantize and check; below ``--min-agreement``, keep in FP32 the node whose exclusion
     helps most, one at a time (at most ``--max-fp32-nodes``, and only for models with few
     quantizable nodes, where the search stays cheap)."""
-    reduce_range = {"on": True, "off": False}.get(
-        options.reduce_range, not onnx_int8.cpu_has_vnni()
-    )
+    reduce_range = options.reduce_range
     prepared = target.with_name(".prepared.onnx")
     candidates = onnx_int8.prepare(source, prepared)
 

@@ -2,8 +2,8 @@
 ``onnxruntime.quantization`` (dynamic, or static QDQ with calibration; per-channel weights),
 and FP16 with ONNX Runtime's float16 converter.
 
-On x86 CPUs without VNNI (AVX2 only), ONNX Runtime's u8s8 kernels can saturate: weights are
-then quantized to 7 bits (``reduce_range``), as ONNX Runtime's quantization guide advises.
+Weights are 8-bit by default; ``reduce_range`` (7-bit weights) is ONNX Runtime's remedy for
+u8s8 kernels that saturate on CPUs without VNNI, at a cost in precision.
 """
 
 from __future__ import annotations
@@ -100,14 +100,6 @@ def graph_optimize(source: Path, target: Path) -> dict[str, str]:
     except Exception as exc:
         raise ModelLoadError(f"onnxruntime cannot optimize {source.name}: {exc}") from None
     return {"graph": "onnxruntime extended optimizations, saved offline"}
-
-
-def cpu_has_vnni() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return True  # not Linux: assume a CPU whose int8 kernels do not saturate
-    return "avx512_vnni" in flags or "avx_vnni" in flags or "amx_int8" in flags
 
 
 class _Reader(CalibrationDataReader):  # type: ignore[misc]
