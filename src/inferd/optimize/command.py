@@ -182,7 +182,9 @@ def optimize(options: Options) -> Result:
     if source_version not in versions:
         raise Refused(f"model {config.name} has no version {source_version}")
     target_version = options.as_version or max(versions) + 1
-    if target_version < 1 or (folder / str(target_version)).exists():
+    if target_version < 1:
+        raise Refused(f"--as-version must be a positive integer, got {target_version}")
+    if (folder / str(target_version)).exists():
         raise Refused(f"version {target_version} of {config.name} exists already")
     backend = select_backend(config, [versions[source_version]])
     if backend.name not in ("onnxruntime", "openvino"):
@@ -201,7 +203,12 @@ def optimize(options: Options) -> Result:
 
             result = optimize_openvino(options, config, versions[source_version], staging)
         result.source_version, result.version = source_version, target_version
-        staging.rename(folder / str(target_version))
+        try:
+            staging.rename(folder / str(target_version))
+        except OSError as exc:
+            raise Refused(
+                f"cannot write version {target_version} of {config.name}: {exc}"
+            ) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return result
