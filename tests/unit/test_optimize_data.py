@@ -10,8 +10,8 @@ import pytest
 
 from inferd.errors import ConfigError
 from inferd.optimize import data
-from inferd.optimize.command import Options, split_rows
 from inferd.optimize.data import InputSpec
+from inferd.optimize.steps import Options, split_rows
 
 IMAGE = InputSpec("x", np.dtype(np.float32), (-1, 2, 3))
 IDS = InputSpec("ids", np.dtype(np.int64), (-1, 4))

@@ -10,7 +10,8 @@ from inferd.backends.base import model_path
 from inferd.backends.onnxruntime import OnnxRuntimeBackend
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.optimize import check, onnx_int8
-from inferd.optimize.command import (
+from inferd.optimize.data import InputSpec, Rows
+from inferd.optimize.steps import (
     Options,
     Refused,
     Result,
@@ -21,7 +22,6 @@ from inferd.optimize.command import (
     run_check,
     split_rows,
 )
-from inferd.optimize.data import InputSpec, Rows
 
 _MAX_SEARCH_NODES = 16
 

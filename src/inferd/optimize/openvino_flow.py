@@ -8,7 +8,7 @@ from pathlib import Path
 from inferd.backends.completion import model_file
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.optimize import openvino_int8
-from inferd.optimize.command import (
+from inferd.optimize.steps import (
     Options,
     Refused,
     Result,
