@@ -11,10 +11,12 @@ change are compared under the same host load:
 3. ``resnet50``, batch 1, concurrency 1, HTTP binary tensors: median latency;
 4. a wide MLP (1024-4096-4096-1024 FP32, fixed-seed random weights, ~100 MB) at concurrency 64,
    one row per request, HTTP binary tensors, with and without dynamic batching: rows/s, and
-   against onnxruntime in this process at batch 32.
+   against onnxruntime in this process at batch 32;
+5. the demo ``digits`` MLP at concurrency 64, one row per request, HTTP binary tensors, with and
+   without dynamic batching: req/s and CPU-µs/req (batching must never lose).
 
     .venv/bin/python benchmarks/core_bench.py --tree before=/tmp/base --tree after=. \\
-        [--passes 3] [--seconds 8] [--only json,grpc,resnet,mlp]
+        [--passes 3] [--seconds 8] [--only json,grpc,resnet,mlp,digits]
 
 Needs ``wrk`` and ``h2load`` (Debian: wrk, nghttp2-client).
 """
@@ -47,7 +49,8 @@ from tests.support import ServerProcess  # noqa: E402
 
 CACHE = Path(os.environ.get("INFERD_BENCH_CACHE", "/tmp/inferd-core-bench"))
 MLP_DIMS = (1024, 4096, 4096, 1024)
-TESTS = ("json", "grpc", "resnet", "mlp")
+DIGITS_INPUT = "input"
+TESTS = ("json", "grpc", "resnet", "mlp", "digits")
 
 
 # --------------------------------------------------------------------------- models
@@ -96,10 +99,10 @@ def wide_mlp_onnx(path: Path) -> None:
 def build_repository() -> Path:
     repo = CACHE / "repo"
     demo = CACHE / "demo"
-    if not (demo / "resnet50" / "1" / "model.onnx").exists():
+    if not (demo / "digits" / "1" / "model.onnx").exists():
         subprocess.run(
             [sys.executable, "-m", "inferd", "demo-models", str(demo), "--model",
-             "half_plus_two", "--model", "resnet50"],
+             "half_plus_two", "--model", "resnet50", "--model", "digits"],
             check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
         )  # fmt: skip
     mlp = CACHE / "wide_mlp.onnx"
@@ -110,11 +113,16 @@ def build_repository() -> Path:
         "resnet50": demo / "resnet50" / "1" / "model.onnx",
         "mlp_plain": mlp,
         "mlp_batched": mlp,
+        "digits_plain": demo / "digits" / "1" / "model.onnx",
+        "digits_batched": demo / "digits" / "1" / "model.onnx",
     }
     configs = {
         "mlp_plain": "max_batch_size: 64\n",
         "mlp_batched": "max_batch_size: 64\n"
         "dynamic_batching { preferred_batch_size: [32] max_queue_delay_microseconds: 2000 }\n",
+        "digits_plain": "max_batch_size: 64\n",
+        "digits_batched": "max_batch_size: 64\n"
+        "dynamic_batching { max_queue_delay_microseconds: 500 }\n",
     }
     for name, source in sources.items():
         target = repo / name / "1" / "model.onnx"
@@ -311,6 +319,23 @@ def measure(label: str, tree: Path, repo: Path, seconds: float, only: set[str]) 
             model = stats["model_stats"][0]
             if model["execution_count"]:
                 result["mlp_mean_batch"] = model["inference_count"] / model["execution_count"]
+        if "digits" in only:
+            x = np.random.default_rng(3).random((1, 64), dtype=np.float32) * 16
+            raw, headers = binary_body(DIGITS_INPUT, x)
+            body = work / "digits.bin"
+            body.write_bytes(raw)
+            for name in ("digits_plain", "digits_batched"):
+                url = f"{server.http_url}/v2/models/{name}/infer"
+                wrk(url, body, headers, 64, 2)
+                with cpu_window(pid) as cpu:
+                    r = wrk(url, body, headers, 64, seconds)
+                result[f"{name}_rps"] = r["rps"]
+                result[f"{name}_cpu_us"] = cpu["cpu_s"] / max(1, r["requests"]) * 1e6
+                result[f"{name}_errors"] = r["errors"]
+            stats = httpx.get(f"{server.http_url}/v2/models/digits_batched/stats").json()
+            model = stats["model_stats"][0]
+            if model["execution_count"]:
+                result["digits_mean_batch"] = model["inference_count"] / model["execution_count"]
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -367,6 +392,14 @@ def main() -> int:
                 f"{label}: batched/unbatched {ratio:.2f}x, batched/in-process {share:.2f} "
                 "(medians of per-pass ratios)"
             )
+    if "digits" in only:
+        for label, _ in trees:
+            mine = [r for r in rows if r["tree"] == label]
+            rps = statistics.median(r["digits_batched_rps"] / r["digits_plain_rps"] for r in mine)
+            cpu = statistics.median(
+                r["digits_batched_cpu_us"] / r["digits_plain_cpu_us"] for r in mine
+            )
+            print(f"{label}: digits batched/unbatched req/s {rps:.2f}x, CPU-us/req {cpu:.2f}x")
     return 0
 
 

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -178,10 +179,19 @@ class Server:
         return server
 
 
+def set_gil_switch_interval(interval_us: int) -> None:
+    """The event loop and the instance threads hand the GIL to each other on every batch: with
+    Python's 5 ms switch interval a thread whose model call returned may wait that long behind a
+    loop busy decoding (batched digits at c=64: +40 % req/s at 500 us). 0 keeps Python's."""
+    if interval_us > 0:
+        sys.setswitchinterval(interval_us * 1e-6)
+
+
 def run(settings: Settings) -> None:
     # OpenMP worker threads (PyTorch, XGBoost, LightGBM) spin while waiting by default, which
     # steals the CPU the event loop needs to decode the next request; a user's own setting wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    set_gil_switch_interval(settings.gil_switch_interval_us)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux

@@ -116,6 +116,14 @@ class Settings:
         default=64,
         metadata=_opt("max_batch_size given to a batchable model whose config does not set one"),
     )
+    gil_switch_interval_us: int = field(
+        default=500,
+        metadata=_opt(
+            "how long a Python thread may hold the GIL while another waits for it "
+            "(sys.setswitchinterval; Python's default is 5000): short, so an instance thread "
+            "that finished a batch does not wait behind the busy event loop"
+        ),
+    )
     disable_auto_complete_config: bool = field(
         default=False,
         metadata=_opt("do not complete configs from model files; config.pbtxt must be complete"),

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from inferd import settings
 from inferd.errors import ConfigError
 from inferd.registry import Registry
 from inferd.repository.manager import ModelManager
+from inferd.server import set_gil_switch_interval
 
 
 def test_defaults() -> None:
@@ -51,3 +54,17 @@ def test_repository_fault_and_readiness_flags() -> None:
         bad = settings.parse(["--model-repository", "/tmp", flag, value], environ={})
         with pytest.raises(ConfigError, match=message):
             ModelManager.from_settings(bad, Registry(), None)
+
+
+def test_gil_switch_interval() -> None:
+    assert settings.parse([], environ={}).gil_switch_interval_us == 500
+    s = settings.parse(["--gil-switch-interval-us", "200"], environ={})
+    assert s.gil_switch_interval_us == 200
+    before = sys.getswitchinterval()
+    try:
+        set_gil_switch_interval(s.gil_switch_interval_us)
+        assert sys.getswitchinterval() == pytest.approx(200e-6, rel=0.01)
+        set_gil_switch_interval(0)  # 0: Python's own stays
+        assert sys.getswitchinterval() == pytest.approx(200e-6, rel=0.01)
+    finally:
+        sys.setswitchinterval(before)
