@@ -1,0 +1,151 @@
+"""Totals across workers: Prometheus expositions and statistics snapshots, merged.
+
+Counters, histograms and most gauges add up (requests, rows, CPU seconds, memory, requests in
+flight); a few gauges describe a state rather than an amount, and take the lowest or highest
+worker's value instead (``_COMBINE``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+from inferd.stats import BatchStatistics, InferStatistics, ModelStatistics, StatDuration
+
+_COMBINE: dict[str, Callable[[Iterable[float]], float]] = {
+    "inferd_model_ready": min,  # READY only when every worker has the version READY
+    "inferd_model_load_duration_seconds": max,
+    "inferd_repository_last_sync_timestamp_seconds": min,  # the stalest worker's listing
+    "inferd_repository_store_up": min,
+    "inferd_repository_held_models": max,
+    "inferd_repository_store_faults": max,  # every worker judges the same listings
+    "process_start_time_seconds": min,
+    "process_max_fds": min,
+}
+
+
+class _Families:
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+
+def merge_metrics(texts: Sequence[bytes]) -> bytes:
+    """One exposition whose every sample is the workers' total (or ``_COMBINE``'s pick)."""
+    order: dict[str, Metric] = {}
+    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], list[float]]] = {}
+    for text in texts:
+        for family in text_string_to_metric_families(text.decode()):
+            if family.name not in order:
+                order[family.name] = Metric(family.name, family.documentation, family.type)
+                values[family.name] = {}
+            samples = values[family.name]
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                samples.setdefault(key, []).append(sample.value)
+    merged: list[Metric] = []
+    for name, metric in order.items():
+        pick = _COMBINE.get(name, sum)
+        for (sample_name, labels), found in values[name].items():
+            combine = min if sample_name.endswith("_created") else pick
+            metric.add_sample(sample_name, dict(labels), float(combine(found)))
+        merged.append(metric)
+    workers = Metric(
+        "inferd_workers", "Worker processes whose figures these totals add up", "gauge"
+    )
+    workers.add_sample("inferd_workers", {}, float(len(texts)))
+    merged.append(workers)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(merged))
+    return generate_latest(registry)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def statistics_document(stats: Iterable[ModelStatistics]) -> list[dict[str, Any]]:
+    """Snapshots as plain JSON values (what a worker sends its peers)."""
+    return [asdict(s) for s in stats]
+
+
+def _duration(doc: dict[str, Any]) -> StatDuration:
+    return StatDuration(int(doc["count"]), int(doc["ns"]))
+
+
+def statistics_from_document(docs: Iterable[dict[str, Any]]) -> list[ModelStatistics]:
+    out: list[ModelStatistics] = []
+    for doc in docs:
+        infer = doc["inference_stats"]
+        out.append(
+            ModelStatistics(
+                name=doc["name"],
+                version=doc["version"],
+                last_inference=int(doc["last_inference"]),
+                inference_count=int(doc["inference_count"]),
+                execution_count=int(doc["execution_count"]),
+                inference_stats=InferStatistics(**{k: _duration(v) for k, v in infer.items()}),
+                batch_stats=tuple(
+                    BatchStatistics(
+                        batch_size=int(b["batch_size"]),
+                        compute_input=_duration(b["compute_input"]),
+                        compute_infer=_duration(b["compute_infer"]),
+                        compute_output=_duration(b["compute_output"]),
+                    )
+                    for b in doc["batch_stats"]
+                ),
+            )
+        )
+    return out
+
+
+def _add(a: StatDuration, b: StatDuration) -> StatDuration:
+    return StatDuration(a.count + b.count, a.ns + b.ns)
+
+
+def _add_batch(a: BatchStatistics, b: BatchStatistics) -> BatchStatistics:
+    return BatchStatistics(
+        a.batch_size,
+        _add(a.compute_input, b.compute_input),
+        _add(a.compute_infer, b.compute_infer),
+        _add(a.compute_output, b.compute_output),
+    )
+
+
+def _add_stats(a: ModelStatistics, b: ModelStatistics) -> ModelStatistics:
+    ai, bi = a.inference_stats, b.inference_stats
+    infer = InferStatistics(
+        **{name: _add(getattr(ai, name), getattr(bi, name)) for name in ai.__slots__}
+    )
+    batches = {s.batch_size: s for s in a.batch_stats}
+    for s in b.batch_stats:
+        same = batches.get(s.batch_size)
+        batches[s.batch_size] = s if same is None else _add_batch(same, s)
+    return ModelStatistics(
+        a.name,
+        a.version,
+        max(a.last_inference, b.last_inference),
+        a.inference_count + b.inference_count,
+        a.execution_count + b.execution_count,
+        infer,
+        tuple(batches[size] for size in sorted(batches)),
+    )
+
+
+def merge_statistics(
+    own: Sequence[ModelStatistics], others: Iterable[Sequence[ModelStatistics]]
+) -> tuple[ModelStatistics, ...]:
+    """Per (model, version) totals, sorted as the data plane sorts them; a version only
+    another worker serves (a load still under way here) is included."""
+    totals: dict[tuple[str, str], ModelStatistics] = {(s.name, s.version): s for s in own}
+    for stats in others:
+        for s in stats:
+            key = (s.name, s.version)
+            totals[key] = _add_stats(totals[key], s) if key in totals else s
+    return tuple(sorted(totals.values(), key=lambda s: (s.name, int(s.version or 0))))
