@@ -105,6 +105,9 @@ class Server:
         )
         if self.dashboard is not None:
             self.dashboard.register(router)
+            if self.node is not None:
+                self.node.series = self.dashboard.series
+                self.dashboard.traffic_totals = self.node.traffic
         self.http_app = HttpApp(
             router, max_body_bytes=settings.http_max_body_bytes, observer=self.observer
         )

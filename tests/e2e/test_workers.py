@@ -1,9 +1,9 @@
 """``--http-workers 2``: two serving processes on one port, one server to every client.
 
-Inference works through the shared HTTP and gRPC ports; metrics and statistics are totals over
-both workers; a load, unload, upload or routing change made through either worker reaches the
-other (every answer from many fresh connections agrees); a killed worker is replaced and
-replays the changes; SIGTERM drains both.
+Inference works through the shared HTTP and gRPC ports; metrics, statistics and the
+dashboard's traffic are totals over both workers; a load, unload, upload or routing change
+made through either worker reaches the other (every answer from many fresh connections
+agrees); a killed worker is replaced and replays the changes; SIGTERM drains both.
 """
 
 from __future__ import annotations
@@ -80,6 +80,20 @@ def test_inference_and_totals(server: ServerProcess) -> None:
     grpc_stats = client.get_inference_statistics(M, as_json=True)["model_stats"][0]
     assert int(grpc_stats["inference_stats"]["success"]["count"]) == before + sent
     client.close()
+
+
+def test_the_dashboard_sees_every_request(server: ServerProcess) -> None:
+    sent = _metric(server, "inferd_request_success_total", f'{{model="{M}",version="1"}}')
+
+    def executions() -> float:
+        doc = _fresh(server, "GET", "/v2/dashboard/series").json()
+        # Every request here ran alone: one execution of batch size 1 each, on either worker.
+        return float(doc["models"].get(M, {}).get("batch_sizes", {}).get("1", 0))
+
+    wait_for(lambda: executions() == sent, f"{sent} executions in the dashboard's series")
+    doc = _fresh(server, "GET", "/v2/dashboard/series").json()
+    rows = doc["server"]["rows"]
+    assert rows and all(float(r[0]).is_integer() for r in rows)  # one row per whole second
 
 
 def test_load_and_unload_reach_every_worker(server: ServerProcess) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from inferd.dashboard.series import FIELDS
 from inferd.observability.metrics import EndpointStats, build_registry, render
 from inferd.registry import Registry
 from inferd.stats import ModelStats
 from inferd.workers.merge import (
     merge_metrics,
     merge_statistics,
+    merge_traffic,
     statistics_document,
     statistics_from_document,
 )
@@ -85,3 +87,39 @@ def test_statistics_add_up_per_version_and_batch_size() -> None:
 def test_statistics_document_round_trips() -> None:
     snap = _stats(2, 2).snapshot("m", "1")
     assert statistics_from_document(statistics_document([snap])) == [snap]
+
+
+def _traffic(rows: list[list[float]], sizes: dict[str, int]) -> dict[str, object]:
+    fields = list(FIELDS)
+    return {
+        "interval_s": 1.0,
+        "window_s": 900.0,
+        "now": 0.0,
+        "fields": fields,
+        "server": {"rows": rows, "batch_sizes": sizes},
+        "models": {"m": {"rows": rows, "batch_sizes": sizes}},
+    }
+
+
+def _row(t: float, requests: float, queue_ms: float, p99_ms: float) -> list[float]:
+    values = dict.fromkeys(FIELDS, 0.0)
+    values.update(t=t, requests_per_s=requests, queue_ms=queue_ms, p99_ms=p99_ms, pending=1.0)
+    return [values[name] for name in FIELDS]
+
+
+def test_traffic_rows_add_up_per_whole_second() -> None:
+    at = {name: i for i, name in enumerate(FIELDS)}
+    one = _traffic([_row(99.4, 10, 1.0, 5.0), _row(100.4, 10, 1.0, 5.0)], {"1": 20})
+    other = _traffic([_row(99.9, 30, 3.0, 9.0), _row(100.9, 30, 3.0, 9.0)], {"1": 55, "4": 1})
+    merged = merge_traffic([one, other], now_t=101.5)  # second 101 is not complete yet
+    rows = merged["server"]["rows"]
+    assert [r[at["t"]] for r in rows] == [100.0]
+    row = rows[0]
+    assert row[at["requests_per_s"]] == 40
+    assert row[at["pending"]] == 2
+    assert row[at["p99_ms"]] == 9.0
+    assert row[at["queue_ms"]] == (10 * 1.0 + 30 * 3.0) / 40
+    assert merged["server"]["batch_sizes"] == {"1": 75, "4": 1}
+    assert merged["models"]["m"]["rows"] == rows
+    later = merge_traffic([one, other], now_t=102.0)
+    assert [r[at["t"]] for r in later["server"]["rows"]] == [100.0, 101.0]

@@ -1,4 +1,4 @@
-"""Totals across workers: Prometheus expositions and statistics snapshots, merged.
+"""Totals across workers: Prometheus expositions, statistics and dashboard traffic, merged.
 
 Counters, histograms and most gauges add up (requests, rows, CPU seconds, memory, requests in
 flight); a few gauges describe a state rather than an amount, and take the lowest or highest
@@ -7,6 +7,7 @@ worker's value instead (``_COMBINE``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -149,3 +150,88 @@ def merge_statistics(
             key = (s.name, s.version)
             totals[key] = _add_stats(totals[key], s) if key in totals else s
     return tuple(sorted(totals.values(), key=lambda s: (s.name, int(s.version or 0))))
+
+
+# --------------------------------------------------------------------------- dashboard traffic
+
+_SUMMED = (
+    "requests_per_s",
+    "failures_per_s",
+    "executions_per_s",
+    "cache_hits_per_s",
+    "cache_misses_per_s",
+    "pending",
+)
+_HIGHEST = ("p50_ms", "p99_ms")  # the slowest worker's: percentiles do not add
+_WEIGHTED = {"queue_ms": "requests_per_s", "compute_ms": "requests_per_s"}
+_WEIGHTED_BY_EXECUTIONS = ("batch_size",)
+
+Row = list[float]
+
+
+def _mean_rows(rows: list[Row]) -> Row:
+    return [sum(column) / len(rows) for column in zip(*rows, strict=True)]
+
+
+def _combine_rows(end: int, rows: list[Row], at: dict[str, int]) -> Row:
+    """One row for a second from each worker's row for it."""
+    out = [0.0] * len(at)
+    out[at["t"]] = float(end)
+    for name in _SUMMED:
+        out[at[name]] = round(sum(r[at[name]] for r in rows), 3)
+    for name in _HIGHEST:
+        out[at[name]] = max(r[at[name]] for r in rows)
+    weights = dict(_WEIGHTED)
+    weights.update({name: "executions_per_s" for name in _WEIGHTED_BY_EXECUTIONS})
+    for name, by in weights.items():
+        total = sum(r[at[by]] for r in rows)
+        if total > 0:
+            out[at[name]] = round(sum(r[at[name]] * r[at[by]] for r in rows) / total, 4)
+    return out
+
+
+def _rows(per_worker: list[list[Row]], at: dict[str, int], cutoff_t: float) -> list[Row]:
+    """Rows of several workers, one per whole second they end in, up to ``cutoff_t``."""
+    seconds: dict[int, list[Row]] = {}
+    for rows in per_worker:
+        mine: dict[int, list[Row]] = {}
+        for row in rows:
+            end = math.ceil(row[0])
+            if end <= cutoff_t:
+                mine.setdefault(end, []).append(list(row))
+        for end, found in mine.items():  # a worker's two samples in one second: their mean
+            seconds.setdefault(end, []).append(_mean_rows(found))
+    return [_combine_rows(end, rows, at) for end, rows in sorted(seconds.items())]
+
+
+def _batch_sizes(docs: Iterable[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for doc in docs:
+        for size, count in doc.items():
+            total[size] = total.get(size, 0) + count
+    return dict(sorted(total.items(), key=lambda item: int(item[0])))
+
+
+def merge_traffic(docs: Sequence[dict[str, Any]], now_t: float) -> dict[str, Any]:
+    """The dashboard's traffic document for the whole server from each worker's: rows are
+    per whole second (``t`` the second's end), given once every worker has sampled it."""
+    first = docs[0]
+    at = {name: i for i, name in enumerate(first["fields"])}
+    cutoff_t = now_t - float(first["interval_s"])
+    names = sorted({name for doc in docs for name in doc["models"]})
+    models = {
+        name: {
+            "rows": _rows(
+                [d["models"][name]["rows"] for d in docs if name in d["models"]], at, cutoff_t
+            ),
+            "batch_sizes": _batch_sizes(
+                d["models"][name]["batch_sizes"] for d in docs if name in d["models"]
+            ),
+        }
+        for name in names
+    }
+    server = {
+        "rows": _rows([d["server"]["rows"] for d in docs], at, cutoff_t),
+        "batch_sizes": _batch_sizes(d["server"]["batch_sizes"] for d in docs),
+    }
+    return {**first, "now": round(now_t, 3), "server": server, "models": models}

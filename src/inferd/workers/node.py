@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from inferd.dashboard.series import TrafficSeries
 from inferd.dataplane import DataPlane
 from inferd.errors import InferdError
 from inferd.observability.metrics import render
@@ -20,6 +22,7 @@ from inferd.workers.control import CHANGES, SharedControl
 from inferd.workers.merge import (
     merge_metrics,
     merge_statistics,
+    merge_traffic,
     statistics_document,
     statistics_from_document,
 )
@@ -36,6 +39,7 @@ class WorkerNode:
         self.control = control
         self.plane = plane
         self.metrics = metrics
+        self.series: TrafficSeries | None = None  # the dashboard's, when it is on
 
     async def start(self) -> None:
         await self.peers.serve(self.handle)
@@ -53,6 +57,10 @@ class WorkerNode:
             except InferdError:  # not loaded here (yet): nothing to add
                 return []
             return statistics_document(own)
+        if op == "traffic":
+            if self.series is None:
+                raise ValueError("the dashboard is off")
+            return self.series.as_json(float(message["after"]), message["model"])
         if op in CHANGES:
             await self.control.apply(message)
             return None
@@ -71,6 +79,14 @@ class WorkerNode:
         message = {"op": "statistics", "name": name, "version": version}
         answers = await self.peers.ask_all(message, FIGURES_TIMEOUT_S)
         return merge_statistics(own, (statistics_from_document(a) for a in answers.values()))
+
+    async def traffic(self, after: float, model: str) -> dict[str, Any]:
+        """The dashboard's traffic rows for the whole server."""
+        assert self.series is not None
+        own = self.series.as_json(after, model)
+        message = {"op": "traffic", "after": after, "model": model}
+        answers = await self.peers.ask_all(message, FIGURES_TIMEOUT_S)
+        return merge_traffic([own, *answers.values()], time.time())
 
 
 class _MergedCollector:
