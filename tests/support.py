@@ -64,6 +64,8 @@ class ServerProcess:
             str(self.http_port),
             *self.extra_args,
         ]
+        if not any(a.startswith("--http-workers") for a in self.extra_args):
+            args += ["--http-workers", "1"]  # the suite's CPU and memory as one process
         if os.environ.get("INFERD_TEST_GRPC", "1") != "1":
             args.append("--allow-grpc=false")  # else every server would bind the default 8081
         elif "--grpc-port" not in self.extra_args:

@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from inferd import __version__, settings
 from inferd.bench.options import add_arguments as add_bench_arguments
@@ -16,6 +17,9 @@ from inferd.errors import ConfigError
 from inferd.optimize.command import add_parser as add_optimize_parser
 from inferd.repo_cli import add_parser as add_repo_parser
 from inferd.tune.command import add_parser as add_tune_parser
+
+if TYPE_CHECKING:
+    from inferd.workers.peers import WorkerRole
 
 
 def _setup_logging(verbose: int) -> None:
@@ -27,11 +31,20 @@ def _setup_logging(verbose: int) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    try:
+        config = settings.from_sources(args, os.environ)
+    except ConfigError as exc:
+        print(f"inferd: {exc.message}", file=sys.stderr)
+        return 2
+    return serve_settings(config)
+
+
+def serve_settings(config: settings.Settings, role: WorkerRole | None = None) -> int:
+    """Serve (one worker of a multi-worker server when ``role`` is given); the exit code."""
     from inferd.server import run
 
     try:
-        config = settings.from_sources(args, os.environ)
-        run(config)  # the server configures the engine and access logs from its settings
+        run(config, role)  # the server configures the engine and access logs from its settings
     except ConfigError as exc:
         print(f"inferd: {exc.message}", file=sys.stderr)
         return 2

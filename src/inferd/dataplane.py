@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +77,10 @@ class DataPlane:
         self.draining = False  # set by a SIGTERM: the balancer must stop sending
         # Strict readiness: every model that should load is READY (see --strict-readiness).
         self.models_ready: Callable[[], bool] = _always
+        # Several workers on one port: their statistics added up (see inferd.workers).
+        self.total_statistics: Callable[[str, str], Awaitable[tuple[ModelStatistics, ...]]] = (
+            self._own_statistics
+        )
         self._routing_changes = asyncio.Lock()
         self.tfserving = TfServing(self)
         self._shadows: set[asyncio.Task[None]] = set()
@@ -193,6 +197,9 @@ class DataPlane:
             v.stats.snapshot(v.name, str(v.version))
             for v in sorted(versions, key=lambda v: (v.name, v.version))
         )
+
+    async def _own_statistics(self, name: str, version: str) -> tuple[ModelStatistics, ...]:
+        return self.statistics(name, version)
 
     # ------------------------------------------------------------------ inference
 

@@ -35,6 +35,11 @@ from inferd.repository.manager import ControlMode, ModelManager
 from inferd.repository.poller import Poller
 from inferd.scheduling.cache import ResponseCache
 from inferd.settings import Settings
+from inferd.workers.control import SharedControl
+from inferd.workers.node import WorkerNode, merged_registry
+from inferd.workers.peers import Peers, WorkerRole
+from inferd.workers.sizing import worker_count
+from inferd.workers.supervisor import Supervisor
 
 log = logging.getLogger("inferd.server")
 
@@ -42,14 +47,22 @@ GRPC_STOP_GRACE_S = 5.0  # in-flight gRPC calls get this long to finish at shutd
 
 
 class Server:
-    def __init__(self, settings: Settings, logs: Logs | None = None) -> None:
+    def __init__(
+        self, settings: Settings, logs: Logs | None = None, worker: WorkerRole | None = None
+    ) -> None:
         if not settings.model_repository:
             raise ConfigError("--model-repository is required (or INFERD_MODEL_REPOSITORY)")
         self.settings = settings
+        self.worker = worker  # one of several processes on the port (--http-workers)
         self.registry = Registry()
         cache = ResponseCache(settings.cache_size) if settings.cache_size > 0 else None
         self.manager = ModelManager.from_settings(settings, self.registry, cache)
-        control = RepositoryControl(self.manager, settings.max_upload_bytes)
+        peers = Peers(worker) if worker is not None else None
+        control = (
+            SharedControl(self.manager, self.registry, peers, settings.max_upload_bytes)
+            if peers is not None
+            else RepositoryControl(self.manager, settings.max_upload_bytes)
+        )
         self.plane = DataPlane(self.registry, settings.server_name, control)
         if settings.strict_readiness:
             self.plane.models_ready = self.manager.ready
@@ -59,6 +72,10 @@ class Server:
         self.logs = logs or logs_from(settings)
         self.endpoints = EndpointStats()
         self.metrics = build_registry(self.registry, self.endpoints, self.manager.status)
+        self.node: WorkerNode | None = None
+        if peers is not None and isinstance(control, SharedControl):
+            self.node = WorkerNode(peers, control, self.plane, self.metrics)
+            self.plane.total_statistics = self.node.statistics
         self.tracer = (
             Tracer(settings.trace_exporter, settings.trace_endpoint, settings.server_name)
             if settings.trace_exporter
@@ -71,7 +88,11 @@ class Server:
         V2Http(self.plane).register(router)
         TfServingHttp(self.plane).register(router)
         RepositoryHttp(self.plane, settings.max_upload_bytes).register(router)
-        AdminHttp(self.metrics if settings.allow_metrics else None, self.logs).register(router)
+        AdminHttp(
+            self.metrics if settings.allow_metrics else None,
+            self.logs,
+            self.node.metrics_text if self.node is not None else None,
+        ).register(router)
         self.dashboard = (
             Dashboard(
                 settings,
@@ -85,6 +106,9 @@ class Server:
         )
         if self.dashboard is not None:
             self.dashboard.register(router)
+            if self.node is not None:
+                self.node.series = self.dashboard.series
+                self.dashboard.traffic_totals = self.node.traffic
         self.http_app = HttpApp(
             router, max_body_bytes=settings.http_max_body_bytes, observer=self.observer
         )
@@ -92,6 +116,8 @@ class Server:
     async def _load_models(self) -> None:
         try:
             await self.manager.start(self.settings.load_model)
+            if self.node is not None:
+                await self.node.control.replay()
         finally:
             self.plane.started = True
             ready = [r.name for r in self.registry.records() if r.versions]
@@ -125,17 +151,27 @@ class Server:
             log.info("listening: HTTP (KServe v2, TF Serving REST) on %s", address)
 
         http.on_startup(listening)
+        # A worker other than the first, or a replacement, takes connections once it can serve.
+        late = self.worker is not None and (self.worker.index > 0 or self.worker.restarted)
+        if self.node is not None:
+            await self.node.start()
+            if late:
+                await self._load_models()
         grpc_server = await self._start_grpc()
         if self.settings.allow_metrics and self.settings.metrics_port:
             start_http_server(
-                self.settings.metrics_port, self.settings.http_address, registry=self.metrics
+                self.settings.metrics_port,
+                self.settings.http_address,
+                registry=self.metrics
+                if self.node is None
+                else merged_registry(self.node, asyncio.get_running_loop()),
             )
             log.info(
                 "metrics on %s:%d/metrics", self.settings.http_address, self.settings.metrics_port
             )
         if self.dashboard is not None:
             await self.dashboard.start(self.http_app, self.observer)
-        loader = asyncio.create_task(self._load_models())
+        loader = asyncio.create_task(asyncio.sleep(0) if late else self._load_models())
         try:
             try:
                 await http.serve()
@@ -155,6 +191,8 @@ class Server:
             await self.manager.close()
             if self.tracer is not None:
                 self.tracer.close()
+            if self.node is not None:
+                await self.node.close()
             log.info("server stopped")
 
     async def _start_grpc(self) -> Any:
@@ -169,6 +207,7 @@ class Server:
             observer=self.observer,
             kind=self.settings.grpc_server,
             tfserving_tensor_content=self.settings.tfserving_tensor_content,
+            reuse_port=self.worker is not None,
         )
         await server.start()
         log.info(
@@ -187,7 +226,18 @@ def set_gil_switch_interval(interval_us: int) -> None:
         sys.setswitchinterval(interval_us * 1e-6)
 
 
-def run(settings: Settings) -> None:
+def run(settings: Settings, worker: WorkerRole | None = None) -> None:
+    """Serve until stopped: one process, or (``--http-workers``) a supervisor of several."""
+    if worker is None:
+        count, why = worker_count(settings)
+        if count > 1:
+            if not settings.model_repository:
+                raise ConfigError("--model-repository is required (or INFERD_MODEL_REPOSITORY)")
+            Logs(verbose=settings.log_verbose, log_format=settings.log_format)
+            log.info("%d HTTP workers (%s)", count, why)
+            if Supervisor(settings, count).run() != 0:
+                raise ConfigError("a worker could not start (its error is above)")
+            return
     # OpenMP worker threads (PyTorch, XGBoost, LightGBM) spin while waiting by default, which
     # steals the CPU the event loop needs to decode the next request; a user's own setting wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -195,9 +245,9 @@ def run(settings: Settings) -> None:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        asyncio.run(Server(settings).run())
+        asyncio.run(Server(settings, worker=worker).run())
     else:
-        uvloop.run(Server(settings).run())
+        uvloop.run(Server(settings, worker=worker).run())
 
 
 def logs_from(settings: Settings) -> Logs:

@@ -31,6 +31,16 @@ class Settings:
     )
     http_address: str = field(default="0.0.0.0", metadata=_opt("address the HTTP server binds"))
     http_port: int = field(default=8080, metadata=_opt("HTTP port (KServe v2 and TF Serving REST)"))
+    http_workers: str = field(
+        default="auto",
+        metadata=_opt(
+            "serving processes sharing the HTTP and gRPC ports (SO_REUSEPORT), each with its "
+            "own copy of the models: a number, or auto: the usable CPU cores when every store "
+            "is a local folder, every model loaded at start is at most 256 MiB on disk, and "
+            "cores x (256 MiB + 2 x those models' size) fits in half the available memory; "
+            "else 1"
+        ),
+    )
     allow_grpc: bool = field(default=True, metadata=_opt("serve gRPC (KServe v2 / Triton)"))
     grpc_address: str = field(default="0.0.0.0", metadata=_opt("address the gRPC server binds"))
     grpc_port: int = field(default=8081, metadata=_opt("gRPC port (KServe v2 / Triton)"))

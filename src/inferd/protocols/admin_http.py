@@ -6,6 +6,7 @@ to pass next time: how the dashboard follows a log without fetching it whole eve
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry
@@ -17,9 +18,15 @@ from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_respon
 
 
 class AdminHttp:
-    def __init__(self, metrics: CollectorRegistry | None, logs: Logs) -> None:
+    def __init__(
+        self,
+        metrics: CollectorRegistry | None,
+        logs: Logs,
+        totals: Callable[[], Awaitable[bytes]] | None = None,
+    ) -> None:
         self.metrics = metrics
         self.logs = logs
+        self.totals = totals  # several workers: their metrics, added up
 
     def register(self, router: Router) -> None:
         if self.metrics is not None:
@@ -28,7 +35,8 @@ class AdminHttp:
 
     async def prometheus(self, request: HttpRequest) -> HttpResponse:
         assert self.metrics is not None
-        return HttpResponse(render(self.metrics), content_type=CONTENT_TYPE)
+        text = render(self.metrics) if self.totals is None else await self.totals()
+        return HttpResponse(text, content_type=CONTENT_TYPE)
 
     async def tail(self, request: HttpRequest) -> HttpResponse:
         query = parse_qs(request.query)

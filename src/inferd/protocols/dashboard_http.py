@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -105,6 +106,8 @@ class Dashboard:
         )
         self.overview = Overview(plane.registry, manager, facts)
         self._port_server: Any = None
+        # Several workers: the traffic of all of them (see inferd.workers); else this one's.
+        self.traffic_totals: Callable[[float, str], Awaitable[dict[str, Any]]] | None = None
         self._port_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ routes
@@ -157,7 +160,10 @@ class Dashboard:
             after = float(text)
         except ValueError:
             raise InvalidInput(f"after must be a number of seconds, got '{text}'") from None
-        return json_response(self.series.as_json(after, query.get("model", "")))
+        model = query.get("model", "")
+        if self.traffic_totals is not None:
+            return json_response(await self.traffic_totals(after, model))
+        return json_response(self.series.as_json(after, model))
 
     async def cluster(self, request: HttpRequest) -> HttpResponse:
         if not self.envoy_admin:

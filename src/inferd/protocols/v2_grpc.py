@@ -184,7 +184,7 @@ class V2Grpc:
         self, request: pb.ModelStatisticsRequest
     ) -> pb.ModelStatisticsResponse:
         name = _model_name(request.name) if request.name else ""
-        stats = self.plane.statistics(name, request.version)
+        stats = await self.plane.total_statistics(name, request.version)
         return pb.ModelStatisticsResponse(model_stats=[_statistics(s) for s in stats])
 
     async def model_infer(self, wire: WireInferRequest) -> EncodedInferResponse:
@@ -337,17 +337,19 @@ def _add_to_pool(file_descriptor: Any) -> None:
 GRPC_SERVERS = ("auto", "native", "grpcio")
 
 
-def new_server(kind: str, max_message_bytes: int) -> Any:
+def new_server(kind: str, max_message_bytes: int, reuse_port: bool = False) -> Any:
     """An empty gRPC server: ``native`` (HTTP/2 in libnghttp2, calls on our loop; the fast one),
-    ``grpcio``, or ``auto`` (native when libnghttp2 loads, else grpcio)."""
+    ``grpcio``, or ``auto`` (native when libnghttp2 loads, else grpcio). ``reuse_port``: the
+    port is shared with the other workers of the server (SO_REUSEPORT)."""
     if kind not in GRPC_SERVERS:
         raise ConfigError(f"--grpc-server must be one of {', '.join(GRPC_SERVERS)}, not '{kind}'")
     if kind == "native" or (kind == "auto" and native_available()):
-        return NativeGrpcServer(max_message_bytes=max_message_bytes)
+        return NativeGrpcServer(max_message_bytes=max_message_bytes, reuse_port=reuse_port)
     options = [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.so_reuseport", 0),  # a port in use is an error, not a silently shared port
+        # A port in use is an error, not a silently shared port, unless workers share it.
+        ("grpc.so_reuseport", 1 if reuse_port else 0),
     ]
     return grpc.aio.server(options=options)
 
@@ -360,15 +362,16 @@ def build_server(
     observer: RequestObserver | None = None,
     kind: str = "auto",
     tfserving_tensor_content: bool = False,
+    reuse_port: bool = False,
 ) -> Any:
     """A gRPC server with the inference, health and reflection services on ``address``.
 
     ``credentials`` serves TLS (``grpc.ssl_server_credentials(...)`` for grpcio, an
     ``ssl.SSLContext`` for the native server); None serves plaintext.
     ``tfserving_tensor_content``: TF Serving's Predict answers in tensor_content, not in typed
-    value fields.
+    value fields. ``reuse_port``: share the port with the server's other workers.
     """
-    server = new_server(kind, max_message_bytes)
+    server = new_server(kind, max_message_bytes, reuse_port)
     # Registered (not generic) handlers: grpc core matches the method, no Python lookup per call.
     server.add_registered_method_handlers(SERVICE, V2Grpc(plane, observer).method_handlers())
     # TF Serving's PredictionService and ModelService, on the same server and port.

@@ -243,7 +243,7 @@ class V2Http:
     async def statistics(self, request: HttpRequest) -> HttpResponse:
         p = request.params
         version = self._version(p) if "model" in p else ""
-        stats = self.plane.statistics(p.get("model", ""), version)
+        stats = await self.plane.total_statistics(p.get("model", ""), version)
         return json_response({"model_stats": stats})
 
     async def server_metadata(self, request: HttpRequest) -> HttpResponse:

@@ -47,12 +47,14 @@ class NativeGrpcServer(grpc.aio.Server):  # type: ignore[misc]
         max_concurrent_streams: int = 1000,
         max_header_bytes: int = 64 * 1024,
         window_bytes: int = 4 * 1024 * 1024,
+        reuse_port: bool = False,
     ) -> None:
         lib = nghttp2.load()
         if lib is None:
             raise ConfigError("the native gRPC server needs libnghttp2 (Debian: libnghttp2-14)")
         self.lib = lib
         self.max_message_bytes = max_message_bytes
+        self.reuse_port = reuse_port
         self.max_concurrent_streams = max_concurrent_streams
         self.max_header_bytes = max_header_bytes
         self.window_bytes = window_bytes
@@ -123,6 +125,8 @@ class NativeGrpcServer(grpc.aio.Server):  # type: ignore[misc]
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if self.reuse_port:  # the workers of one server share the port
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((host or "0.0.0.0", port))
             sock.listen(2048)
         except OSError as exc:

@@ -1,0 +1,1 @@
+"""Several serving processes on one port (``--http-workers``): supervisor, peers, merged figures."""

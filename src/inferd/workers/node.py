@@ -1,0 +1,109 @@
+"""One worker's side of a multi-worker server: answers its peers, and adds their figures to
+its own, so ``/metrics``, the statistics API and the dashboard report the whole server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+from inferd.dashboard.series import TrafficSeries
+from inferd.dataplane import DataPlane
+from inferd.errors import InferdError
+from inferd.observability.metrics import render
+from inferd.stats import ModelStatistics
+from inferd.workers.control import CHANGES, SharedControl
+from inferd.workers.merge import (
+    merge_metrics,
+    merge_statistics,
+    merge_traffic,
+    statistics_document,
+    statistics_from_document,
+)
+from inferd.workers.peers import FIGURES_TIMEOUT_S, Peers
+
+log = logging.getLogger("inferd.workers")
+
+
+class WorkerNode:
+    def __init__(
+        self, peers: Peers, control: SharedControl, plane: DataPlane, metrics: CollectorRegistry
+    ) -> None:
+        self.peers = peers
+        self.control = control
+        self.plane = plane
+        self.metrics = metrics
+        self.series: TrafficSeries | None = None  # the dashboard's, when it is on
+
+    async def start(self) -> None:
+        await self.peers.serve(self.handle)
+
+    async def close(self) -> None:
+        await self.peers.close()
+
+    async def handle(self, message: dict[str, Any]) -> Any:
+        op = message.get("op")
+        if op == "metrics":
+            return render(self.metrics).decode()
+        if op == "statistics":
+            try:
+                own = self.plane.statistics(message["name"], message["version"])
+            except InferdError:  # not loaded here (yet): nothing to add
+                return []
+            return statistics_document(own)
+        if op == "traffic":
+            if self.series is None:
+                raise ValueError("the dashboard is off")
+            return self.series.as_json(float(message["after"]), message["model"])
+        if op in CHANGES:
+            await self.control.apply(message)
+            return None
+        raise ValueError(f"unknown message '{op}'")
+
+    async def metrics_text(self) -> bytes:
+        """This worker's exposition plus every peer's, as totals."""
+        answers = await self.peers.ask_all({"op": "metrics"}, FIGURES_TIMEOUT_S)
+        own = render(self.metrics)
+        return merge_metrics([own, *(str(text).encode() for text in answers.values())])
+
+    async def statistics(self, name: str, version: str) -> tuple[ModelStatistics, ...]:
+        """The statistics API's figures, totalled over the workers (NotFound when this worker
+        does not know the model either)."""
+        own: Sequence[ModelStatistics] = self.plane.statistics(name, version)
+        message = {"op": "statistics", "name": name, "version": version}
+        answers = await self.peers.ask_all(message, FIGURES_TIMEOUT_S)
+        return merge_statistics(own, (statistics_from_document(a) for a in answers.values()))
+
+    async def traffic(self, after: float, model: str) -> dict[str, Any]:
+        """The dashboard's traffic rows for the whole server."""
+        assert self.series is not None
+        own = self.series.as_json(after, model)
+        message = {"op": "traffic", "after": after, "model": model}
+        answers = await self.peers.ask_all(message, FIGURES_TIMEOUT_S)
+        return merge_traffic([own, *answers.values()], time.time())
+
+
+class _MergedCollector:
+    """The totals for a scrape of ``--metrics-port``, served from prometheus_client's thread:
+    the figures are gathered on the server's loop."""
+
+    def __init__(self, node: WorkerNode, loop: asyncio.AbstractEventLoop) -> None:
+        self.node = node
+        self.loop = loop
+
+    def collect(self) -> list[Metric]:
+        future = asyncio.run_coroutine_threadsafe(self.node.metrics_text(), self.loop)
+        text = future.result(2 * FIGURES_TIMEOUT_S)
+        return list(text_string_to_metric_families(text.decode()))
+
+
+def merged_registry(node: WorkerNode, loop: asyncio.AbstractEventLoop) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_MergedCollector(node, loop))
+    return registry

@@ -1,0 +1,69 @@
+"""``--http-workers``: a number, or auto by the stated rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from inferd.errors import ConfigError
+from inferd.settings import Settings
+from inferd.workers import sizing
+
+
+def _repo(tmp_path: Path, sizes: dict[str, int]) -> Path:
+    for name, size in sizes.items():
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "1" / "model.onnx").write_bytes(b"\0" * size)
+    return tmp_path
+
+
+def test_a_number_is_taken_as_given(tmp_path: Path) -> None:
+    settings = Settings(model_repository=[str(tmp_path)], http_workers="3")
+    assert sizing.worker_count(settings) == (3, "--http-workers")
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "two", ""])
+def test_a_bad_count_is_refused(tmp_path: Path, text: str) -> None:
+    with pytest.raises(ConfigError, match="--http-workers must be a positive number or auto"):
+        sizing.worker_count(Settings(model_repository=[str(tmp_path)], http_workers=text))
+
+
+def test_auto_is_the_cores_for_small_models(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sizing, "usable_cores", lambda: 4)
+    monkeypatch.setattr(sizing, "available_memory_bytes", lambda: 8 << 30)
+    settings = Settings(model_repository=[str(_repo(tmp_path, {"a": 1000, "b": 2000}))])
+    assert sizing.worker_count(settings)[0] == 4
+
+
+def test_auto_is_one_for_a_big_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sizing, "usable_cores", lambda: 4)
+    monkeypatch.setattr(sizing, "available_memory_bytes", lambda: 64 << 30)
+    monkeypatch.setattr(sizing, "SMALL_MODEL_BYTES", 1500)
+    settings = Settings(model_repository=[str(_repo(tmp_path, {"a": 1000, "big": 2000}))])
+    count, why = sizing.worker_count(settings)
+    assert (count, "big" in why) == (1, True)
+    # Only the models that load at start count.
+    settings.load_model = ["a"]
+    assert sizing.worker_count(settings)[0] == 4
+
+
+def test_auto_is_one_without_memory_for_the_copies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sizing, "usable_cores", lambda: 4)
+    monkeypatch.setattr(sizing, "available_memory_bytes", lambda: 2 * 4 * (256 << 20) - 1)
+    settings = Settings(model_repository=[str(_repo(tmp_path, {"a": 0}))])
+    assert sizing.worker_count(settings)[0] == 1
+
+
+def test_auto_is_one_for_a_remote_store_or_one_core(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sizing, "usable_cores", lambda: 4)
+    monkeypatch.setattr(sizing, "available_memory_bytes", lambda: 64 << 30)
+    assert sizing.worker_count(Settings(model_repository=["s3://bucket/models"]))[0] == 1
+    monkeypatch.setattr(sizing, "usable_cores", lambda: 1)
+    assert sizing.worker_count(Settings(model_repository=[str(tmp_path)]))[0] == 1
