@@ -16,15 +16,19 @@ from prometheus_client import start_http_server
 from inferd.dataplane import DataPlane
 from inferd.drain import Drain
 from inferd.errors import ConfigError
+from inferd.observability.log_settings import LogSettings
 from inferd.observability.logging import Logs
 from inferd.observability.metrics import EndpointStats, build_registry
 from inferd.observability.requests import RequestObserver
+from inferd.observability.trace_settings import TraceSettings
 from inferd.observability.tracing import Tracer
 from inferd.protocols.admin_http import AdminHttp
 from inferd.protocols.dashboard_http import Dashboard
 from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.http import HttpApp, Router
 from inferd.protocols.repository_http import RepositoryHttp
+from inferd.protocols.settings_grpc import SettingsGrpc
+from inferd.protocols.settings_http import SettingsHttp
 from inferd.protocols.tfserving_http import TfServingHttp
 from inferd.protocols.v2_grpc import build_server
 from inferd.protocols.v2_http import V2Http
@@ -65,12 +69,18 @@ class Server:
         )
         self.poller: Poller[Any] | None = None
         self.drain: Drain | None = None  # set by run(): SIGTERM drains, SIGINT stops at once
-        self.observer = RequestObserver(self.endpoints, self.logs, self.tracer, settings.node_name)
+        # Triton's trace and log settings APIs change these at run time.
+        self.trace_settings = TraceSettings(self.tracer is not None, self.registry.record)
+        self.log_settings = LogSettings(self.logs)
+        self.observer = RequestObserver(
+            self.endpoints, self.logs, self.tracer, settings.node_name, self.trace_settings
+        )
         router = Router()
         V2Http(self.plane).register(router)
         TfServingHttp(self.plane).register(router)
         RepositoryHttp(self.plane, settings.max_upload_bytes).register(router)
         AdminHttp(self.metrics if settings.allow_metrics else None, self.logs).register(router)
+        SettingsHttp(self.trace_settings, self.log_settings).register(router)
         self.dashboard = (
             Dashboard(
                 settings,
@@ -168,6 +178,7 @@ class Server:
             observer=self.observer,
             kind=self.settings.grpc_server,
             tfserving_tensor_content=self.settings.tfserving_tensor_content,
+            settings=SettingsGrpc(self.trace_settings, self.log_settings),
         )
         await server.start()
         log.info(

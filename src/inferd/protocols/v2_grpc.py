@@ -26,6 +26,7 @@ from inferd.protocols.grpc_common import Handler, guarded
 from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.h2grpc.server import available as native_available
 from inferd.protocols.pool import POOL
+from inferd.protocols.settings_grpc import SettingsGrpc
 from inferd.protocols.tfserving_grpc import SERVICES as TFSERVING_SERVICES
 from inferd.protocols.tfserving_grpc import TfServingGrpc
 from inferd.protocols.v2_grpc_codec import (
@@ -57,17 +58,21 @@ _UNIMPLEMENTED: dict[str, str] = {
     "CudaSharedMemoryStatus": "CUDA shared memory is not supported",
     "CudaSharedMemoryRegister": "CUDA shared memory is not supported",
     "CudaSharedMemoryUnregister": "CUDA shared memory is not supported",
-    "TraceSetting": "trace settings are not supported",
-    "LogSettings": "log settings are not supported",
 }
 
 
 class V2Grpc:
     """The GRPCInferenceService handlers."""
 
-    def __init__(self, plane: DataPlane, observer: RequestObserver | None = None) -> None:
+    def __init__(
+        self,
+        plane: DataPlane,
+        observer: RequestObserver | None = None,
+        settings: SettingsGrpc | None = None,
+    ) -> None:
         self.plane = plane
         self.observer = observer
+        self.settings = settings
 
     def method_handlers(self) -> dict[str, Any]:
         """Every RPC's handler, with inferd's own (de)serializers for the infer calls."""
@@ -85,6 +90,12 @@ class V2Grpc:
         }
         for name, why in _UNIMPLEMENTED.items():
             unary[name] = _unimplemented(f"{name}: {why} in inferd")
+        if self.settings is not None:
+            unary["TraceSetting"] = self.settings.trace_setting
+            unary["LogSettings"] = self.settings.log_settings
+        else:
+            for name in ("TraceSetting", "LogSettings"):
+                unary[name] = _unimplemented(f"{name}: not offered by this server")
         service = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
         handlers: dict[str, Any] = {}
         for name, handler in unary.items():
@@ -360,17 +371,20 @@ def build_server(
     observer: RequestObserver | None = None,
     kind: str = "auto",
     tfserving_tensor_content: bool = False,
+    settings: SettingsGrpc | None = None,
 ) -> Any:
     """A gRPC server with the inference, health and reflection services on ``address``.
 
     ``credentials`` serves TLS (``grpc.ssl_server_credentials(...)`` for grpcio, an
     ``ssl.SSLContext`` for the native server); None serves plaintext.
     ``tfserving_tensor_content``: TF Serving's Predict answers in tensor_content, not in typed
-    value fields.
+    value fields. ``settings``: the trace and log settings RPCs (else they answer UNIMPLEMENTED).
     """
     server = new_server(kind, max_message_bytes)
     # Registered (not generic) handlers: grpc core matches the method, no Python lookup per call.
-    server.add_registered_method_handlers(SERVICE, V2Grpc(plane, observer).method_handlers())
+    server.add_registered_method_handlers(
+        SERVICE, V2Grpc(plane, observer, settings).method_handlers()
+    )
     # TF Serving's PredictionService and ModelService, on the same server and port.
     tfserving = TfServingGrpc(plane, observer, tfserving_tensor_content)
     for name, handlers in tfserving.services().items():
