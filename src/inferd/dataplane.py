@@ -33,6 +33,7 @@ from inferd.routing import (
     shadow_from_mapping,
     split_from_mapping,
 )
+from inferd.shared_memory import SystemSharedMemory
 from inferd.stats import ModelStatistics
 from inferd.tfserving import TfServing
 from inferd.types import InferRequest, InferResponse, Tensors
@@ -56,6 +57,7 @@ log = logging.getLogger("inferd.dataplane")
 EXTENSIONS: tuple[str, ...] = (
     "schedule_policy",
     "model_configuration",
+    "system_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
@@ -82,6 +84,8 @@ class DataPlane:
         self._routing_changes = asyncio.Lock()
         self.tfserving = TfServing(self)
         self._shadows: set[asyncio.Task[None]] = set()
+        # Regions clients registered (Triton's system shared memory extension).
+        self.shared_memory = SystemSharedMemory()
 
     # ------------------------------------------------------------------ health and metadata
 

@@ -29,6 +29,7 @@ from inferd.protocols.http import HttpApp, Router
 from inferd.protocols.repository_http import RepositoryHttp
 from inferd.protocols.settings_grpc import SettingsGrpc
 from inferd.protocols.settings_http import SettingsHttp
+from inferd.protocols.shm_http import SharedMemoryHttp
 from inferd.protocols.tfserving_http import TfServingHttp
 from inferd.protocols.v2_grpc import build_server
 from inferd.protocols.v2_http import V2Http
@@ -81,6 +82,7 @@ class Server:
         RepositoryHttp(self.plane, settings.max_upload_bytes).register(router)
         AdminHttp(self.metrics if settings.allow_metrics else None, self.logs).register(router)
         SettingsHttp(self.trace_settings, self.log_settings).register(router)
+        SharedMemoryHttp(self.plane.shared_memory).register(router)
         self.dashboard = (
             Dashboard(
                 settings,
@@ -162,6 +164,7 @@ class Server:
             if self.dashboard is not None:
                 await self.dashboard.stop()
             await self.manager.close()
+            self.plane.shared_memory.close()
             if self.tracer is not None:
                 self.tracer.close()
             log.info("server stopped")

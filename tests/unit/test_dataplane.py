@@ -48,9 +48,12 @@ def test_views_are_frozen_snapshots_with_triton_json(versions: list[ModelVersion
         (
             "schedule_policy",
             "model_configuration",
+            "system_shared_memory",
             "binary_tensor_data",
             "parameters",
             "statistics",
+            "trace",
+            "logging",
         ),
     )
     meta = plane.model_metadata("m")

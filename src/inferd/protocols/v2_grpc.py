@@ -22,11 +22,13 @@ from inferd.dataplane import DataPlane
 from inferd.errors import ConfigError, InferdError, InvalidInput, NotFound, Unimplemented
 from inferd.observability.requests import RequestObserver
 from inferd.protocols import grpc_service_pb2 as pb
+from inferd.protocols import shm_tensors
 from inferd.protocols.grpc_common import Handler, guarded
 from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.h2grpc.server import available as native_available
 from inferd.protocols.pool import POOL
 from inferd.protocols.settings_grpc import SettingsGrpc
+from inferd.protocols.shm_grpc import SharedMemoryGrpc
 from inferd.protocols.tfserving_grpc import SERVICES as TFSERVING_SERVICES
 from inferd.protocols.tfserving_grpc import TfServingGrpc
 from inferd.protocols.v2_grpc_codec import (
@@ -48,17 +50,6 @@ SERVICE = "inference.GRPCInferenceService"
 # Requests of one stream that may run at once; reading the stream waits beyond that.
 STREAM_MAX_IN_FLIGHT = 256
 _HEALTH_WATCH_INTERVAL_S = 1.0
-
-
-# RPCs of the service that inferd does not offer (yet): each answers UNIMPLEMENTED and why.
-_UNIMPLEMENTED: dict[str, str] = {
-    "SystemSharedMemoryStatus": "system shared memory is not supported",
-    "SystemSharedMemoryRegister": "system shared memory is not supported",
-    "SystemSharedMemoryUnregister": "system shared memory is not supported",
-    "CudaSharedMemoryStatus": "CUDA shared memory is not supported",
-    "CudaSharedMemoryRegister": "CUDA shared memory is not supported",
-    "CudaSharedMemoryUnregister": "CUDA shared memory is not supported",
-}
 
 
 class V2Grpc:
@@ -88,8 +79,15 @@ class V2Grpc:
             "RepositoryModelLoad": self.repository_model_load,
             "RepositoryModelUnload": self.repository_model_unload,
         }
-        for name, why in _UNIMPLEMENTED.items():
-            unary[name] = _unimplemented(f"{name}: {why} in inferd")
+        shm = SharedMemoryGrpc(self.plane.shared_memory)
+        unary |= {
+            "SystemSharedMemoryStatus": shm.status,
+            "SystemSharedMemoryRegister": shm.register,
+            "SystemSharedMemoryUnregister": shm.unregister,
+            "CudaSharedMemoryStatus": shm.cuda_status,
+            "CudaSharedMemoryRegister": shm.cuda_register,
+            "CudaSharedMemoryUnregister": shm.cuda_unregister,
+        }
         if self.settings is not None:
             unary["TraceSetting"] = self.settings.trace_setting
             unary["LogSettings"] = self.settings.log_settings
@@ -199,7 +197,16 @@ class V2Grpc:
         return pb.ModelStatisticsResponse(model_stats=[_statistics(s) for s in stats])
 
     async def model_infer(self, wire: WireInferRequest) -> EncodedInferResponse:
-        return encode_response(await self.plane.infer(decode_request(wire)))
+        return await self._infer(wire)
+
+    async def _infer(self, wire: WireInferRequest) -> EncodedInferResponse:
+        regions = self.plane.shared_memory
+        request = decode_request(wire, regions)
+        response = await self.plane.infer(request)
+        written = None
+        if request.outputs is not None:
+            written = shm_tensors.write_outputs(regions, response, request.outputs)
+        return encode_response(response, written)
 
     async def model_stream_infer(
         self, requests: AsyncIterator[WireInferRequest], context: Any
@@ -242,8 +249,7 @@ class V2Grpc:
 
     async def _stream_one(self, wire: WireInferRequest) -> StreamResponse:
         try:
-            response = await self.plane.infer(decode_request(wire))
-            return StreamResponse(encode_response(response))
+            return StreamResponse(await self._infer(wire))
         except InferdError as exc:
             return StreamResponse(error_header(wire), exc.message)
         except Exception as exc:
