@@ -65,6 +65,7 @@ EXTENSIONS: tuple[str, ...] = (
     "logging",
 )
 REPOSITORY_EXTENSIONS: tuple[str, ...] = ("model_repository", "model_repository(unload_dependents)")
+SEQUENCE_EXTENSION = "sequence"  # listed first, as Triton lists it
 
 
 class DataPlane:
@@ -100,6 +101,7 @@ class DataPlane:
         extensions = EXTENSIONS
         if self.repository is not None:
             extensions = REPOSITORY_EXTENSIONS + extensions
+        extensions = (SEQUENCE_EXTENSION, *extensions)
         return ServerMetadata(self.server_name, __version__, extensions)
 
     def model_ready(self, name: str, version: str = "") -> bool:

@@ -26,6 +26,7 @@ from tests.support import ServerProcess
 M = "half_plus_two"
 X = np.array([[1.0], [2.0], [5.0]], dtype=np.float32)
 EXTENSIONS = [
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
