@@ -77,11 +77,22 @@ class SequenceBatcher:
         corr_id, start, end = sequence_parameters(work.parameters)
         work.correlation_id = corr_id
         work.flags = (SEQUENCE_START if start else 0) | (SEQUENCE_END if end else 0)
-        sequence = self._sequences.get(corr_id)
-        if sequence is None or sequence.released:
-            if not start:
-                raise InvalidInput(self._unknown(corr_id))
-            sequence = await self._begin(corr_id)
+        while True:
+            sequence = self._sequences.get(corr_id)
+            if sequence is None or sequence.released:
+                if not start:
+                    raise InvalidInput(self._unknown(corr_id))
+                sequence = await self._begin(corr_id)
+            outputs = await self._in_turn(sequence, work, start, end, timings)
+            if outputs is not None:
+                return outputs
+            # The sequence ended or expired while this request waited, and this one starts it.
+
+    async def _in_turn(
+        self, sequence: _Sequence, work: Work, start: bool, end: bool, timings: Timings
+    ) -> Tensors | None:
+        """Run ``work`` when the sequence's earlier requests are done; None when the sequence
+        was released meanwhile and ``work`` starts a new one."""
         sequence.waiting += 1
         if sequence.idle is not None:
             sequence.idle.cancel()
@@ -89,7 +100,9 @@ class SequenceBatcher:
         try:
             async with sequence.lock:
                 if sequence.released:
-                    raise InvalidInput(self._unknown(corr_id))
+                    if start:
+                        return None
+                    raise InvalidInput(self._unknown(sequence.corr_id))
                 if start:  # a new start restarts the sequence's state
                     sequence.state = self.options.initial_state(work.rows)
                 return await self._execute(sequence, work, start, end, timings)
