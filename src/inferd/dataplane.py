@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -211,6 +211,19 @@ class DataPlane:
             raise InvalidInput(f"parameter '{LABEL_PARAMETER}' must be a string")
         model = self.registry.route(request.model_name, request.model_version, label, request.id)
         return await self.run(model, request, label)
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """The responses to one request: a decoupled model's 0..N as it sends them (parameter
+        ``triton_final_response`` on each), any other model's one."""
+        label = request.parameters.get(LABEL_PARAMETER, "")
+        if not isinstance(label, str):
+            raise InvalidInput(f"parameter '{LABEL_PARAMETER}' must be a string")
+        model = self.registry.route(request.model_name, request.model_version, label, request.id)
+        if not model.decoupled:
+            yield await self.run(model, request, label)
+            return
+        async for response in model.infer_stream(request):
+            yield response
 
     async def run(
         self, model: ModelVersion, request: InferRequest, label: str = "", signature: str = ""

@@ -24,6 +24,7 @@ from inferd.observability.trace_settings import TraceSettings
 from inferd.observability.tracing import Tracer
 from inferd.protocols.admin_http import AdminHttp
 from inferd.protocols.dashboard_http import Dashboard
+from inferd.protocols.generate_http import GenerateHttp
 from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.http import HttpApp, Router
 from inferd.protocols.repository_http import RepositoryHttp
@@ -83,6 +84,7 @@ class Server:
         AdminHttp(self.metrics if settings.allow_metrics else None, self.logs).register(router)
         SettingsHttp(self.trace_settings, self.log_settings).register(router)
         SharedMemoryHttp(self.plane.shared_memory).register(router)
+        GenerateHttp(self.plane).register(router)
         self.dashboard = (
             Dashboard(
                 settings,

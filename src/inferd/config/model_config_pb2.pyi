@@ -262,6 +262,12 @@ class ModelSequenceBatching(_message.Message):
     state: _containers.RepeatedCompositeFieldContainer[ModelSequenceBatching.State]
     def __init__(self, direct: _Optional[_Union[ModelSequenceBatching.StrategyDirect, _Mapping]] = ..., oldest: _Optional[_Union[ModelSequenceBatching.StrategyOldest, _Mapping]] = ..., max_sequence_idle_microseconds: _Optional[int] = ..., control_input: _Optional[_Iterable[_Union[ModelSequenceBatching.ControlInput, _Mapping]]] = ..., state: _Optional[_Iterable[_Union[ModelSequenceBatching.State, _Mapping]]] = ...) -> None: ...
 
+class ModelTransactionPolicy(_message.Message):
+    __slots__ = ("decoupled",)
+    DECOUPLED_FIELD_NUMBER: _ClassVar[int]
+    decoupled: bool
+    def __init__(self, decoupled: bool = ...) -> None: ...
+
 class ModelParameter(_message.Message):
     __slots__ = ("string_value",)
     STRING_VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -307,7 +313,7 @@ class ModelResponseCache(_message.Message):
     def __init__(self, enable: bool = ...) -> None: ...
 
 class ModelConfig(_message.Message):
-    __slots__ = ("name", "platform", "backend", "version_policy", "max_batch_size", "input", "output", "dynamic_batching", "sequence_batching", "instance_group", "default_model_filename", "metric_tags", "parameters", "model_warmup", "response_cache")
+    __slots__ = ("name", "platform", "backend", "version_policy", "max_batch_size", "input", "output", "dynamic_batching", "sequence_batching", "instance_group", "default_model_filename", "metric_tags", "parameters", "model_warmup", "response_cache", "model_transaction_policy")
     class MetricTagsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -337,6 +343,7 @@ class ModelConfig(_message.Message):
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     MODEL_WARMUP_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_CACHE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_TRANSACTION_POLICY_FIELD_NUMBER: _ClassVar[int]
     name: str
     platform: str
     backend: str
@@ -352,4 +359,5 @@ class ModelConfig(_message.Message):
     parameters: _containers.MessageMap[str, ModelParameter]
     model_warmup: _containers.RepeatedCompositeFieldContainer[ModelWarmup]
     response_cache: ModelResponseCache
-    def __init__(self, name: _Optional[str] = ..., platform: _Optional[str] = ..., backend: _Optional[str] = ..., version_policy: _Optional[_Union[ModelVersionPolicy, _Mapping]] = ..., max_batch_size: _Optional[int] = ..., input: _Optional[_Iterable[_Union[ModelInput, _Mapping]]] = ..., output: _Optional[_Iterable[_Union[ModelOutput, _Mapping]]] = ..., dynamic_batching: _Optional[_Union[ModelDynamicBatching, _Mapping]] = ..., sequence_batching: _Optional[_Union[ModelSequenceBatching, _Mapping]] = ..., instance_group: _Optional[_Iterable[_Union[ModelInstanceGroup, _Mapping]]] = ..., default_model_filename: _Optional[str] = ..., metric_tags: _Optional[_Mapping[str, str]] = ..., parameters: _Optional[_Mapping[str, ModelParameter]] = ..., model_warmup: _Optional[_Iterable[_Union[ModelWarmup, _Mapping]]] = ..., response_cache: _Optional[_Union[ModelResponseCache, _Mapping]] = ...) -> None: ...
+    model_transaction_policy: ModelTransactionPolicy
+    def __init__(self, name: _Optional[str] = ..., platform: _Optional[str] = ..., backend: _Optional[str] = ..., version_policy: _Optional[_Union[ModelVersionPolicy, _Mapping]] = ..., max_batch_size: _Optional[int] = ..., input: _Optional[_Iterable[_Union[ModelInput, _Mapping]]] = ..., output: _Optional[_Iterable[_Union[ModelOutput, _Mapping]]] = ..., dynamic_batching: _Optional[_Union[ModelDynamicBatching, _Mapping]] = ..., sequence_batching: _Optional[_Union[ModelSequenceBatching, _Mapping]] = ..., instance_group: _Optional[_Iterable[_Union[ModelInstanceGroup, _Mapping]]] = ..., default_model_filename: _Optional[str] = ..., metric_tags: _Optional[_Mapping[str, str]] = ..., parameters: _Optional[_Mapping[str, ModelParameter]] = ..., model_warmup: _Optional[_Iterable[_Union[ModelWarmup, _Mapping]]] = ..., response_cache: _Optional[_Union[ModelResponseCache, _Mapping]] = ..., model_transaction_policy: _Optional[_Union[ModelTransactionPolicy, _Mapping]] = ...) -> None: ...

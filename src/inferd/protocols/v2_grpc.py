@@ -211,17 +211,22 @@ class V2Grpc:
     async def model_stream_infer(
         self, requests: AsyncIterator[WireInferRequest], context: Any
     ) -> AsyncIterator[StreamResponse]:
-        """Runs the stream's requests concurrently (started in arrival order), answers each.
+        """Runs the stream's requests concurrently (started in arrival order), answers each:
+        once, or for a decoupled model with every response it sends.
 
-        A slot is held from a request's arrival until its answer is handed to gRPC, so a client
-        that does not read its answers stops the reading of its requests.
+        A slot is held from a request's arrival until its last answer is handed to gRPC, so a
+        client that does not read its answers stops the reading of its requests.
         """
-        answers: asyncio.Queue[StreamResponse | None] = asyncio.Queue()
+        answers: asyncio.Queue[StreamResponse | _Done | None] = asyncio.Queue()
         slots = asyncio.Semaphore(STREAM_MAX_IN_FLIGHT)
         running: set[asyncio.Task[None]] = set()
 
         async def answer(wire: WireInferRequest) -> None:
-            answers.put_nowait(await self._stream_one(wire))
+            try:
+                async for response in self._stream_one(wire):
+                    answers.put_nowait(response)
+            finally:
+                answers.put_nowait(_DONE)
 
         async def read() -> None:
             try:
@@ -238,8 +243,10 @@ class V2Grpc:
         reader = asyncio.create_task(read())
         try:
             while (item := await answers.get()) is not None:
-                yield item
-                slots.release()
+                if isinstance(item, _Done):
+                    slots.release()
+                else:
+                    yield item
         finally:
             reader.cancel()
             for task in list(running):
@@ -247,14 +254,33 @@ class V2Grpc:
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
 
-    async def _stream_one(self, wire: WireInferRequest) -> StreamResponse:
+    async def _stream_one(self, wire: WireInferRequest) -> AsyncIterator[StreamResponse]:
         try:
-            return StreamResponse(await self._infer(wire))
+            regions = self.plane.shared_memory
+            request = decode_request(wire, regions)
+            empty_final = request.parameters.get("triton_enable_empty_final_response") is True
+            async for response in self.plane.infer_stream(request):
+                final = response.parameters.pop("triton_final_response", None)
+                if final is not None and not response.outputs and not empty_final:
+                    continue  # a decoupled model's bare final flag
+                if final is not None and empty_final:
+                    response.parameters["triton_final_response"] = final
+                written = None
+                if request.outputs is not None:
+                    written = shm_tensors.write_outputs(regions, response, request.outputs)
+                yield StreamResponse(encode_response(response, written))
         except InferdError as exc:
-            return StreamResponse(error_header(wire), exc.message)
+            yield StreamResponse(error_header(wire), exc.message)
         except Exception as exc:
             log.exception("unhandled error in ModelStreamInfer")
-            return StreamResponse(error_header(wire), f"internal error: {exc}")
+            yield StreamResponse(error_header(wire), f"internal error: {exc}")
+
+
+class _Done:
+    """Marks the end of one request's answers in a stream."""
+
+
+_DONE = _Done()
 
 
 def _duration(value: StatDuration) -> pb.StatisticDuration:
