@@ -69,6 +69,28 @@ output [ { name: "CORR" data_type: TYPE_INT64 dims: [ 1 ] },
          { name: "FLAGS" data_type: TYPE_INT32 dims: [ 1 ] } ]
 sequence_batching { }
 """
+PY_ACC_CONFIG = """
+backend: "python"
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "SUM" data_type: TYPE_FP32 dims: [ 1 ] } ]
+sequence_batching {
+  state [ { input_name: "ACC_IN" output_name: "ACC_OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+}
+"""
+PY_ACC = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for r in requests:
+            total = (pb_utils.get_input_tensor_by_name(r, "ACC_IN").as_numpy()
+                     + pb_utils.get_input_tensor_by_name(r, "X").as_numpy())
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("SUM", total), pb_utils.Tensor("ACC_OUT", total)]))
+        return responses
+"""
 PY_MODEL = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -145,6 +167,9 @@ def sequences(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProces
     (root / "py_seq" / "1").mkdir(parents=True)
     (root / "py_seq" / "1" / "model.py").write_text(PY_MODEL)
     (root / "py_seq" / "config.pbtxt").write_text(f'name: "py_seq"\n{PY_CONFIG}')
+    (root / "py_acc" / "1").mkdir(parents=True)
+    (root / "py_acc" / "1" / "model.py").write_text(PY_ACC)
+    (root / "py_acc" / "config.pbtxt").write_text(f'name: "py_acc"\n{PY_ACC_CONFIG}')
     server = ServerProcess(root).start()
     yield server
     server.stop()
@@ -245,3 +270,17 @@ def test_python_models_see_the_sequence(sequences: ServerProcess) -> None:
         result = client.infer("py_seq", [x], sequence_id=77, sequence_start=start, sequence_end=end)
         seen.append((result.as_numpy("CORR").tolist(), result.as_numpy("FLAGS").tolist()))
     assert seen == [([77], [1]), ([77], [0]), ([77], [2])]  # SEQUENCE_START = 1, END = 2
+
+
+def test_python_models_get_implicit_state(sequences: ServerProcess) -> None:
+    client = triton_http.InferenceServerClient(sequences.http_address)
+    x = triton_http.InferInput("X", [1], "FP32")
+    sums = []
+    for step in range(1, 5):
+        x.set_data_from_numpy(np.array([float(step)], dtype=np.float32))
+        result = client.infer(
+            "py_acc", [x], sequence_id="py", sequence_start=step == 1, sequence_end=step == 4
+        )
+        sums.append(result.as_numpy("SUM").tolist())
+        assert result.as_numpy("ACC_OUT") is None  # state stays on the server
+    assert sums == [[1.0], [3.0], [6.0], [10.0]]
