@@ -278,9 +278,16 @@ async def _send_stream(protocol: Any, response: HttpResponse, chunks: AsyncItera
     headers = [("content-type", response.content_type), *response.headers]
     transport = protocol.response_stream(response.status, headers)
     sent = 0
-    async for chunk in chunks:
-        await transport.send_bytes(chunk)
-        sent += len(chunk)
+    try:
+        async for chunk in chunks:
+            await transport.send_bytes(chunk)
+            sent += len(chunk)
+    except Exception as exc:  # the client left mid-stream: stop producing for it
+        log.debug("stream to the client ended early: %s", exc)
+    finally:
+        close = getattr(chunks, "aclose", None)
+        if close is not None:
+            await close()
     return sent
 
 

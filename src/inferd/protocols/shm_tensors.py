@@ -21,7 +21,7 @@ BYTE_SIZE = "shared_memory_byte_size"
 
 
 def names_region(params: Mapping[str, Any] | None) -> bool:
-    return bool(params) and REGION in params  # type: ignore[operator]
+    return params is not None and REGION in params
 
 
 def _window(name: str, params: Mapping[str, Any]) -> tuple[str, int, int]:
