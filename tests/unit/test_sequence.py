@@ -57,6 +57,9 @@ def test_direct_pins_each_sequence_to_one_instance_in_order(tmp_path: Path) -> N
     assert all(len(instances) == 1 for instances in where.values())
     assert sorted(set().union(*where.values())) == [0, 1]  # two sequences per instance
     assert all(steps == [1, 2, 3] for steps in order.values())
+    two_rows = request(model, 1.0, 2.0, sequence_id=3, sequence_start=True)
+    with pytest.raises(InvalidInput, match="batch-size 1"):
+        asyncio.run(model.infer(two_rows))
     asyncio.run(model.close())
 
 

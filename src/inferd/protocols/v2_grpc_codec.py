@@ -132,7 +132,11 @@ def decode_request(
     message, raws = wire.message, wire.raw_inputs
     if not message.model_name:
         raise InvalidInput("'model_name' is missing")
-    in_shm = [REGION in t.parameters for t in message.inputs] if regions is not None else []
+    in_shm = (
+        [bool(t.parameters) and REGION in t.parameters for t in message.inputs]
+        if regions is not None
+        else []
+    )
     on_wire = len(message.inputs) - sum(in_shm)
     if raws and len(raws) != on_wire:
         raise InvalidInput(

@@ -75,6 +75,11 @@ class SequenceBatcher:
     async def run(self, work: Work, timings: Timings) -> Tensors:
         check_request_parameters(work.parameters)
         corr_id, start, end = sequence_parameters(work.parameters)
+        if work.rows > 1:
+            raise InvalidInput(
+                f"inference request to model '{self.name}' must specify batch-size 1 due to "
+                f"requirements of sequence batcher (got {work.rows})"
+            )
         work.correlation_id = corr_id
         work.flags = (SEQUENCE_START if start else 0) | (SEQUENCE_END if end else 0)
         while True:
