@@ -150,3 +150,30 @@ def test_generate_answers_one_response_in_json(decoupled: ServerProcess) -> None
     assert r.status_code == 400 and "NOPE" in r.json()["error"]
     with httpx.stream("POST", f"{url}_stream", json={"COUNT": "x"}) as response:
         assert response.status_code == 400
+
+
+def test_grpc_aio_stream_infer(decoupled: ServerProcess) -> None:
+    import asyncio
+
+    import tritonclient.grpc.aio as grpc_aio
+
+    async def run() -> list[int]:
+        client = grpc_aio.InferenceServerClient(decoupled.grpc_address)
+        count = grpc_aio.InferInput("COUNT", [1], "INT32")
+        count.set_data_from_numpy(np.array([4], dtype=np.int32))
+
+        async def requests() -> Any:
+            yield {"model_name": "repeat", "inputs": [count], "request_id": "aio"}
+
+        got = []
+        try:
+            async for result, error in client.stream_infer(requests()):
+                assert error is None
+                got.append(int(result.as_numpy("OUT")[0]))
+                if len(got) == 4:
+                    break
+        finally:
+            await client.close()
+        return got
+
+    assert asyncio.run(run()) == [0, 1, 2, 3]
