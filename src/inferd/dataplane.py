@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ from inferd.routing import (
     shadow_from_mapping,
     split_from_mapping,
 )
+from inferd.shared_memory import SystemSharedMemory
 from inferd.stats import ModelStatistics
 from inferd.tfserving import TfServing
 from inferd.types import InferRequest, InferResponse, Tensors
@@ -56,11 +57,15 @@ log = logging.getLogger("inferd.dataplane")
 EXTENSIONS: tuple[str, ...] = (
     "schedule_policy",
     "model_configuration",
+    "system_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
+    "logging",
 )
 REPOSITORY_EXTENSIONS: tuple[str, ...] = ("model_repository", "model_repository(unload_dependents)")
+SEQUENCE_EXTENSION = "sequence"  # listed first, as Triton lists it
 
 
 class DataPlane:
@@ -84,6 +89,8 @@ class DataPlane:
         self._routing_changes = asyncio.Lock()
         self.tfserving = TfServing(self)
         self._shadows: set[asyncio.Task[None]] = set()
+        # Regions clients registered (Triton's system shared memory extension).
+        self.shared_memory = SystemSharedMemory()
 
     # ------------------------------------------------------------------ health and metadata
 
@@ -98,6 +105,7 @@ class DataPlane:
         extensions = EXTENSIONS
         if self.repository is not None:
             extensions = REPOSITORY_EXTENSIONS + extensions
+        extensions = (SEQUENCE_EXTENSION, *extensions)
         return ServerMetadata(self.server_name, __version__, extensions)
 
     def model_ready(self, name: str, version: str = "") -> bool:
@@ -210,6 +218,19 @@ class DataPlane:
             raise InvalidInput(f"parameter '{LABEL_PARAMETER}' must be a string")
         model = self.registry.route(request.model_name, request.model_version, label, request.id)
         return await self.run(model, request, label)
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """The responses to one request: a decoupled model's 0..N as it sends them (parameter
+        ``triton_final_response`` on each), any other model's one."""
+        label = request.parameters.get(LABEL_PARAMETER, "")
+        if not isinstance(label, str):
+            raise InvalidInput(f"parameter '{LABEL_PARAMETER}' must be a string")
+        model = self.registry.route(request.model_name, request.model_version, label, request.id)
+        if not model.decoupled:
+            yield await self.run(model, request, label)
+            return
+        async for response in model.infer_stream(request):
+            yield response
 
     async def run(
         self, model: ModelVersion, request: InferRequest, label: str = "", signature: str = ""

@@ -6,20 +6,21 @@ adapters see only the data plane's views.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 from inferd import validate
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import ModelSpec, SignatureSpec
-from inferd.errors import InvalidInput
+from inferd.errors import InferdError, InvalidInput
 from inferd.scheduling.batcher import Scheduler
 from inferd.scheduling.cache import ResponseCache
-from inferd.scheduling.work import Work
+from inferd.scheduling.work import Result, Work
 from inferd.stats import ModelStats
-from inferd.types import InferRequest, InferResponse, Timings
+from inferd.types import InferRequest, InferResponse, Tensors, Timings
 
 
 class ModelState(enum.Enum):
@@ -52,8 +53,18 @@ class ModelVersion:
             raise InvalidInput(f"model '{self.name}' has no signature '{signature}'")
         return found.spec
 
+    @property
+    def decoupled(self) -> bool:
+        """Whether a request may get 0..N responses (``model_transaction_policy``)."""
+        return self.config.model_transaction_policy.decoupled
+
     async def infer(self, request: InferRequest, signature: str = "") -> InferResponse:
         """Run a request on the model's own inputs and outputs, or on one of its signatures."""
+        if self.decoupled:
+            raise InvalidInput(
+                f"model '{self.name}' is decoupled (0..N responses per request): use gRPC "
+                "ModelStreamInfer or POST /v2/models/{m}/generate_stream"
+            )
         started = time.perf_counter_ns()
         timings = Timings()
         self.stats.pending += 1
@@ -90,6 +101,52 @@ class ModelVersion:
             outputs=outputs,
             id=request.id,
             timings=timings,
+        )
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """A decoupled model's responses to one request, as the model sends them; the last one
+        has the parameter ``triton_final_response`` true (a model may end with no response)."""
+        started = time.perf_counter_ns()
+        self.stats.pending += 1
+        sent: asyncio.Queue[tuple[Result, bool]] = asyncio.Queue()
+        try:
+            inputs, rows = validate.check_inputs(self.spec, request.inputs)
+            names = tuple(validate.check_outputs(self.spec, request.output_names()))
+            work = Work(inputs, rows, names, request.id, request.parameters)
+            work.responses = lambda result, final: sent.put_nowait((result, final))
+            task = asyncio.ensure_future(self.scheduler.run(work, Timings()))
+            try:
+                while not (task.done() and sent.empty()):
+                    getter = asyncio.ensure_future(sent.get())
+                    await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                    if not getter.done():
+                        getter.cancel()
+                        continue
+                    result, final = getter.result()
+                    if isinstance(result, InferdError):
+                        raise result
+                    yield self._response(request, result, final, rows)
+                last = task.result()  # the model's error, raised; or a model that is not
+                if last:  # decoupled answers once
+                    yield self._response(request, last, True, rows)
+            finally:
+                task.cancel()
+        except BaseException:
+            self.stats.fail.add(time.perf_counter_ns() - started)
+            raise
+        finally:
+            self.stats.pending -= 1
+        self.stats.success.add(time.perf_counter_ns() - started)
+
+    def _response(
+        self, request: InferRequest, outputs: Tensors, final: bool, rows: int
+    ) -> InferResponse:
+        return InferResponse(
+            model_name=self.name,
+            model_version=str(self.version),
+            outputs=validate.shape_outputs(self.spec, outputs, rows) if outputs else {},
+            id=request.id,
+            parameters={"triton_final_response": final},
         )
 
     async def close(self) -> None:

@@ -17,15 +17,21 @@ from prometheus_client import start_http_server
 from inferd.dataplane import DataPlane
 from inferd.drain import Drain
 from inferd.errors import ConfigError
+from inferd.observability.log_settings import LogSettings
 from inferd.observability.logging import Logs
 from inferd.observability.metrics import EndpointStats, build_registry
 from inferd.observability.requests import RequestObserver
+from inferd.observability.trace_settings import TraceSettings
 from inferd.observability.tracing import Tracer
 from inferd.protocols.admin_http import AdminHttp
 from inferd.protocols.dashboard_http import Dashboard
+from inferd.protocols.generate_http import GenerateHttp
 from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.http import HttpApp, Router
 from inferd.protocols.repository_http import RepositoryHttp
+from inferd.protocols.settings_grpc import SettingsGrpc
+from inferd.protocols.settings_http import SettingsHttp
+from inferd.protocols.shm_http import SharedMemoryHttp
 from inferd.protocols.tfserving_http import TfServingHttp
 from inferd.protocols.v2_grpc import build_server
 from inferd.protocols.v2_http import V2Http
@@ -75,6 +81,7 @@ class Server:
         self.node: WorkerNode | None = None
         if peers is not None and isinstance(control, SharedControl):
             self.node = WorkerNode(peers, control, self.plane, self.metrics)
+            control.share_regions(self.plane.shared_memory)
             self.plane.total_statistics = self.node.statistics
         self.tracer = (
             Tracer(settings.trace_exporter, settings.trace_endpoint, settings.server_name)
@@ -83,7 +90,12 @@ class Server:
         )
         self.poller: Poller[Any] | None = None
         self.drain: Drain | None = None  # set by run(): SIGTERM drains, SIGINT stops at once
-        self.observer = RequestObserver(self.endpoints, self.logs, self.tracer, settings.node_name)
+        # Triton's trace and log settings APIs change these at run time.
+        self.trace_settings = TraceSettings(self.tracer is not None, self.registry.record)
+        self.log_settings = LogSettings(self.logs)
+        self.observer = RequestObserver(
+            self.endpoints, self.logs, self.tracer, settings.node_name, self.trace_settings
+        )
         router = Router()
         V2Http(self.plane).register(router)
         TfServingHttp(self.plane).register(router)
@@ -93,6 +105,9 @@ class Server:
             self.logs,
             self.node.metrics_text if self.node is not None else None,
         ).register(router)
+        SettingsHttp(self.trace_settings, self.log_settings).register(router)
+        SharedMemoryHttp(self.plane.shared_memory).register(router)
+        GenerateHttp(self.plane).register(router)
         self.dashboard = (
             Dashboard(
                 settings,
@@ -189,6 +204,7 @@ class Server:
             if self.dashboard is not None:
                 await self.dashboard.stop()
             await self.manager.close()
+            self.plane.shared_memory.close()
             if self.tracer is not None:
                 self.tracer.close()
             if self.node is not None:
@@ -208,6 +224,7 @@ class Server:
             kind=self.settings.grpc_server,
             tfserving_tensor_content=self.settings.tfserving_tensor_content,
             reuse_port=self.worker is not None,
+            settings=SettingsGrpc(self.trace_settings, self.log_settings),
         )
         await server.start()
         log.info(

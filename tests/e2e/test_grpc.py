@@ -182,7 +182,7 @@ def test_stream_more_requests_than_in_flight_slots(client: Client) -> None:
 @pytest.mark.parametrize(
     ("call", "fragment"),
     [
-        (lambda c: c.get_system_shared_memory_status(), "system shared memory"),
+        (lambda c: c.register_cuda_shared_memory("g", "aGFuZGxl", 0, 16), "needs a GPU"),
     ],
 )
 def test_unimplemented(client: Client, call: Any, fragment: str) -> None:

@@ -26,13 +26,17 @@ from tests.support import ServerProcess
 M = "half_plus_two"
 X = np.array([[1.0], [2.0], [5.0]], dtype=np.float32)
 EXTENSIONS = [
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
     "model_configuration",
+    "system_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
+    "logging",
 ]
 
 
@@ -173,12 +177,13 @@ def test_extensions_listed_are_the_ones_that_work(triton: ServerProcess) -> None
         M, [_http_input()], outputs=wanted, priority=1, timeout=1_000_000, parameters={"k": "v"}
     )
     assert result.as_numpy("y").ravel().tolist() == [2.5, 3.0, 4.5]
+    assert http.get_system_shared_memory_status() == []  # system_shared_memory
+    assert http.get_trace_settings()["trace_level"] == ["OFF"]  # trace (no exporter: off)
+    assert rpc.get_log_settings(as_json=True)["settings"]["log_info"] == {"bool_param": True}
     http.unload_model("broken", unload_dependents=True)  # model_repository(unload_dependents)
     # ... and none that does not work is listed.
-    with pytest.raises(InferenceServerException):
-        http.get_system_shared_memory_status()
+    with pytest.raises(InferenceServerException, match="needs a GPU"):
+        http.register_cuda_shared_memory("gpu", "aGFuZGxl", 0, 16)
     with pytest.raises(InferenceServerException) as info:
-        rpc.get_system_shared_memory_status()
+        rpc.register_cuda_shared_memory("gpu", "aGFuZGxl", 0, 16)
     assert info.value.status() == "StatusCode.UNIMPLEMENTED"
-    assert httpx.get(f"{triton.http_url}/v2/trace/setting").status_code == 404
-    assert httpx.get(f"{triton.http_url}/v2/logging").status_code == 404

@@ -19,6 +19,7 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as triton_grpc
+import tritonclient.utils.shared_memory as shm
 
 from tests.e2e.lifecycle_support import HALF_PLUS_THREE, HALF_PLUS_TWO, wait_for, write_version
 from tests.support import ServerProcess
@@ -132,6 +133,40 @@ def test_upload_and_routing_reach_every_worker(server: ServerProcess) -> None:
     for _ in range(CONNECTIONS):
         routing = _fresh(server, "GET", "/v2/models/uploaded/routing").json()
         assert routing["labels"] == {"stable": 2}
+
+
+def test_shared_memory_regions_reach_every_worker(server: ServerProcess) -> None:
+    key = f"/inferd-workers-{os.getpid()}"
+    handle = shm.create_shared_memory_region("in", key, 4)
+    try:
+        shm.set_shared_memory_region(handle, [np.array([[3.0]], dtype=np.float32)])
+        body = {"key": key, "offset": 0, "byte_size": 4}
+        r = _fresh(server, "POST", "/v2/systemsharedmemory/region/in/register", json=body)
+        assert r.status_code == 200, r.text
+        request = {
+            "inputs": [
+                {
+                    "name": "x",
+                    "shape": [1, 1],
+                    "datatype": "FP32",
+                    "parameters": {"shared_memory_region": "in", "shared_memory_byte_size": 4},
+                }
+            ]
+        }
+        outputs = {
+            tuple(
+                _fresh(server, "POST", f"/v2/models/{M}/infer", json=request).json()["outputs"][0][
+                    "data"
+                ]
+            )
+            for _ in range(CONNECTIONS)
+        }
+        assert outputs == {(3.5,)}  # 3 / 2 + 2, read from the region by either worker
+        r = _fresh(server, "POST", "/v2/systemsharedmemory/region/in/unregister")
+        assert r.status_code == 200, r.text
+        assert _answers(server, "/v2/systemsharedmemory/region/in/status") == {404}
+    finally:
+        shm.destroy_shared_memory_region(handle)
 
 
 def test_a_killed_worker_is_replaced_and_catches_up(server: ServerProcess) -> None:

@@ -44,8 +44,8 @@ def test_config_json_has_numbers_and_enum_names() -> None:
 
 
 def test_unknown_field_is_named() -> None:
-    with pytest.raises(ConfigError, match='no field named "sequence_batching"'):
-        parse_config_text('name: "m"\nsequence_batching { }\n')
+    with pytest.raises(ConfigError, match='no field named "ensemble_scheduling"'):
+        parse_config_text('name: "m"\nensemble_scheduling { }\n')
 
 
 def test_unimplemented_field_is_named() -> None:

@@ -46,11 +46,15 @@ def test_views_are_frozen_snapshots_with_triton_json(versions: list[ModelVersion
         "inferd",
         __version__,
         (
+            "sequence",
             "schedule_policy",
             "model_configuration",
+            "system_shared_memory",
             "binary_tensor_data",
             "parameters",
             "statistics",
+            "trace",
+            "logging",
         ),
     )
     meta = plane.model_metadata("m")

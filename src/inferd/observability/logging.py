@@ -85,14 +85,50 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    def __init__(self, iso8601: bool = False) -> None:
+        """``iso8601``: times as ``2024-05-01T12:00:00Z`` (UTC), Triton's ISO8601 log format."""
+        super().__init__(
+            "%(asctime)s %(levelname)s %(name)s: %(message)s",
+            "%Y-%m-%dT%H:%M:%SZ" if iso8601 else None,
+        )
+        if iso8601:
+            self.converter = time.gmtime
 
     def format(self, record: logging.LogRecord) -> str:
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
             return " ".join(f"{k}={_text(fields[k])}" for k in ACCESS_FIELDS)
         return super().format(record)
+
+
+# --log-format values, and Triton's names (log settings API): "default" is text.
+FORMATS = ("text", "json", "default", "ISO8601")
+
+
+def formatter_for(log_format: str) -> logging.Formatter:
+    if log_format not in FORMATS:
+        raise ConfigError(f"log format must be one of {', '.join(FORMATS)}, got '{log_format}'")
+    if log_format == "json":
+        return JsonFormatter()
+    return TextFormatter(iso8601=log_format == "ISO8601")
+
+
+class LevelFilter(logging.Filter):
+    """Triton's per-severity switches: drops INFO, WARNING or ERROR (and above) records when off
+    (DEBUG is the logger's level: ``--verbose``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.info = self.warning = self.error = True
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            return self.error
+        if record.levelno >= logging.WARNING:
+            return self.warning
+        if record.levelno >= logging.INFO:
+            return self.info
+        return True
 
 
 def _text(value: Any) -> str:
@@ -121,7 +157,13 @@ class Logs:
     ) -> None:
         if log_format not in ("text", "json"):
             raise ConfigError(f"--log-format must be text or json, got '{log_format}'")
-        formatter: logging.Formatter = JsonFormatter() if log_format == "json" else TextFormatter()
+        formatter = formatter_for(log_format)
+        self.log_format = log_format
+        self.log_file = log_file
+        self.verbose = verbose
+        self.levels = LevelFilter()
+        self._max_bytes, self._backup_count = max_bytes, backup_count
+        self._file_handler: logging.Handler | None = None
         self.engine_tail = TailHandler()
         self.access_tail = TailHandler()
         engine = logging.getLogger(ENGINE)
@@ -130,10 +172,13 @@ class Logs:
         engine.propagate = False
         handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr), self.engine_tail]
         if log_file:
-            handlers.append(_rotating(log_file, max_bytes, backup_count))
+            self._file_handler = _rotating(log_file, max_bytes, backup_count)
+            handlers.append(self._file_handler)
         for handler in handlers:
             handler.setFormatter(formatter)
+            handler.addFilter(self.levels)
             engine.addHandler(handler)
+        self._engine = engine
         access = logging.getLogger(ACCESS)
         access.handlers.clear()
         access.propagate = False
@@ -150,6 +195,31 @@ class Logs:
             handler.setFormatter(formatter)
             access.addHandler(handler)
         self._access = access
+
+    def set_verbose(self, level: int) -> None:
+        """Debug lines from now on when ``level`` > 0."""
+        self.verbose = level
+        self._engine.setLevel(logging.DEBUG if level > 0 else logging.INFO)
+
+    def set_format(self, log_format: str) -> None:
+        """Format every line from now on so (engine and access logs)."""
+        formatter = formatter_for(log_format)
+        for handler in (*self._engine.handlers, *self._access.handlers):
+            handler.setFormatter(formatter)
+        self.log_format = log_format
+
+    def set_file(self, path: str) -> None:
+        """Write the engine log to ``path`` from now on as well as stderr ("": stderr only)."""
+        handler = _rotating(path, self._max_bytes, self._backup_count) if path else None
+        if handler is not None:
+            handler.setFormatter(formatter_for(self.log_format))
+            handler.addFilter(self.levels)
+            self._engine.addHandler(handler)
+        if self._file_handler is not None:
+            self._engine.removeHandler(self._file_handler)
+            self._file_handler.close()
+        self._file_handler = handler
+        self.log_file = path
 
     def access(self, fields: dict[str, Any]) -> None:
         """One access-log line; ``fields`` holds ACCESS_FIELDS (time is filled in here)."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from inferd.observability.logging import Logs
 from inferd.observability.metrics import EndpointStats
+from inferd.observability.trace_settings import TraceSettings
 from inferd.observability.tracing import Tracer
 from inferd.types import Timings
 
@@ -41,11 +42,18 @@ class Finished:
 
 class RequestObserver:
     def __init__(
-        self, endpoints: EndpointStats, logs: Logs | None, tracer: Tracer | None, node: str
+        self,
+        endpoints: EndpointStats,
+        logs: Logs | None,
+        tracer: Tracer | None,
+        node: str,
+        trace_settings: TraceSettings | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.logs = logs
         self.tracer = tracer
+        # Which requests become spans (Triton's trace settings; changed at run time).
+        self.trace_settings = trace_settings or TraceSettings(exporter=tracer is not None)
         self.node = node
         self.access_enabled = logs is not None and logs.access_enabled
         # Whether a finished request needs more than its endpoint metrics.
@@ -71,7 +79,7 @@ class RequestObserver:
                     "request_id": done.request_id,
                 }
             )
-        if self.tracer is not None:
+        if self.tracer is not None and self.trace_settings.sample(done.model):
             self.tracer.request(
                 f"{done.method} {done.endpoint}",
                 headers,

@@ -14,7 +14,7 @@ import logging
 import re
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -68,6 +68,8 @@ class HttpResponse:
     # "gzip" or "deflate": compress the body so. Handlers choose (Triton compresses inference
     # responses only, as the client's Accept-Encoding asks); nothing else is compressed.
     encoding: str = ""
+    # Sent chunk by chunk instead of ``body`` (server-sent events), as the chunks come.
+    stream: AsyncIterator[bytes] | None = None
 
 
 def json_response(value: Any, status: int = 200) -> HttpResponse:
@@ -157,7 +159,10 @@ class HttpApp:
             response = json_response({"error": f"internal error: {exc}"}, 500)
         request_id = headers.get("x-request-id") or response.request_id or new_request_id()
         response.headers.append(("x-request-id", request_id))
-        sent = _send(protocol, response)
+        if response.stream is not None:
+            sent = await _send_stream(protocol, response, response.stream)
+        else:
+            sent = _send(protocol, response)
         observer = self.observer
         if observer is None:
             return
@@ -266,6 +271,24 @@ def _decompress(encoding: str, body: bytes, limit: int) -> bytes:
     if len(out) > limit or inflater.unconsumed_tail:
         raise PayloadTooLarge(f"decompressed request body exceeds the limit of {limit} bytes")
     return out
+
+
+async def _send_stream(protocol: Any, response: HttpResponse, chunks: AsyncIterator[bytes]) -> int:
+    """Answer chunk by chunk; returns the body bytes sent."""
+    headers = [("content-type", response.content_type), *response.headers]
+    transport = protocol.response_stream(response.status, headers)
+    sent = 0
+    try:
+        async for chunk in chunks:
+            await transport.send_bytes(chunk)
+            sent += len(chunk)
+    except Exception as exc:  # the client left mid-stream: stop producing for it
+        log.debug("stream to the client ended early: %s", exc)
+    finally:
+        close = getattr(chunks, "aclose", None)
+        if close is not None:
+            await close()
+    return sent
 
 
 def _send(protocol: Any, response: HttpResponse) -> int:

@@ -22,10 +22,13 @@ from inferd.dataplane import DataPlane
 from inferd.errors import ConfigError, InferdError, InvalidInput, NotFound, Unimplemented
 from inferd.observability.requests import RequestObserver
 from inferd.protocols import grpc_service_pb2 as pb
+from inferd.protocols import shm_tensors
 from inferd.protocols.grpc_common import Handler, guarded
 from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.h2grpc.server import available as native_available
 from inferd.protocols.pool import POOL
+from inferd.protocols.settings_grpc import SettingsGrpc
+from inferd.protocols.shm_grpc import SharedMemoryGrpc
 from inferd.protocols.tfserving_grpc import SERVICES as TFSERVING_SERVICES
 from inferd.protocols.tfserving_grpc import TfServingGrpc
 from inferd.protocols.v2_grpc_codec import (
@@ -49,25 +52,18 @@ STREAM_MAX_IN_FLIGHT = 256
 _HEALTH_WATCH_INTERVAL_S = 1.0
 
 
-# RPCs of the service that inferd does not offer (yet): each answers UNIMPLEMENTED and why.
-_UNIMPLEMENTED: dict[str, str] = {
-    "SystemSharedMemoryStatus": "system shared memory is not supported",
-    "SystemSharedMemoryRegister": "system shared memory is not supported",
-    "SystemSharedMemoryUnregister": "system shared memory is not supported",
-    "CudaSharedMemoryStatus": "CUDA shared memory is not supported",
-    "CudaSharedMemoryRegister": "CUDA shared memory is not supported",
-    "CudaSharedMemoryUnregister": "CUDA shared memory is not supported",
-    "TraceSetting": "trace settings are not supported",
-    "LogSettings": "log settings are not supported",
-}
-
-
 class V2Grpc:
     """The GRPCInferenceService handlers."""
 
-    def __init__(self, plane: DataPlane, observer: RequestObserver | None = None) -> None:
+    def __init__(
+        self,
+        plane: DataPlane,
+        observer: RequestObserver | None = None,
+        settings: SettingsGrpc | None = None,
+    ) -> None:
         self.plane = plane
         self.observer = observer
+        self.settings = settings
 
     def method_handlers(self) -> dict[str, Any]:
         """Every RPC's handler, with inferd's own (de)serializers for the infer calls."""
@@ -83,8 +79,21 @@ class V2Grpc:
             "RepositoryModelLoad": self.repository_model_load,
             "RepositoryModelUnload": self.repository_model_unload,
         }
-        for name, why in _UNIMPLEMENTED.items():
-            unary[name] = _unimplemented(f"{name}: {why} in inferd")
+        shm = SharedMemoryGrpc(self.plane.shared_memory)
+        unary |= {
+            "SystemSharedMemoryStatus": shm.status,
+            "SystemSharedMemoryRegister": shm.register,
+            "SystemSharedMemoryUnregister": shm.unregister,
+            "CudaSharedMemoryStatus": shm.cuda_status,
+            "CudaSharedMemoryRegister": shm.cuda_register,
+            "CudaSharedMemoryUnregister": shm.cuda_unregister,
+        }
+        if self.settings is not None:
+            unary["TraceSetting"] = self.settings.trace_setting
+            unary["LogSettings"] = self.settings.log_settings
+        else:
+            for name in ("TraceSetting", "LogSettings"):
+                unary[name] = _unimplemented(f"{name}: not offered by this server")
         service = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
         handlers: dict[str, Any] = {}
         for name, handler in unary.items():
@@ -188,22 +197,36 @@ class V2Grpc:
         return pb.ModelStatisticsResponse(model_stats=[_statistics(s) for s in stats])
 
     async def model_infer(self, wire: WireInferRequest) -> EncodedInferResponse:
-        return encode_response(await self.plane.infer(decode_request(wire)))
+        return await self._infer(wire)
+
+    async def _infer(self, wire: WireInferRequest) -> EncodedInferResponse:
+        regions = self.plane.shared_memory
+        request = decode_request(wire, regions)
+        response = await self.plane.infer(request)
+        written = None
+        if request.outputs is not None:
+            written = shm_tensors.write_outputs(regions, response, request.outputs)
+        return encode_response(response, written)
 
     async def model_stream_infer(
         self, requests: AsyncIterator[WireInferRequest], context: Any
     ) -> AsyncIterator[StreamResponse]:
-        """Runs the stream's requests concurrently (started in arrival order), answers each.
+        """Runs the stream's requests concurrently (started in arrival order), answers each:
+        once, or for a decoupled model with every response it sends.
 
-        A slot is held from a request's arrival until its answer is handed to gRPC, so a client
-        that does not read its answers stops the reading of its requests.
+        A slot is held from a request's arrival until its last answer is handed to gRPC, so a
+        client that does not read its answers stops the reading of its requests.
         """
-        answers: asyncio.Queue[StreamResponse | None] = asyncio.Queue()
+        answers: asyncio.Queue[StreamResponse | _Done | None] = asyncio.Queue()
         slots = asyncio.Semaphore(STREAM_MAX_IN_FLIGHT)
         running: set[asyncio.Task[None]] = set()
 
         async def answer(wire: WireInferRequest) -> None:
-            answers.put_nowait(await self._stream_one(wire))
+            try:
+                async for response in self._stream_one(wire):
+                    answers.put_nowait(response)
+            finally:
+                answers.put_nowait(_DONE)
 
         async def read() -> None:
             try:
@@ -220,8 +243,10 @@ class V2Grpc:
         reader = asyncio.create_task(read())
         try:
             while (item := await answers.get()) is not None:
-                yield item
-                slots.release()
+                if isinstance(item, _Done):
+                    slots.release()
+                else:
+                    yield item
         finally:
             reader.cancel()
             for task in list(running):
@@ -229,15 +254,33 @@ class V2Grpc:
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
 
-    async def _stream_one(self, wire: WireInferRequest) -> StreamResponse:
+    async def _stream_one(self, wire: WireInferRequest) -> AsyncIterator[StreamResponse]:
         try:
-            response = await self.plane.infer(decode_request(wire))
-            return StreamResponse(encode_response(response))
+            regions = self.plane.shared_memory
+            request = decode_request(wire, regions)
+            empty_final = request.parameters.get("triton_enable_empty_final_response") is True
+            async for response in self.plane.infer_stream(request):
+                final = response.parameters.pop("triton_final_response", None)
+                if final is not None and not response.outputs and not empty_final:
+                    continue  # a decoupled model's bare final flag
+                if final is not None and empty_final:
+                    response.parameters["triton_final_response"] = final
+                written = None
+                if request.outputs is not None:
+                    written = shm_tensors.write_outputs(regions, response, request.outputs)
+                yield StreamResponse(encode_response(response, written))
         except InferdError as exc:
-            return StreamResponse(error_header(wire), exc.message)
+            yield StreamResponse(error_header(wire), exc.message)
         except Exception as exc:
             log.exception("unhandled error in ModelStreamInfer")
-            return StreamResponse(error_header(wire), f"internal error: {exc}")
+            yield StreamResponse(error_header(wire), f"internal error: {exc}")
+
+
+class _Done:
+    """Marks the end of one request's answers in a stream."""
+
+
+_DONE = _Done()
 
 
 def _duration(value: StatDuration) -> pb.StatisticDuration:
@@ -363,6 +406,7 @@ def build_server(
     kind: str = "auto",
     tfserving_tensor_content: bool = False,
     reuse_port: bool = False,
+    settings: SettingsGrpc | None = None,
 ) -> Any:
     """A gRPC server with the inference, health and reflection services on ``address``.
 
@@ -370,10 +414,13 @@ def build_server(
     ``ssl.SSLContext`` for the native server); None serves plaintext.
     ``tfserving_tensor_content``: TF Serving's Predict answers in tensor_content, not in typed
     value fields. ``reuse_port``: share the port with the server's other workers.
+    ``settings``: the trace and log settings RPCs (else they answer UNIMPLEMENTED).
     """
     server = new_server(kind, max_message_bytes, reuse_port)
     # Registered (not generic) handlers: grpc core matches the method, no Python lookup per call.
-    server.add_registered_method_handlers(SERVICE, V2Grpc(plane, observer).method_handlers())
+    server.add_registered_method_handlers(
+        SERVICE, V2Grpc(plane, observer, settings).method_handlers()
+    )
     # TF Serving's PredictionService and ModelService, on the same server and port.
     tfserving = TfServingGrpc(plane, observer, tfserving_tensor_content)
     for name, handlers in tfserving.services().items():

@@ -19,9 +19,12 @@ import numpy as np
 from inferd import datatypes
 from inferd.datatypes import DataType
 from inferd.errors import InvalidInput
-from inferd.protocols import codecs
+from inferd.protocols import codecs, shm_tensors
 from inferd.protocols import grpc_service_pb2 as pb
+from inferd.shared_memory import SystemSharedMemory
 from inferd.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensors
+
+REGION = shm_tensors.REGION
 
 # Below this size a request is parsed by protobuf alone: cutting fields out costs more.
 SPLIT_ABOVE_BYTES = 64 * 1024
@@ -121,17 +124,28 @@ def _split_raw_inputs(data: bytes) -> tuple[bytes, list[bytes | memoryview]] | N
     return b"".join(kept), raws
 
 
-def decode_request(wire: WireInferRequest) -> InferRequest:
+def decode_request(
+    wire: WireInferRequest, regions: SystemSharedMemory | None = None
+) -> InferRequest:
+    """The request; inputs that name a shared memory region are views over ``regions`` (and
+    have no raw_input_contents entry, as Triton's clients send them)."""
     message, raws = wire.message, wire.raw_inputs
     if not message.model_name:
         raise InvalidInput("'model_name' is missing")
-    if raws and len(raws) != len(message.inputs):
+    in_shm = (
+        [bool(t.parameters) and REGION in t.parameters for t in message.inputs]
+        if regions is not None
+        else []
+    )
+    on_wire = len(message.inputs) - sum(in_shm)
+    if raws and len(raws) != on_wire:
         raise InvalidInput(
             f"raw_input_contents has {len(raws)} entries but the request has "
-            f"{len(message.inputs)} inputs; send one entry per input, in order"
+            f"{on_wire} inputs outside shared memory; send one entry per input, in order"
         )
     inputs: Tensors = {}
     input_parameters: dict[str, Parameters] = {}
+    raw_index = 0
     for index, tensor in enumerate(message.inputs):
         name = tensor.name
         if not name:
@@ -140,14 +154,23 @@ def decode_request(wire: WireInferRequest) -> InferRequest:
             raise InvalidInput(f"input '{name}' is given twice")
         datatype = _datatype(name, tensor.datatype)
         shape = codecs.check_shape(name, list(tensor.shape))
-        if raws:
+        if in_shm and in_shm[index]:
+            params = parameters_to_dict(tensor.parameters)
+            if tensor.HasField("contents"):
+                raise InvalidInput(
+                    f"input '{name}' names a shared memory region: it takes no contents"
+                )
+            assert regions is not None
+            inputs[name] = shm_tensors.read_input(regions, name, datatype, shape, params)
+        elif raws:
             if tensor.HasField("contents"):
                 raise InvalidInput(
                     "contents field must not be specified when using raw_input_contents for "
                     f"'{name}' for model '{message.model_name}' (send every input one way or "
                     "the other)"
                 )
-            inputs[name] = codecs.from_raw(name, datatype, shape, raws[index])
+            inputs[name] = codecs.from_raw(name, datatype, shape, raws[raw_index])
+            raw_index += 1
         else:
             inputs[name] = _from_contents(name, datatype, shape, tensor)
         if tensor.parameters:
@@ -272,14 +295,27 @@ class EncodedInferResponse:
         return b"".join(self.chunks())
 
 
-def encode_response(response: InferResponse) -> EncodedInferResponse:
+def encode_response(
+    response: InferResponse, in_shared_memory: dict[str, dict[str, Any]] | None = None
+) -> EncodedInferResponse:
+    """``in_shared_memory``: the parameters of outputs already written to shared memory; they
+    come after the others, with no raw_output_contents entry (which stay aligned with
+    the outputs tritonclient reads from the wire)."""
     header = pb.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
     raws: list[bytes | memoryview] = []
     for name, array in response.outputs.items():
+        if in_shared_memory and name in in_shared_memory:
+            continue
         header.outputs.add(name=name, datatype=datatypes.of_array(array).name, shape=array.shape)
         raws.append(codecs.to_raw(array))
+    for name, params in (in_shared_memory or {}).items():
+        array = response.outputs[name]
+        tensor = header.outputs.add(
+            name=name, datatype=datatypes.of_array(array).name, shape=array.shape
+        )
+        set_parameters(tensor.parameters, params)
     if response.parameters:
         set_parameters(header.parameters, response.parameters)
     return EncodedInferResponse(header, raws)

@@ -17,7 +17,7 @@ from inferd import datatypes
 from inferd.config.text import config_to_dict
 from inferd.dataplane import DataPlane
 from inferd.errors import InvalidInput
-from inferd.protocols import codecs
+from inferd.protocols import codecs, shm_tensors
 from inferd.protocols.http import (
     HttpRequest,
     HttpResponse,
@@ -26,6 +26,7 @@ from inferd.protocols.http import (
     json_response,
 )
 from inferd.routing import LABEL_PARAMETER
+from inferd.shared_memory import SystemSharedMemory
 from inferd.types import InferRequest, InferResponse, RequestedOutput, Tensors
 
 HEADER_LENGTH = "inference-header-content-length"
@@ -71,7 +72,14 @@ def _split_body(request: HttpRequest) -> tuple[Any, memoryview | None]:
     return parse_json(view[:json_length], "the JSON header"), view[json_length:]
 
 
-def decode_request(doc: Any, binary: memoryview | None, model: str, version: str) -> InferRequest:
+def decode_request(
+    doc: Any,
+    binary: memoryview | None,
+    model: str,
+    version: str,
+    regions: SystemSharedMemory | None = None,
+) -> InferRequest:
+    """The request; inputs that name a shared memory region are views over ``regions``."""
     if not isinstance(doc, dict):
         raise InvalidInput("the request body must be a JSON object")
     items = doc.get("inputs")
@@ -94,7 +102,14 @@ def decode_request(doc: Any, binary: memoryview | None, model: str, version: str
         if not isinstance(params, dict):
             raise InvalidInput(f"input '{name}': 'parameters' must be an object")
         size = params.get("binary_data_size")
-        if size is not None:
+        if shm_tensors.names_region(params):
+            if regions is None or "data" in item or size is not None:
+                raise InvalidInput(
+                    f"input '{name}' names a shared memory region: it takes no 'data' nor "
+                    "binary data"
+                )
+            inputs[name] = shm_tensors.read_input(regions, name, datatype, shape, params)
+        elif size is not None:
             if "data" in item:
                 raise InvalidInput(f"input '{name}' has both 'data' and binary_data_size")
             if binary is None:
@@ -160,7 +175,12 @@ def _requested_outputs(value: Any) -> list[RequestedOutput] | None:
     return found or None
 
 
-def encode_response(response: InferResponse, request: InferRequest) -> HttpResponse:
+def encode_response(
+    response: InferResponse,
+    request: InferRequest,
+    in_shared_memory: dict[str, dict[str, Any]] | None = None,
+) -> HttpResponse:
+    """``in_shared_memory``: the parameters of outputs already written to shared memory."""
     binary_default = bool(request.parameters.get("binary_data_output", False))
     per_output = {o.name: o.parameters for o in request.outputs or ()}
     entries = []
@@ -171,6 +191,10 @@ def encode_response(response: InferResponse, request: InferRequest) -> HttpRespo
             "datatype": datatypes.of_array(array).name,
             "shape": array.shape,
         }
+        if in_shared_memory and name in in_shared_memory:
+            entry["parameters"] = in_shared_memory[name]
+            entries.append(entry)
+            continue
         binary = bool(per_output.get(name, {}).get("binary_data", binary_default))
         if binary:
             raw = codecs.to_raw(array)
@@ -226,13 +250,17 @@ class V2Http:
     async def infer(self, request: HttpRequest) -> HttpResponse:
         doc, binary = _split_body(request)
         model, version = request.params["model"], request.params.get("version", "")
-        infer_request = decode_request(doc, binary, model, version)
+        regions = self.plane.shared_memory
+        infer_request = decode_request(doc, binary, model, version, regions)
         if "label" in request.params:
             infer_request.parameters[LABEL_PARAMETER] = request.params["label"]
         # Every model may queue (behind busy instances, or in its batcher): a client that
         # hangs up before its turn is dropped, not executed.
         response = await cancel_on_disconnect(request, self.plane.infer(infer_request))
-        answer = encode_response(response, infer_request)
+        written = None
+        if infer_request.outputs is not None:
+            written = shm_tensors.write_outputs(regions, response, infer_request.outputs)
+        answer = encode_response(response, infer_request, written)
         answer.model, answer.version = response.model_name, response.model_version
         answer.request_id, answer.timings = infer_request.id, response.timings
         accept = request.headers.get("accept-encoding")

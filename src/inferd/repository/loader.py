@@ -29,6 +29,8 @@ from inferd.scheduling.instances import Instances, ThreadInstances
 from inferd.scheduling.policy import BatchingOptions
 from inferd.scheduling.processes import ProcessInstances
 from inferd.scheduling.recipe import WorkerRecipe, backend_recipe, build_executor
+from inferd.scheduling.sequence import SequenceBatcher
+from inferd.scheduling.sequence_options import SequenceOptions
 from inferd.scheduling.work import Executor
 from inferd.stats import ModelStats
 from inferd.types import ModelCaller
@@ -107,6 +109,7 @@ def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions
     read_signatures = getattr(backend, "signatures", None)  # model files with several
     signatures = read_signatures(version_dir, config) if read_signatures is not None else {}
     batching = BatchingOptions.from_config(config) if config.HasField("dynamic_batching") else None
+    sequence = SequenceOptions.from_config(config) if config.HasField("sequence_batching") else None
     if config.response_cache.enable and options.cache is None:
         raise ConfigError(
             "response_cache is enabled but the server has no cache (start it with "
@@ -133,11 +136,13 @@ def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions
     if warmups:
         log.info("warmed up model '%s' version %d: %d execution(s)", name, version, warmups)
     stats = ModelStats()
-    scheduler: Scheduler = (
-        DynamicBatcher(f"{name}/{version}", pool, batching, stats)
-        if batching is not None
-        else DirectScheduler(pool, stats)
-    )
+    scheduler: Scheduler
+    if sequence is not None:
+        scheduler = SequenceBatcher(label, pool, sequence, stats)
+    elif batching is not None:
+        scheduler = DynamicBatcher(label, pool, batching, stats)
+    else:
+        scheduler = DirectScheduler(pool, stats)
     loaded = ModelVersion(
         name=name,
         version=version,

@@ -42,6 +42,7 @@ from inferd.scheduling.wire import (
     Encoder,
     decode_error,
     decode_executed,
+    decode_result,
     decode_tensors,
     encode_result,
     encode_works,
@@ -240,6 +241,8 @@ class ProcessInstances:
             kind, payload = message
             if kind == "done":
                 self._done(worker, *payload)
+            elif kind == "response":
+                self._response(worker, *payload)
             elif kind == "call":
                 self._call(worker, payload)
 
@@ -270,6 +273,18 @@ class ProcessInstances:
         if idle and channel is not None and channel.mapped.outstanding and self._loop is not None:
             worker.flush_armed = True
             self._loop.call_later(IDLE_FLUSH_S, self._flush_idle, worker)
+
+    def _response(
+        self, worker: _Worker, job_id: int, index: int, encoded: Any, final: bool
+    ) -> None:
+        """One response of a decoupled model's request, handed to the request's sink."""
+        job = worker.sent.get(job_id)
+        result = decode_result(worker.channel, encoded)  # type: ignore[arg-type]
+        if job is None or not 0 <= index < len(job.works):
+            return
+        sink = job.works[index].responses
+        if sink is not None:
+            sink(result, final)
 
     def _flush_idle(self, worker: _Worker) -> None:
         """Hand an idle worker back the output blocks its answers no longer need."""

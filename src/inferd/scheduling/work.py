@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -49,6 +49,9 @@ class Work:
     # Which signature of the model file runs ("": the model's own inputs and outputs); only
     # models whose backend lists signatures get one (``SignatureRuntime``).
     signature: str = ""
+    # Decoupled models: called on the event loop with each response as the model sends it
+    # (``final`` on the last); the request's own result is then empty. Never crosses to a worker.
+    responses: Callable[[Result, bool], None] | None = None
 
 
 Result = Tensors | InferdError

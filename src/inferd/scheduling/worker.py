@@ -38,6 +38,7 @@ from inferd.scheduling.wire import (
     decode_works,
     encode_error,
     encode_executed,
+    encode_result,
 )
 from inferd.scheduling.work import Executor, InstanceFailed, Result, as_error
 from inferd.types import Parameters, Tensors
@@ -159,6 +160,14 @@ class Host:
         results, input_ns, infer_ns, output_ns = encoded
         channel.send("done", (job_id, "ok", (results, input_ns, infer_ns, output_ns + copied_ns)))
         return 0
+
+    def send_response(self, index: int, result: Result, final: bool) -> None:
+        """One response of request ``index`` of the job running now (decoupled models), sent
+        to the server at once; call it from the worker's main thread only."""
+        if self._running is None:
+            raise RuntimeError("responses can only be sent while a job runs")
+        encoded = encode_result(Encoder(self.channel), result)
+        self.channel.send("response", (self._running, index, encoded, final))
 
     def is_cancelled(self) -> bool:
         """Whether the server cancelled the job running now (its caller left)."""

@@ -4,7 +4,8 @@ run folder's journal, then made by every other worker before the call answers.
 Uploads and routing changes still go through the model's store, as they do for replicas
 (``routing.json``, the uploaded files); the other workers are told to follow it: an upload
 makes them load the model from its store, a routing change applies the same routing document.
-Explicit loads and unloads, which are a server's own choice, are repeated as they were asked.
+Explicit loads and unloads, which are a server's own choice, are repeated as they were asked;
+so are shared-memory registrations (a client's next request may reach any worker).
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from inferd.repository import routing_file
 from inferd.repository.control import RepositoryControl
 from inferd.repository.manager import ModelManager
 from inferd.routing import RoutingPolicy
+from inferd.shared_memory import SystemSharedMemory
 from inferd.workers.peers import PeerError, Peers
 
 log = logging.getLogger("inferd.workers")
 
-CHANGES = ("load", "unload", "sync", "routing")
+CHANGES = ("load", "unload", "sync", "routing", "shm_register", "shm_unregister")
 
 
 class SharedControl(RepositoryControl):
@@ -33,6 +35,12 @@ class SharedControl(RepositoryControl):
         super().__init__(manager, max_upload_bytes)
         self.registry = registry
         self.peers = peers
+        self.regions: SystemSharedMemory | None = None  # the data plane's, once it exists
+
+    def share_regions(self, regions: SystemSharedMemory) -> None:
+        """Shared-memory registrations reach every worker and are journaled like models."""
+        self.regions = regions
+        regions.share = self._share
 
     async def _share(self, change: dict[str, Any]) -> None:
         """Journal a change made here, then have every other worker make it."""
@@ -41,7 +49,7 @@ class SharedControl(RepositoryControl):
             await self.peers.ask_all(change)
         except PeerError as exc:
             raise InternalError(
-                f"model '{change['name']}': done by worker {self.peers.role.index}, but {exc}"
+                f"'{change['name']}': done by worker {self.peers.role.index}, but {exc}"
             ) from None
 
     async def load(
@@ -83,6 +91,10 @@ class SharedControl(RepositoryControl):
         elif op == "routing":
             routing = self.registry.routing(name)
             routing.set(routing_file.overlay(routing.policy, change["doc"], "routing"))
+        elif op == "shm_register" and self.regions is not None:
+            self.regions.register(name, change["key"], change["offset"], change["byte_size"])
+        elif op == "shm_unregister" and self.regions is not None:
+            self.regions.unregister(name)
         else:
             raise InternalError(f"unknown repository change '{op}'")
 

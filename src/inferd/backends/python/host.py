@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from inferd.backends.python.decoupled import DecoupledExecutor
 from inferd.backends.python.modelfile import import_model, model_class
 from inferd.backends.python.native import NativeRuntime
 from inferd.backends.python.triton import TritonExecutor
@@ -39,4 +40,6 @@ def python_executor(
         "model_version": version,
         "model_name": name,
     }
+    if config.get("model_transaction_policy", {}).get("decoupled"):
+        return DecoupledExecutor(cls, model_file, args, config, label)
     return TritonExecutor(cls, model_file, args, config, label)

@@ -250,24 +250,28 @@ class InferenceResponse:
 
 
 class InferenceResponseSender:
-    """Sends the response of one request (``request.get_response_sender()``). A model that is
-    not decoupled sends exactly one response, with ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``."""
+    """Sends the responses of one request (``request.get_response_sender()``). A model that is
+    not decoupled sends exactly one response, with ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``; a
+    decoupled one (``model_transaction_policy { decoupled: true }``) sends any number, the last
+    flagged final (``send(flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL)`` alone ends it too)."""
 
     def __init__(self, request: InferenceRequest) -> None:
         self._request = request
-        self._done = False
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
-        if self._done:
+        request = self._request
+        if request._final:
             raise TritonModelException("this request's final response was already sent")
-        if response is not None:
-            if self._request._sent is not None:
+        if request._emit is not None:
+            request._emit(response, flags)
+        elif response is not None:
+            if request._sent is not None:
                 raise TritonModelException(
                     "this model is not decoupled: a request gets exactly one response"
                 )
-            self._request._sent = response
+            request._sent = response
         if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
-            self._done = True
+            request._final = True
 
     def is_cancelled(self) -> bool:
         return self._request.is_cancelled()
@@ -304,6 +308,9 @@ class InferenceRequest:
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         self._cancelled: Callable[[], bool] = _never
         self._sent: InferenceResponse | None = None  # via the response sender
+        self._final = False  # the final response (flag) was sent
+        # Decoupled models: where the sender delivers each response (set by the executor).
+        self._emit: Callable[[InferenceResponse | None, int], None] | None = None
 
     def inputs(self) -> list[Tensor]:
         return self._inputs

@@ -1,0 +1,60 @@
+"""Trace settings: Triton's values checked, model overrides layered on the global ones, and the
+1-in-rate / count sampling they decide."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferd.errors import InvalidInput, NotFound
+from inferd.observability.trace_settings import TraceSettings
+
+
+def _known(name: str) -> None:
+    if name != "m":
+        raise NotFound(f"unknown model '{name}'")
+
+
+def test_rate_and_count_sample_the_model_own_requests() -> None:
+    settings = TraceSettings(exporter=True, known_model=_known)
+    assert [settings.sample("m") for _ in range(3)] == [True, True, True]
+    settings.update({"trace_rate": "3", "trace_count": "2"}, model="m")
+    assert [settings.sample("m") for _ in range(9)] == [False, False, True] * 2 + [False] * 3
+    assert settings.get("m")["trace_count"] == "0"
+    assert settings.get()["trace_count"] == "-1"  # the global scope is untouched
+    assert [settings.sample("other") for _ in range(2)] == [True, True]
+
+
+def test_model_overrides_inherit_and_clear() -> None:
+    settings = TraceSettings(exporter=True, known_model=_known)
+    settings.update({"trace_rate": "2"}, model="m")
+    settings.update({"trace_level": ["OFF"]})
+    assert settings.get("m")["trace_level"] == ["OFF"]  # inherited from the global change
+    assert not any(settings.sample("m") for _ in range(4))
+    assert settings.update({"trace_rate": None}, model="m")["trace_rate"] == "1"
+    assert settings.update({"trace_level": None})["trace_level"] == ["TIMESTAMPS"]
+    with pytest.raises(NotFound):
+        settings.update({"trace_rate": "2"}, model="x")
+
+
+def test_no_exporter_cannot_turn_tracing_on() -> None:
+    settings = TraceSettings(exporter=False)
+    assert settings.get()["trace_level"] == ["OFF"]
+    with pytest.raises(InvalidInput, match="--trace-exporter"):
+        settings.update({"trace_level": ["TIMESTAMPS"], "trace_rate": "5"})
+    assert settings.get()["trace_rate"] == "1"  # nothing half applied
+    assert not settings.sample("")
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"trace_level": []}, "non-empty list"),
+        ({"trace_rate": ["1", "2"]}, "takes one value"),
+        ({"trace_count": "-2"}, "-1 or more"),
+        ({"trace_mode": "triton"}, "cannot be changed"),
+        ({"log_frequency": "0", "trace_rate": True}, "string or an integer"),
+    ],
+)
+def test_bad_values_are_refused(changes: dict[str, object], fragment: str) -> None:
+    with pytest.raises(InvalidInput, match=fragment):
+        TraceSettings(exporter=True).update(changes)
