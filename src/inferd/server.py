@@ -93,6 +93,8 @@ class Server:
         # Triton's trace and log settings APIs change these at run time.
         self.trace_settings = TraceSettings(self.tracer is not None, self.registry.record)
         self.log_settings = LogSettings(self.logs)
+        if isinstance(control, SharedControl):
+            control.share_settings(self.trace_settings, self.log_settings)
         self.observer = RequestObserver(
             self.endpoints, self.logs, self.tracer, settings.node_name, self.trace_settings
         )

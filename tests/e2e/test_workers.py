@@ -169,6 +169,17 @@ def test_shared_memory_regions_reach_every_worker(server: ServerProcess) -> None
         shm.destroy_shared_memory_region(handle)
 
 
+def test_log_settings_reach_every_worker(server: ServerProcess) -> None:
+    r = _fresh(server, "POST", "/v2/logging", json={"log_verbose_level": 1})
+    assert r.status_code == 200 and r.json()["log_verbose_level"] == 1, r.text
+    levels = {_fresh(server, "GET", "/v2/logging").json()["log_verbose_level"] for _ in range(40)}
+    assert levels == {1}
+    r = _fresh(server, "POST", "/v2/logging", json={"log_verbose_level": 0})
+    assert r.status_code == 200, r.text
+    levels = {_fresh(server, "GET", "/v2/logging").json()["log_verbose_level"] for _ in range(40)}
+    assert levels == {0}
+
+
 def test_a_killed_worker_is_replaced_and_catches_up(server: ServerProcess) -> None:
     r = _fresh(server, "POST", "/v2/repository/models/other/load")
     assert r.status_code == 200, r.text

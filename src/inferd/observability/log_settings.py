@@ -8,7 +8,7 @@ Keys and types are Triton's: ``log_file`` (str), ``log_info`` / ``log_warning`` 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from inferd.errors import InvalidInput
@@ -27,6 +27,8 @@ TYPES: dict[str, type] = {
 class LogSettings:
     def __init__(self, logs: Logs) -> None:
         self.logs = logs
+        # With --http-workers: makes a change on every other worker too.
+        self.share: Callable[[dict[str, Any]], Awaitable[None]] | None = None
 
     def get(self) -> dict[str, Any]:
         logs = self.logs
@@ -38,6 +40,14 @@ class LogSettings:
             "log_verbose_level": logs.verbose,
             "log_format": logs.log_format,
         }
+
+    async def update_everywhere(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """``update`` here, then on this server's other workers."""
+        settings = self.update(changes)
+        if self.share is not None:
+            change = {"changes": dict(changes)}
+            await self.share({"op": "log_settings", "name": "log settings", **change})
+        return settings
 
     def update(self, changes: Mapping[str, Any]) -> dict[str, Any]:
         """Check every change, then apply them all; answers the settings now in effect."""

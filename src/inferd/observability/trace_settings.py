@@ -11,7 +11,7 @@ model) or restores the startup value (globally). inferd exports spans with OpenT
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from inferd.errors import InvalidInput
@@ -68,6 +68,16 @@ class TraceSettings:
         self._models: dict[str, Settings] = {}
         self._samplers: dict[str, _Sampler] = {"": _Sampler(self._global)}
         self._lock = threading.Lock()
+        # With --http-workers: makes a change on every other worker too.
+        self.share: Callable[[dict[str, Any]], Awaitable[None]] | None = None
+
+    async def update_everywhere(self, changes: Mapping[str, Any], model: str = "") -> Settings:
+        """``update`` here, then on this server's other workers."""
+        settings = self.update(changes, model)
+        if self.share is not None:
+            change = {"changes": dict(changes), "model": model}
+            await self.share({"op": "trace_settings", "name": "trace settings", **change})
+        return settings
 
     def get(self, model: str = "") -> Settings:
         """The settings in effect for ``model`` ("": the global ones), with the current count."""

@@ -20,7 +20,10 @@ class SettingsGrpc:
         # An empty value list clears the key (Triton: back to the global or startup value).
         changes = {key: list(v.value) or None for key, v in request.settings.items()}
         model = request.model_name
-        settings = self.trace.update(changes, model) if changes else self.trace.get(model)
+        if changes:
+            settings = await self.trace.update_everywhere(changes, model)
+        else:
+            settings = self.trace.get(model)
         response = pb.TraceSettingResponse()
         for key, value in settings.items():
             response.settings[key].value.extend(value if isinstance(value, list) else [value])
@@ -33,7 +36,7 @@ class SettingsGrpc:
             if which is None:
                 raise InvalidInput(f"log setting '{key}' has no value")
             changes[key] = getattr(v, which)
-        settings = self.logs.update(changes) if changes else self.logs.get()
+        settings = await self.logs.update_everywhere(changes) if changes else self.logs.get()
         response = pb.LogSettingsResponse()
         for key, value in settings.items():
             entry = response.settings[key]

@@ -30,13 +30,14 @@ class SettingsHttp:
 
     async def update_trace(self, request: HttpRequest) -> HttpResponse:
         changes = _object(request.body)
-        return json_response(self.trace.update(changes, request.params.get("model", "")))
+        model = request.params.get("model", "")
+        return json_response(await self.trace.update_everywhere(changes, model))
 
     async def get_logging(self, request: HttpRequest) -> HttpResponse:
         return json_response(self.logs.get())
 
     async def update_logging(self, request: HttpRequest) -> HttpResponse:
-        return json_response(self.logs.update(_object(request.body)))
+        return json_response(await self.logs.update_everywhere(_object(request.body)))
 
 
 def _object(body: bytes) -> dict[str, Any]:

@@ -5,7 +5,8 @@ Uploads and routing changes still go through the model's store, as they do for r
 (``routing.json``, the uploaded files); the other workers are told to follow it: an upload
 makes them load the model from its store, a routing change applies the same routing document.
 Explicit loads and unloads, which are a server's own choice, are repeated as they were asked;
-so are shared-memory registrations (a client's next request may reach any worker).
+so are shared-memory registrations (a client's next request may reach any worker) and trace
+and log settings changed at run time.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import logging
 from typing import Any
 
 from inferd.errors import InferdError, InternalError
+from inferd.observability.log_settings import LogSettings
+from inferd.observability.trace_settings import TraceSettings
 from inferd.registry import ModelRecord, Registry
 from inferd.repository import routing_file
 from inferd.repository.control import RepositoryControl
@@ -25,7 +28,16 @@ from inferd.workers.peers import PeerError, Peers
 
 log = logging.getLogger("inferd.workers")
 
-CHANGES = ("load", "unload", "sync", "routing", "shm_register", "shm_unregister")
+CHANGES = (
+    "load",
+    "unload",
+    "sync",
+    "routing",
+    "shm_register",
+    "shm_unregister",
+    "trace_settings",
+    "log_settings",
+)
 
 
 class SharedControl(RepositoryControl):
@@ -36,11 +48,18 @@ class SharedControl(RepositoryControl):
         self.registry = registry
         self.peers = peers
         self.regions: SystemSharedMemory | None = None  # the data plane's, once it exists
+        self.trace: TraceSettings | None = None
+        self.logs: LogSettings | None = None
 
     def share_regions(self, regions: SystemSharedMemory) -> None:
         """Shared-memory registrations reach every worker and are journaled like models."""
         self.regions = regions
         regions.share = self._share
+
+    def share_settings(self, trace: TraceSettings, logs: LogSettings) -> None:
+        """Trace and log settings changed at run time reach every worker (journaled too)."""
+        self.trace, self.logs = trace, logs
+        trace.share = logs.share = self._share
 
     async def _share(self, change: dict[str, Any]) -> None:
         """Journal a change made here, then have every other worker make it."""
@@ -95,6 +114,10 @@ class SharedControl(RepositoryControl):
             self.regions.register(name, change["key"], change["offset"], change["byte_size"])
         elif op == "shm_unregister" and self.regions is not None:
             self.regions.unregister(name)
+        elif op == "trace_settings" and self.trace is not None:
+            self.trace.update(change["changes"], change["model"])
+        elif op == "log_settings" and self.logs is not None:
+            self.logs.update(change["changes"])
         else:
             raise InternalError(f"unknown repository change '{op}'")
 
