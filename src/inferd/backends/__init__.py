@@ -66,6 +66,12 @@ def _python() -> Backend:
     return PythonBackend()
 
 
+def _ensemble() -> Backend:
+    from inferd.backends.ensemble import EnsembleBackend
+
+    return EnsembleBackend()
+
+
 def _echo() -> Backend:
     from inferd.backends.echo import EchoBackend
 
@@ -75,6 +81,7 @@ def _echo() -> Backend:
 # Each framework is imported by its own backend, when a model first needs it.
 BUILTIN: dict[str, Callable[[], Backend]] = {
     "echo": _echo,
+    "ensemble": _ensemble,
     "python": _python,
     "onnxruntime": _onnxruntime,
     "tensorflow": _tensorflow,
@@ -91,6 +98,7 @@ PLATFORMS: dict[str, str] = {
     "tensorflow_savedmodel": "tensorflow",
     "pytorch_libtorch": "pytorch",
     "openvino": "openvino",
+    "ensemble": "ensemble",
 }
 # The file a version directory holds, for a config that names no backend.
 DEFAULT_FILES: dict[str, str] = {
