@@ -53,6 +53,7 @@ log = logging.getLogger("inferd.dataplane")
 
 # Triton's server extensions that inferd implements, in Triton's order; GET /v2 and gRPC
 # ServerMetadata list them (tests check each one listed works and each one left out is absent).
+LEADING_EXTENSIONS: tuple[str, ...] = ("classification",)  # before the repository's, as Triton
 EXTENSIONS: tuple[str, ...] = (
     "schedule_policy",
     "model_configuration",
@@ -94,7 +95,7 @@ class DataPlane:
         extensions = EXTENSIONS
         if self.repository is not None:
             extensions = REPOSITORY_EXTENSIONS + extensions
-        return ServerMetadata(self.server_name, __version__, extensions)
+        return ServerMetadata(self.server_name, __version__, LEADING_EXTENSIONS + extensions)
 
     def model_ready(self, name: str, version: str = "") -> bool:
         self.registry.record(name)  # unknown model -> NotFound

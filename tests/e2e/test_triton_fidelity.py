@@ -26,6 +26,7 @@ from tests.support import ServerProcess
 M = "half_plus_two"
 X = np.array([[1.0], [2.0], [5.0]], dtype=np.float32)
 EXTENSIONS = [
+    "classification",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
@@ -173,6 +174,9 @@ def test_extensions_listed_are_the_ones_that_work(triton: ServerProcess) -> None
         M, [_http_input()], outputs=wanted, priority=1, timeout=1_000_000, parameters={"k": "v"}
     )
     assert result.as_numpy("y").ravel().tolist() == [2.5, 3.0, 4.5]
+    classes = [triton_http.InferRequestedOutput("y", class_count=3)]  # classification
+    result = http.infer(M, [_http_input()], outputs=classes)
+    assert result.as_numpy("y").tolist() == [[b"2.500000:0"], [b"3.000000:0"], [b"4.500000:0"]]
     http.unload_model("broken", unload_dependents=True)  # model_repository(unload_dependents)
     # ... and none that does not work is listed.
     with pytest.raises(InferenceServerException):

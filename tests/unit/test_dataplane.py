@@ -46,6 +46,7 @@ def test_views_are_frozen_snapshots_with_triton_json(versions: list[ModelVersion
         "inferd",
         __version__,
         (
+            "classification",
             "schedule_policy",
             "model_configuration",
             "binary_tensor_data",

@@ -15,6 +15,7 @@ from pathlib import Path
 from inferd.backends import select_backend
 from inferd.backends.base import Backend, InstancePlacement
 from inferd.backends.completion import bool_parameter
+from inferd.classification import read_labels
 from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from inferd.config.spec import ModelSpec, build_spec
 from inferd.errors import ConfigError
@@ -109,7 +110,9 @@ def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions
     if own_scheduler is not None:
         for key, value in kept.items():
             config.parameters[key].string_value = value
-        return _scheduled_version(name, version, config, spec, own_scheduler, options, started)
+        loaded = _scheduled_version(name, version, config, spec, own_scheduler, options, started)
+        loaded.labels = read_labels(model_plan.folder, config)
+        return loaded
     read_signatures = getattr(backend, "signatures", None)  # model files with several
     signatures = read_signatures(version_dir, config) if read_signatures is not None else {}
     batching = BatchingOptions.from_config(config) if config.HasField("dynamic_batching") else None
@@ -154,6 +157,7 @@ def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions
         cache=options.cache if config.response_cache.enable else None,
         instance_count=pool.count,
         signatures=signatures,
+        labels=read_labels(model_plan.folder, config),
     )
     loaded.load_seconds = time.perf_counter() - started
     log.info(
