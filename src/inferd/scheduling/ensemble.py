@@ -16,9 +16,17 @@ from dataclasses import dataclass
 
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.errors import ConfigError, InferdError, InternalError
+from inferd.routing import LABEL_PARAMETER
 from inferd.scheduling.work import Work
 from inferd.stats import ModelStats
-from inferd.types import InferRequest, ModelCaller, RequestedOutput, Tensors, Timings
+from inferd.types import (
+    InferRequest,
+    ModelCaller,
+    Parameters,
+    RequestedOutput,
+    Tensors,
+    Timings,
+)
 
 ENSEMBLE_PLATFORM = "ensemble"
 
@@ -166,13 +174,15 @@ class EnsembleScheduler:
         started = timings.queue_start_ns = timings.compute_start_ns = time.perf_counter_ns()
         tensors: Tensors = dict(work.inputs)
         steps = self.graph.needed(work.outputs)
+        # A version label picks the ensemble's version, not its composing models'.
+        parameters = {k: v for k, v in work.parameters.items() if k != LABEL_PARAMETER}
         running: dict[asyncio.Task[Tensors], Step] = {}
         waiting = list(steps)
         try:
             while waiting or running:
                 for step in [s for s in waiting if _ready(s, tensors)]:
                     waiting.remove(step)
-                    task = asyncio.ensure_future(self._step(step, tensors, work))
+                    task = asyncio.ensure_future(self._step(step, tensors, work, parameters))
                     running[task] = step
                 if not running:  # an optional ensemble input left a step without its tensors
                     missing = sorted(
@@ -193,14 +203,16 @@ class EnsembleScheduler:
         self.stats.record_execution(work.rows or 1, 1, 0, ended - started, 0)
         return {name: tensors[name] for name in work.outputs}
 
-    async def _step(self, step: Step, tensors: Tensors, work: Work) -> Tensors:
+    async def _step(
+        self, step: Step, tensors: Tensors, work: Work, parameters: Parameters
+    ) -> Tensors:
         request = InferRequest(
             model_name=step.model_name,
             model_version=step.model_version,
             inputs={model_input: tensors[t] for model_input, t in step.inputs.items()},
             id=work.request_id,
             outputs=[RequestedOutput(name) for name in step.outputs],
-            parameters=work.parameters,
+            parameters=parameters,
         )
         try:
             response = await self.call(request)
