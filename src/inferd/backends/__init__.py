@@ -96,6 +96,7 @@ BUILTIN: dict[str, Callable[[], Backend]] = {
 PLATFORMS: dict[str, str] = {
     "onnxruntime_onnx": "onnxruntime",
     "tensorflow_savedmodel": "tensorflow",
+    "tensorflow_graphdef": "tensorflow",
     "pytorch_libtorch": "pytorch",
     "openvino": "openvino",
     "ensemble": "ensemble",
@@ -105,6 +106,7 @@ DEFAULT_FILES: dict[str, str] = {
     "model.onnx": "onnxruntime",
     "model.savedmodel": "tensorflow",  # Triton's SavedModel folder
     "saved_model.pb": "tensorflow",  # TF Serving's layout: the SavedModel is the version folder
+    "model.graphdef": "tensorflow",  # a frozen TF GraphDef
     "model.pt": "pytorch",  # TorchScript
     "model.pt2": "pytorch",  # torch.export
     "model.xml": "openvino",  # OpenVINO IR (+ model.bin)
