@@ -29,6 +29,7 @@ from inferd.types import (
 )
 
 ENSEMBLE_PLATFORM = "ensemble"
+_NEEDED_CACHE_SIZE = 64  # sets of requested outputs whose steps are remembered
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,7 @@ class Step:
     model_version: str  # "" : the model's default version (Triton's -1)
     inputs: Mapping[str, str]  # model input -> ensemble tensor
     outputs: Mapping[str, str]  # model output -> ensemble tensor
+    reads: tuple[str, ...] = ()  # the ensemble tensors it reads (the values of ``inputs``)
 
     @property
     def label(self) -> str:
@@ -119,8 +121,16 @@ def build_graph(config: ModelConfig) -> EnsembleGraph:
                     f"'{tensor}', which is already {made[tensor]}"
                 )
             made[tensor] = f"made by {where}"
+        reads = dict(raw.input_map)
         steps.append(
-            Step(index, raw.model_name, version, dict(raw.input_map), dict(raw.output_map))
+            Step(
+                index,
+                raw.model_name,
+                version,
+                reads,
+                dict(raw.output_map),
+                tuple(reads.values()),
+            )
         )
     producer_step = {t: s.index for s in steps for t in s.outputs.values()}
     for step in steps:
@@ -169,25 +179,33 @@ class EnsembleScheduler:
         self.graph = graph
         self.call = call
         self.stats = stats
+        self._needed: dict[tuple[str, ...], list[Step]] = {}  # requested outputs -> steps
 
     async def run(self, work: Work, timings: Timings) -> Tensors:
         started = timings.queue_start_ns = timings.compute_start_ns = time.perf_counter_ns()
         tensors: Tensors = dict(work.inputs)
-        steps = self.graph.needed(work.outputs)
+        steps = self._needed.get(work.outputs)
+        if steps is None:
+            steps = self.graph.needed(work.outputs)
+            if len(self._needed) < _NEEDED_CACHE_SIZE:
+                self._needed[work.outputs] = steps
         # A version label picks the ensemble's version, not its composing models'.
         parameters = {k: v for k, v in work.parameters.items() if k != LABEL_PARAMETER}
         running: dict[asyncio.Task[Tensors], Step] = {}
         waiting = list(steps)
         try:
             while waiting or running:
-                for step in [s for s in waiting if _ready(s, tensors)]:
+                ready = [s for s in waiting if all(t in tensors for t in s.reads)]
+                for step in ready:
                     waiting.remove(step)
+                if len(ready) == 1 and not running:  # a chain: no task needed
+                    tensors.update(await self._step(ready[0], tensors, work, parameters))
+                    continue
+                for step in ready:
                     task = asyncio.ensure_future(self._step(step, tensors, work, parameters))
                     running[task] = step
                 if not running:  # an optional ensemble input left a step without its tensors
-                    missing = sorted(
-                        {t for s in waiting for t in s.inputs.values() if t not in tensors}
-                    )
+                    missing = sorted({t for s in waiting for t in s.reads if t not in tensors})
                     raise InferdError(
                         f"ensemble '{self.graph.name}' {waiting[0].label} cannot run: "
                         f"tensor(s) {missing} were not given"
@@ -230,7 +248,3 @@ class EnsembleScheduler:
 
     async def close(self) -> None:
         return None
-
-
-def _ready(step: Step, tensors: Tensors) -> bool:
-    return all(t in tensors for t in step.inputs.values())
