@@ -190,3 +190,12 @@ def test_a_composing_model_batches_steps_of_several_requests(tmp_path: Path) -> 
     assert [e.request_ids for e in echo.LOG[inner.name]] == [("r0",), ("r1", "r2", "r3")]
     stats = wrap.stats.snapshot("wrap", "1")
     assert stats.inference_count == 4
+
+
+def test_ensemble_scheduling_on_another_platform_is_refused(tmp_path: Path) -> None:
+    text = 'name: "e" platform: "onnxruntime_onnx"\n'
+    text += 'ensemble_scheduling { step [ { model_name: "m" } ] }\n'
+    (tmp_path / "e" / "1").mkdir(parents=True)
+    (tmp_path / "e" / "config.pbtxt").write_text(text)
+    with pytest.raises(ConfigError, match='ensemble_scheduling needs platform: "ensemble"'):
+        plan("e", tmp_path / "e")

@@ -142,6 +142,8 @@ def available() -> list[str]:
 
 def select_backend(config: ModelConfig, version_dirs: Iterable[Path]) -> Backend:
     """The backend a model needs: from ``backend``, then ``platform``, then its files."""
+    if config.HasField("ensemble_scheduling") and config.platform != "ensemble":
+        raise ConfigError('ensemble_scheduling needs platform: "ensemble"')
     if config.backend:
         return get_backend(config.backend)
     if config.platform:

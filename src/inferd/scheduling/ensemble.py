@@ -79,10 +79,6 @@ class EnsembleGraph:
         return [step for i, step in enumerate(self.steps) if i in wanted]
 
 
-def is_ensemble(config: ModelConfig) -> bool:
-    return config.platform == ENSEMBLE_PLATFORM or config.HasField("ensemble_scheduling")
-
-
 def build_graph(config: ModelConfig) -> EnsembleGraph:
     """Read and check ``ensemble_scheduling`` (ConfigError naming the step or the tensor)."""
     name = config.name
