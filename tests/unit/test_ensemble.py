@@ -14,7 +14,7 @@ from inferd.backends import echo
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import parse_config_text
 from inferd.dataplane import DataPlane
-from inferd.errors import ConfigError
+from inferd.errors import ConfigError, InternalError
 from inferd.model import ModelVersion
 from inferd.registry import Registry
 from inferd.repository.loader import LoadOptions, load_version, plan
@@ -199,3 +199,21 @@ def test_ensemble_scheduling_on_another_platform_is_refused(tmp_path: Path) -> N
     (tmp_path / "e" / "config.pbtxt").write_text(text)
     with pytest.raises(ConfigError, match='ensemble_scheduling needs platform: "ensemble"'):
         plan("e", tmp_path / "e")
+
+
+def test_an_output_of_another_datatype_names_the_step(tmp_path: Path) -> None:
+    ints = echo_version(tmp_path, ECHO.replace("TYPE_FP32", "TYPE_INT32"))
+    registry = Registry()
+    plane = DataPlane(registry)
+    text = ensemble("wrong", [step(ints.name, {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], [], [])
+    text = text.replace("input [  ]", 'input [ { name: "IN" data_type: TYPE_INT32 dims: [1] } ]')
+    text = text.replace("output [  ]", 'output [ { name: "OUT" data_type: TYPE_FP32 dims: [1] } ]')
+    wrong = _ensemble_version(tmp_path, plane, text)
+    _serve(registry, ints, wrong)
+    request = InferRequest("wrong", {"IN": np.array([[1]], np.int32)})
+    with pytest.raises(InternalError) as caught:
+        asyncio.run(plane.infer(request))
+    assert caught.value.message == (
+        f"ensemble 'wrong' step 0 (model '{ints.name}') made output 'OUT' as INT32, "
+        "but the ensemble declares FP32"
+    )

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from inferd.config.model_config_pb2 import ModelConfig
+from inferd.config.spec import datatype_of
+from inferd.datatypes import DataType, of_array
 from inferd.errors import ConfigError, InferdError, InternalError
 from inferd.routing import LABEL_PARAMETER
 from inferd.scheduling.work import Work
@@ -59,6 +61,7 @@ class EnsembleGraph:
     outputs: tuple[str, ...]
     steps: tuple[Step, ...]  # in an order where each step follows the steps it reads from
     producer: Mapping[str, int]  # ensemble tensor -> index into ``steps`` that makes it
+    datatypes: Mapping[str, DataType]  # ensemble output -> the datatype its config declares
 
     def models(self) -> list[str]:
         """The composing models, each once, in step order."""
@@ -144,7 +147,8 @@ def build_graph(config: ModelConfig) -> EnsembleGraph:
             )
     ordered = _order(steps, producer_step)
     producer = {t: i for i, s in enumerate(ordered) for t in s.outputs.values()}
-    return EnsembleGraph(name, inputs, outputs, tuple(ordered), producer)
+    declared = {t.name: datatype_of(t.data_type, f"output '{t.name}'") for t in config.output}
+    return EnsembleGraph(name, inputs, outputs, tuple(ordered), producer, declared)
 
 
 def _order(steps: list[Step], producer: Mapping[str, int]) -> list[Step]:
@@ -215,7 +219,18 @@ class EnsembleScheduler:
                 task.cancel()
         ended = timings.compute_end_ns = time.perf_counter_ns()
         self.stats.record_execution(work.rows or 1, 1, 0, ended - started, 0)
-        return {name: tensors[name] for name in work.outputs}
+        outputs = {name: tensors[name] for name in work.outputs}
+        for name, array in outputs.items():
+            declared = self.graph.datatypes[name]
+            if array.dtype != declared.numpy and not (
+                declared.is_bytes and array.dtype.kind in "OSU"
+            ):
+                step = self.graph.steps[self.graph.producer[name]]
+                raise InternalError(
+                    f"ensemble '{self.graph.name}' {step.label} made output '{name}' as "
+                    f"{of_array(array).name}, but the ensemble declares {declared.name}"
+                )
+        return outputs
 
     async def _step(
         self, step: Step, tensors: Tensors, work: Work, parameters: Parameters
