@@ -54,6 +54,7 @@ log = logging.getLogger("inferd.dataplane")
 
 # Triton's server extensions that inferd implements, in Triton's order; GET /v2 and gRPC
 # ServerMetadata list them (tests check each one listed works and each one left out is absent).
+LEADING_EXTENSIONS: tuple[str, ...] = ("classification",)  # before the repository's, as Triton
 EXTENSIONS: tuple[str, ...] = (
     "schedule_policy",
     "model_configuration",
@@ -65,7 +66,7 @@ EXTENSIONS: tuple[str, ...] = (
     "logging",
 )
 REPOSITORY_EXTENSIONS: tuple[str, ...] = ("model_repository", "model_repository(unload_dependents)")
-SEQUENCE_EXTENSION = "sequence"  # listed first, as Triton lists it
+SEQUENCE_EXTENSION = "sequence"  # right after classification, as Triton lists it
 
 
 class DataPlane:
@@ -105,8 +106,9 @@ class DataPlane:
         extensions = EXTENSIONS
         if self.repository is not None:
             extensions = REPOSITORY_EXTENSIONS + extensions
-        extensions = (SEQUENCE_EXTENSION, *extensions)
-        return ServerMetadata(self.server_name, __version__, extensions)
+        return ServerMetadata(
+            self.server_name, __version__, (*LEADING_EXTENSIONS, SEQUENCE_EXTENSION, *extensions)
+        )
 
     def model_ready(self, name: str, version: str = "") -> bool:
         self.registry.record(name)  # unknown model -> NotFound

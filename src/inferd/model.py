@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 from inferd import validate
+from inferd.classification import class_counts, classify
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import ModelSpec, SignatureSpec
 from inferd.errors import InferdError, InvalidInput
@@ -46,6 +47,8 @@ class ModelVersion:
     state: ModelState = ModelState.READY
     # Every signature of the model file, by name, when its backend lists them (TensorFlow).
     signatures: Mapping[str, SignatureSpec] = field(default_factory=dict)
+    # The class labels of outputs with a ``label_filename`` (Triton's classification extension).
+    labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def signature_spec(self, signature: str) -> ModelSpec:
         found = self.signatures.get(signature)
@@ -72,6 +75,7 @@ class ModelVersion:
             spec = self.spec if not signature else self.signature_spec(signature)
             inputs, rows = validate.check_inputs(spec, request.inputs)
             names = tuple(validate.check_outputs(spec, request.output_names()))
+            counts = class_counts(request.outputs)
             key = None
             outputs = None
             if self.cache is not None:
@@ -89,6 +93,8 @@ class ModelVersion:
                 outputs = validate.shape_outputs(spec, outputs, rows)
                 if key is not None and self.cache is not None:
                     self.cache.put(key, outputs)
+            if counts:
+                outputs = classify(dict(outputs), counts, self.labels, spec.max_batch_size > 0)
         except BaseException:
             self.stats.fail.add(time.perf_counter_ns() - started)
             raise

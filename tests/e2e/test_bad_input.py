@@ -114,7 +114,9 @@ def limited_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
     (root / "badconfig" / "1" / "model.onnx").write_bytes(
         (root / "half_plus_two" / "1" / "model.onnx").read_bytes()
     )
-    (root / "badconfig" / "config.pbtxt").write_text('name: "badconfig"\nensemble_scheduling {}\n')
+    (root / "badconfig" / "config.pbtxt").write_text(
+        'name: "badconfig"\nmodel_repository_agents {}\n'
+    )
     # Two models fail to load on purpose: ready means "startup is done", not "all READY".
     args = ["--http-max-body-bytes", "500", "--strict-readiness=false"]
     server = ServerProcess(root, extra_args=args).start()
@@ -130,7 +132,7 @@ def test_failed_models_are_unavailable_with_reason(limited_server: ServerProcess
     assert by_name["corrupt"]["state"] == "UNAVAILABLE"
     assert "cannot read ONNX model" in by_name["corrupt"]["reason"]
     assert by_name["badconfig"]["state"] == "UNAVAILABLE"
-    assert "ensemble_scheduling" in by_name["badconfig"]["reason"]
+    assert "model_repository_agents" in by_name["badconfig"]["reason"]
     r = httpx.post(f"{url}/v2/models/corrupt/infer", json={"inputs": [X]})
     assert r.status_code == 503
     assert "cannot read ONNX model" in r.json()["error"]

@@ -26,6 +26,7 @@ from tests.support import ServerProcess
 M = "half_plus_two"
 X = np.array([[1.0], [2.0], [5.0]], dtype=np.float32)
 EXTENSIONS = [
+    "classification",
     "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
@@ -180,6 +181,9 @@ def test_extensions_listed_are_the_ones_that_work(triton: ServerProcess) -> None
     assert http.get_system_shared_memory_status() == []  # system_shared_memory
     assert http.get_trace_settings()["trace_level"] == ["OFF"]  # trace (no exporter: off)
     assert rpc.get_log_settings(as_json=True)["settings"]["log_info"] == {"bool_param": True}
+    classes = [triton_http.InferRequestedOutput("y", class_count=3)]  # classification
+    result = http.infer(M, [_http_input()], outputs=classes)
+    assert result.as_numpy("y").tolist() == [[b"2.500000:0"], [b"3.000000:0"], [b"4.500000:0"]]
     http.unload_model("broken", unload_dependents=True)  # model_repository(unload_dependents)
     # ... and none that does not work is listed.
     with pytest.raises(InferenceServerException, match="needs a GPU"):

@@ -44,8 +44,8 @@ def test_config_json_has_numbers_and_enum_names() -> None:
 
 
 def test_unknown_field_is_named() -> None:
-    with pytest.raises(ConfigError, match='no field named "ensemble_scheduling"'):
-        parse_config_text('name: "m"\nensemble_scheduling { }\n')
+    with pytest.raises(ConfigError, match='no field named "model_repository_agents"'):
+        parse_config_text('name: "m"\nmodel_repository_agents { }\n')
 
 
 def test_unimplemented_field_is_named() -> None:

@@ -46,6 +46,7 @@ def test_views_are_frozen_snapshots_with_triton_json(versions: list[ModelVersion
         "inferd",
         __version__,
         (
+            "classification",
             "sequence",
             "schedule_policy",
             "model_configuration",

@@ -109,3 +109,19 @@ def test_unknown_name_raises(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no_such_model"):
         write_demo_repository(tmp_path, models=("half_plus_two", "no_such_model"))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_resnet_pipeline_files(tmp_path: Path) -> None:
+    from inferd.config.text import parse_config_text
+    from inferd.demo.models import PIPELINE_MODELS, default_models
+    from inferd.scheduling.ensemble import build_graph
+
+    assert PIPELINE_MODELS == ("resnet_preprocess", "resnet_postprocess", "resnet")
+    assert set(PIPELINE_MODELS) <= set(default_models())
+    write_demo_repository(tmp_path, models=PIPELINE_MODELS)
+    graph = build_graph(parse_config_text((tmp_path / "resnet" / "config.pbtxt").read_text()))
+    assert graph.models() == ["resnet_preprocess", "resnet50", "resnet_postprocess"]
+    assert (tmp_path / "resnet" / "1").is_dir()
+    labels = (tmp_path / "resnet_postprocess" / "labels.txt").read_text().splitlines()
+    assert len(labels) == 1000 and labels[7] == "class 7"
+    assert (tmp_path / "resnet_preprocess" / "1" / "model.py").is_file()

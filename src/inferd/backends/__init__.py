@@ -66,6 +66,12 @@ def _python() -> Backend:
     return PythonBackend()
 
 
+def _ensemble() -> Backend:
+    from inferd.backends.ensemble import EnsembleBackend
+
+    return EnsembleBackend()
+
+
 def _echo() -> Backend:
     from inferd.backends.echo import EchoBackend
 
@@ -75,6 +81,7 @@ def _echo() -> Backend:
 # Each framework is imported by its own backend, when a model first needs it.
 BUILTIN: dict[str, Callable[[], Backend]] = {
     "echo": _echo,
+    "ensemble": _ensemble,
     "python": _python,
     "onnxruntime": _onnxruntime,
     "tensorflow": _tensorflow,
@@ -89,14 +96,17 @@ BUILTIN: dict[str, Callable[[], Backend]] = {
 PLATFORMS: dict[str, str] = {
     "onnxruntime_onnx": "onnxruntime",
     "tensorflow_savedmodel": "tensorflow",
+    "tensorflow_graphdef": "tensorflow",
     "pytorch_libtorch": "pytorch",
     "openvino": "openvino",
+    "ensemble": "ensemble",
 }
 # The file a version directory holds, for a config that names no backend.
 DEFAULT_FILES: dict[str, str] = {
     "model.onnx": "onnxruntime",
     "model.savedmodel": "tensorflow",  # Triton's SavedModel folder
     "saved_model.pb": "tensorflow",  # TF Serving's layout: the SavedModel is the version folder
+    "model.graphdef": "tensorflow",  # a frozen TF GraphDef
     "model.pt": "pytorch",  # TorchScript
     "model.pt2": "pytorch",  # torch.export
     "model.xml": "openvino",  # OpenVINO IR (+ model.bin)
@@ -132,6 +142,8 @@ def available() -> list[str]:
 
 def select_backend(config: ModelConfig, version_dirs: Iterable[Path]) -> Backend:
     """The backend a model needs: from ``backend``, then ``platform``, then its files."""
+    if config.HasField("ensemble_scheduling") and config.platform != "ensemble":
+        raise ConfigError('ensemble_scheduling needs platform: "ensemble"')
     if config.backend:
         return get_backend(config.backend)
     if config.platform:

@@ -33,6 +33,14 @@ from inferd.backends.completion import (
     missing_extra,
     string_parameters,
 )
+from inferd.backends.graphdef import (
+    GRAPHDEF_PLATFORM,
+    GraphDefRuntime,
+    complete_graphdef,
+    graphdef_path,
+    is_graphdef,
+    read_graph_def,
+)
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import CLASSIFY_METHOD, REGRESS_METHOD, SignatureSpec, signature_spec
 from inferd.errors import ConfigError, InferdError, InternalError, InvalidInput, ModelLoadError
@@ -209,7 +217,7 @@ def _set_threads(tf: Any, intra: int, inter: int) -> None:
 
 class TensorFlowBackend:
     name = "tensorflow"
-    platforms: tuple[str, ...] = (PLATFORM,)
+    platforms: tuple[str, ...] = (PLATFORM, GRAPHDEF_PLATFORM)
     default_filename = SAVED_MODEL_DIR
 
     def gpu_available(self) -> bool:
@@ -223,6 +231,9 @@ class TensorFlowBackend:
         self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
     ) -> None:
         check_parameters(string_parameters(config), _KNOWN_PARAMETERS, "tensorflow")
+        if is_graphdef(version_dir, config):
+            complete_graphdef(_tensorflow(), version_dir, config, self.name)
+            return
         path = saved_model_dir(version_dir, config)
         inputs, outputs = read_signature(path, signature_name(config))
         complete(
@@ -230,11 +241,13 @@ class TensorFlowBackend:
         )
 
     def signatures(self, version_dir: Path, config: ModelConfig) -> dict[str, SignatureSpec]:
+        if is_graphdef(version_dir, config):
+            return {}  # a GraphDef has only the config's inputs and outputs
         return read_signatures(saved_model_dir(version_dir, config), config)
 
     def load(
         self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
-    ) -> TensorFlowRuntime | SessionRuntime:
+    ) -> TensorFlowRuntime | SessionRuntime | GraphDefRuntime:
         tf = _tensorflow()
         params = string_parameters(config)
         check_parameters(params, _KNOWN_PARAMETERS, "tensorflow")
@@ -243,9 +256,12 @@ class TensorFlowBackend:
             int_parameter(params, "intra_op_thread_count", available_cpus()),
             int_parameter(params, "inter_op_thread_count", 1),
         )
+        device = f"/GPU:{placement.device_id}" if placement.kind == "GPU" else "/CPU:0"
+        if is_graphdef(version_dir, config):
+            graph_def = read_graph_def(tf, graphdef_path(version_dir, config))
+            return GraphDefRuntime(tf, graph_def, device)
         path = saved_model_dir(version_dir, config)
         name = signature_name(config)
-        device = f"/GPU:{placement.device_id}" if placement.kind == "GPU" else "/CPU:0"
         try:
             with tf.device(device):
                 loaded = tf.saved_model.load(str(path), tags=[_SERVE_TAG])

@@ -21,7 +21,7 @@ from inferd.datatypes import DataType
 from inferd.errors import ConfigError
 
 _INPUT_NOT_IMPLEMENTED = ("is_shape_tensor", "allow_ragged_batch")
-_OUTPUT_NOT_IMPLEMENTED = ("is_shape_tensor", "label_filename")
+_OUTPUT_NOT_IMPLEMENTED = ("is_shape_tensor",)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,11 @@ import numpy.typing as npt
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from inferd.demo import pipeline
+
 DEMO_MODELS: tuple[str, ...] = ("half_plus_two", "digits", "resnet50")
+# The resnet pipeline: its two Python steps, then the ensemble over them and resnet50.
+PIPELINE_MODELS: tuple[str, ...] = (pipeline.PREPROCESS, pipeline.POSTPROCESS, pipeline.PIPELINE)
 # TF Serving's own demo model name, written when TensorFlow is installed (inferd[tensorflow]).
 SAVED_MODEL_DEMO = "saved_model_half_plus_two"
 
@@ -63,7 +67,7 @@ def _validate_names(models: Sequence[str]) -> list[str]:
     requested = [models] if isinstance(models, str) else list(models)
     for name in requested:
         if name not in _BUILDERS:
-            raise ValueError(f"unknown demo model {name!r}; expected one of {list(DEMO_MODELS)}")
+            raise ValueError(f"unknown demo model {name!r}; expected one of {list(_BUILDERS)}")
     return list(dict.fromkeys(requested))
 
 
@@ -365,8 +369,13 @@ def tensorflow_available() -> bool:
 
 
 def default_models() -> list[str]:
-    """What ``inferd demo-models`` writes: the ONNX models, plus the SavedModel with TensorFlow."""
-    return list(DEMO_MODELS) + ([SAVED_MODEL_DEMO] if tensorflow_available() else [])
+    """What ``inferd demo-models`` writes: the ONNX models, the ``resnet`` pipeline (an ensemble
+    of two Python steps around resnet50), plus the SavedModel with TensorFlow."""
+    return (
+        list(DEMO_MODELS)
+        + list(PIPELINE_MODELS)
+        + ([SAVED_MODEL_DEMO] if tensorflow_available() else [])
+    )
 
 
 def _build_saved_model_half_plus_two() -> Files:
@@ -411,4 +420,7 @@ _BUILDERS: dict[str, Callable[[], Files]] = {
     "digits": _build_digits,
     "resnet50": _build_resnet50,
     SAVED_MODEL_DEMO: _build_saved_model_half_plus_two,
+    pipeline.PREPROCESS: pipeline.preprocess_files,
+    pipeline.POSTPROCESS: pipeline.postprocess_files,
+    pipeline.PIPELINE: pipeline.pipeline_files,
 }

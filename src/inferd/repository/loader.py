@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from inferd.backends import select_backend
 from inferd.backends.base import Backend, InstancePlacement
 from inferd.backends.completion import bool_parameter
+from inferd.classification import read_labels
 from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
-from inferd.config.spec import build_spec
+from inferd.config.spec import ModelSpec, build_spec
 from inferd.errors import ConfigError
 from inferd.model import ModelVersion
 from inferd.repository.config import read_config
@@ -106,6 +108,13 @@ def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions
     elif not config.platform and not config.backend:
         config.backend = backend.name
     spec = build_spec(config)
+    own_scheduler = getattr(backend, "load_scheduler", None)  # ensembles: no instances
+    if own_scheduler is not None:
+        for key, value in kept.items():
+            config.parameters[key].string_value = value
+        loaded = _scheduled_version(name, version, config, spec, own_scheduler, options, started)
+        loaded.labels = read_labels(model_plan.folder, config)
+        return loaded
     read_signatures = getattr(backend, "signatures", None)  # model files with several
     signatures = read_signatures(version_dir, config) if read_signatures is not None else {}
     batching = BatchingOptions.from_config(config) if config.HasField("dynamic_batching") else None
@@ -153,6 +162,7 @@ def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions
         cache=options.cache if config.response_cache.enable else None,
         instance_count=pool.count,
         signatures=signatures,
+        labels=read_labels(model_plan.folder, config),
     )
     loaded.load_seconds = time.perf_counter() - started
     log.info(
@@ -163,6 +173,30 @@ def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions
         loaded.instance_count,
         loaded.load_seconds,
     )
+    return loaded
+
+
+def _scheduled_version(
+    name: str,
+    version: int,
+    config: ModelConfig,
+    spec: ModelSpec,
+    load_scheduler: Callable[[ModelConfig, ModelCaller | None, ModelStats], Scheduler],
+    options: LoadOptions,
+    started: float,
+) -> ModelVersion:
+    """A version whose backend gives a scheduler of its own (an ensemble calling models)."""
+    stats = ModelStats()
+    loaded = ModelVersion(
+        name=name,
+        version=version,
+        config=config,
+        spec=spec,
+        scheduler=load_scheduler(config, options.call_model, stats),
+        stats=stats,
+    )
+    loaded.load_seconds = time.perf_counter() - started
+    log.info("loaded model '%s' version %d (%s)", name, version, config.platform or "scheduler")
     return loaded
 
 

@@ -284,6 +284,19 @@ class ModelManager:
                 await self._poll_sync(name)
 
     async def _poll_sync(self, name: str) -> None:
+        await self._poll_model(name, False)
+        if self.registry.is_ready(name):
+            await self._retry_users(name)
+
+    async def _retry_users(self, name: str) -> None:
+        """Models that could not load for want of ``name`` (an ensemble whose composing model
+        was missing) try again now that it serves."""
+        for user in reversed(self.lifecycle.graph.users(name)):
+            if user in self.wanted and self._follows(user) and not self.registry.is_ready(user):
+                log.info("model '%s' is ready: loading model '%s', which needs it", name, user)
+                await self._poll_model(user, True)
+
+    async def _poll_model(self, name: str, force: bool) -> None:
         try:
             async with self.locked(name):
                 try:
@@ -295,7 +308,8 @@ class ModelManager:
                     return
                 self.wanted.add(name)
                 source = self._sources.get(name)
-                if source is None or source.storage is not storage or source.files != files:
+                changed = source is None or source.storage is not storage or source.files != files
+                if changed or force:
                     await self.fetch_and_reload(name, storage, files)
         except StorageError:
             pass  # logged by fetch_and_reload, or the poller reports the store's outage
