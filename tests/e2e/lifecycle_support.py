@@ -69,7 +69,7 @@ def remove_version(model_dir: Path, version: int) -> None:
 def wait_for(check: Callable[[], T | None], what: str, timeout_s: float = 20.0) -> T:
     """Poll ``check`` until it returns something truthy; fail naming ``what``."""
     deadline = time.monotonic() + timeout_s
-    last: Any = None
+    last: T | None = None
     while time.monotonic() < deadline:
         last = check()
         if last:

@@ -49,7 +49,8 @@ def _graphdef() -> bytes:
 def _expected(x: np.ndarray) -> np.ndarray:
     logits = x.mean(axis=(1, 2)) @ WEIGHTS
     shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return shifted / shifted.sum(axis=1, keepdims=True)
+    probabilities: np.ndarray = shifted / shifted.sum(axis=1, keepdims=True)
+    return probabilities
 
 
 def _model(root: Path, name: str, config: str) -> None:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
@@ -30,7 +30,10 @@ from tests.e2e.backend_checks import (
 from tests.support import ServerProcess
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-tf = pytest.importorskip("tensorflow")
+if TYPE_CHECKING:
+    import tensorflow as tf
+else:
+    tf = pytest.importorskip("tensorflow")
 
 RNG = np.random.default_rng(0)
 WEIGHTS = RNG.standard_normal((4, 3)).astype(np.float32)

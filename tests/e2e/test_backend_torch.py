@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import numpy as np
@@ -20,7 +21,10 @@ from tests.e2e.backend_checks import (
 )
 from tests.support import ServerProcess
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:  # mypy sees the module (as Any: torch is not followed, see pyproject)
+    import torch
+else:
+    torch = pytest.importorskip("torch")
 # torch.jit.script warns that TorchScript is deprecated; serving its files is the point here.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -55,7 +59,9 @@ class Scaled(torch.nn.Module):  # type: ignore[misc]
 @pytest.fixture(scope="module")
 def mlp() -> Mlp:
     torch.manual_seed(0)
-    return Mlp().eval()
+    model = Mlp()
+    model.eval()
+    return model
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -107,7 +108,7 @@ def test_series_follow_traffic(server: ServerProcess) -> None:
     for _ in range(20):
         assert HTTP.post(f"{server.http_url}/v2/models/{HPT}/infer", json=X).status_code == 200
 
-    def busy() -> dict[str, object] | None:
+    def busy() -> dict[str, Any] | None:
         doc = HTTP.get(f"{server.http_url}/v2/dashboard/series").json()
         model = doc["models"].get(HPT)
         return doc if model and int(model["batch_sizes"].get("1", 0)) >= 20 else None

@@ -12,16 +12,25 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as triton_grpc
 
-from tests.e2e.fleet_support import BUCKET, HOSTS, Fleet, Load, envoy_binary, put_slow_model
+from tests.e2e.fleet_support import (
+    BUCKET,
+    HOSTS,
+    Fleet,
+    Load,
+    Outcome,
+    envoy_binary,
+    put_slow_model,
+)
 from tests.e2e.lifecycle_support import HALF_PLUS_THREE, HALF_PLUS_TWO, states, wait_for
 from tests.e2e.s3_support import MotoServer
+from tests.support import ServerProcess
 
 ENVOY = envoy_binary()
 pytestmark = pytest.mark.skipif(
@@ -90,6 +99,10 @@ def test_http_and_grpc_requests_spread_over_every_node(fleet: Fleet) -> None:
     assert httpx.post(f"{stats}/quitquitquit", timeout=5).status_code == 404
 
 
+def _serves_v2(node: ServerProcess) -> Callable[[], bool]:
+    return lambda: states(node, "hpt").get("2") == "READY"
+
+
 def test_a_version_pushed_to_s3_reaches_every_node_with_no_failed_request(fleet: Fleet) -> None:
     fleet.revive()
     s3 = fleet.moto.client()
@@ -99,7 +112,7 @@ def test_a_version_pushed_to_s3_reaches_every_node_with_no_failed_request(fleet:
         s3.put_object(Bucket=BUCKET, Key="hpt/2/model.onnx", Body=HALF_PLUS_THREE)
         arrived: dict[str, float] = {}
         for node in fleet.nodes:
-            wait_for(lambda n=node: states(n, "hpt").get("2") == "READY", f"v2 on {node.host}")
+            wait_for(_serves_v2(node), f"v2 on {node.host}")
             arrived[node.host] = time.monotonic() - pushed
         switched = time.monotonic()
         time.sleep(1.0)
@@ -114,7 +127,9 @@ def test_a_version_pushed_to_s3_reaches_every_node_with_no_failed_request(fleet:
     assert {o.value for o in outcomes if o.start > switched} == {3.5}
 
 
-def _kill_or_stop(fleet: Fleet, index: int, sig: signal.Signals) -> tuple[list, float, float]:
+def _kill_or_stop(
+    fleet: Fleet, index: int, sig: signal.Signals
+) -> tuple[list[Outcome], float, float]:
     """Load ``slow`` through Envoy, signal one node, go on until Envoy has dropped it and for
     1 s more. Returns the outcomes, when the signal went, and when Envoy noticed."""
     fleet.revive()

@@ -16,13 +16,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
+from tritonclient.grpc import InferenceServerClient as Client
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.support import ServerProcess
-
-Client = triton_grpc.InferenceServerClient
 
 
 @pytest.fixture(scope="module")

@@ -160,7 +160,7 @@ def test_config_parameters_that_do_not_parse_fail_the_load(
 
 def test_tf_serving_grpc_labels_and_split(routed: ServerProcess) -> None:
     with grpc.insecure_channel(routed.grpc_address) as channel:
-        stub = serving_pb2_grpc.PredictionServiceStub(channel)
+        stub = serving_pb2_grpc.PredictionServiceStub(channel)  # type: ignore[no-untyped-call]
 
         def predict(label: str = "") -> float:
             request = serving_pb2.PredictRequest()

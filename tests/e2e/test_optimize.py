@@ -9,6 +9,7 @@ import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -92,7 +93,9 @@ def server(
     proc.stop()
 
 
-def _infer(server: ServerProcess, model: str, version: int, name: str, x: np.ndarray) -> dict:
+def _infer(
+    server: ServerProcess, model: str, version: int, name: str, x: np.ndarray
+) -> dict[str, Any]:
     body = {
         "inputs": [
             {"name": name, "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}

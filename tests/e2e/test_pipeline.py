@@ -117,7 +117,7 @@ def test_v2_binary_batch(served: ServerProcess) -> None:
 
 def test_tfserving_grpc_string_tensor(served: ServerProcess) -> None:
     with grpc.insecure_channel(served.grpc_address) as channel:
-        stub = serving_pb2_grpc.PredictionServiceStub(channel)
+        stub = serving_pb2_grpc.PredictionServiceStub(channel)  # type: ignore[no-untyped-call]
         request = serving_pb2.PredictRequest()
         request.model_spec.name = "resnet"
         request.model_spec.signature_name = "serving_default"

@@ -348,7 +348,8 @@ def _descendants(pid: int) -> list[int]:
         except OSError:
             continue
         parents[int(stat.parent.name)] = int(fields[1])
-    found, frontier = [], {pid}
+    found: list[int] = []
+    frontier = {pid}
     while frontier:
         frontier = {child for child, parent in parents.items() if parent in frontier}
         found += frontier

@@ -12,7 +12,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,9 +102,9 @@ def _x(values: list[float], **extra: Any) -> dict[str, Any]:
     return body
 
 
-def _image(**params: Any) -> Body:
+def _image(**params: Any) -> tuple[bytes, dict[str, str]]:
     """One zero image as a binary tensor (the binary tensor data extension)."""
-    tensor = {"name": "input", "shape": [1, 3, 224, 224], "datatype": "FP32"}
+    tensor: dict[str, object] = {"name": "input", "shape": [1, 3, 224, 224], "datatype": "FP32"}
     tensor["parameters"] = {"binary_data_size": len(IMAGE)}
     header: dict[str, Any] = {"inputs": [tensor]}
     if params:
@@ -131,7 +131,7 @@ def _stats(server: ServerProcess, model: str) -> dict[str, Any]:
 
 
 async def _post_all(
-    server: ServerProcess, model: str, bodies: list[Body], gap_s: float = 0.0
+    server: ServerProcess, model: str, bodies: Sequence[Body], gap_s: float = 0.0
 ) -> list[httpx.Response]:
     async with httpx.AsyncClient(base_url=server.http_url, timeout=60) as client:
         tasks = []

@@ -132,7 +132,7 @@ def _accumulator(path: Path, batch: str, corr_type: int) -> None:
         *corr_as_float,
         helper.make_node("Concat", ["START", "ready_f", "end_f", "corr_f"], ["SEEN"], axis=1),
     ]
-    shape = [batch, 1]
+    shape: list[str | int | None] = [batch, 1]
     graph = helper.make_graph(
         nodes,
         "accumulator",

@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
+from google.protobuf.message import Message
 
 from inferd.protocols.tfserving import serving_pb2, serving_pb2_grpc, tensorflow_pb2
 from tests.support import ServerProcess
@@ -248,7 +249,7 @@ def test_messages_match_tf_serving() -> None:
     official = _official()
     from tensorflow_serving.apis import input_pb2, model_pb2
 
-    pairs = [
+    pairs: list[tuple[type[Message], type[Message]]] = [
         (serving_pb2.PredictRequest, official.predict.PredictRequest),
         (serving_pb2.PredictResponse, official.predict.PredictResponse),
         (serving_pb2.ModelSpec, model_pb2.ModelSpec),

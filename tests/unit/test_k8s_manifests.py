@@ -17,7 +17,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
@@ -27,6 +27,9 @@ from inferd.observability.metrics import EndpointStats, build_registry, render
 from inferd.registry import ModelRecord, Registry
 from inferd.settings import Settings
 from tests.echo_support import echo_version
+
+if TYPE_CHECKING:
+    from cloudcoil.resources import Resource
 
 K8S = Path(__file__).parents[2] / "deploy" / "k8s"
 OVERLAYS = ["base", "overlays/hpa", "overlays/keda"]
@@ -67,10 +70,15 @@ def _unknown_fields(given: Any, kept: Any, path: str = "") -> Iterator[str]:
 
 
 def _check_custom(obj: dict[str, Any]) -> None:
+    model: type[Resource]
     if obj["kind"] == "ScaledObject":
-        from cloudcoil.models.keda.v1alpha1 import ScaledObject as model
+        from cloudcoil.models.keda.v1alpha1 import ScaledObject
+
+        model = ScaledObject
     elif obj["kind"] == "PodMonitor":
-        from cloudcoil.models.prometheus_operator.v1 import PodMonitor as model
+        from cloudcoil.models.prometheus_operator.v1 import PodMonitor
+
+        model = PodMonitor
     else:
         raise AssertionError(f"no schema for {obj['kind']}")
     parsed = model.model_validate(obj)  # types, enums and required fields

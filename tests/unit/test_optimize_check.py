@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from inferd.optimize import check
+from inferd.optimize.data import Rows
 
 
 def test_top1_agreement_for_scores() -> None:
@@ -48,5 +49,5 @@ def test_accuracy_against_labels() -> None:
 
 
 def test_batch_of_repeats_rows() -> None:
-    rows = check.Rows({"x": np.arange(3, dtype=np.float32).reshape(3, 1)})
+    rows = Rows({"x": np.arange(3, dtype=np.float32).reshape(3, 1)})
     assert check.batch_of(rows, 5)["x"].ravel().tolist() == [0, 1, 2, 0, 1]

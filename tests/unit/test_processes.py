@@ -10,6 +10,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from inferd.errors import ModelLoadError
 from inferd.scheduling.processes import ProcessInstances
 from inferd.scheduling.recipe import WorkerRecipe, backend_recipe
 from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Work
+from tests.echo_support import ok
 
 
 def _recipes(name: str, count: int, extra: str = "", dims: str = "[1]") -> list[WorkerRecipe]:
@@ -47,7 +49,7 @@ def _work(value: float, id: str = "") -> Work:
     return Work({"INPUT0": np.array([[value]], np.float32)}, 1, ("OUTPUT0",), id)
 
 
-def _log(path: Path) -> list[dict[str, object]]:
+def _log(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -74,7 +76,7 @@ def test_work_addressed_to_an_instance_runs_in_its_process(
     async def run() -> None:
         for instance in (2, 0, 1, 2):
             executed = await pool.submit([_work(instance, f"r{instance}")], instance)
-            assert executed.results[0]["OUTPUT0"].tolist() == [[instance]]
+            assert ok(executed.results[0])["OUTPUT0"].tolist() == [[instance]]
 
     asyncio.run(run())
     entries = _log(log)
@@ -99,7 +101,7 @@ def test_unaddressed_work_goes_to_the_least_busy_worker(
         return list(await asyncio.gather(*futures))
 
     results = asyncio.run(run())
-    assert [r.results[0]["OUTPUT0"].item() for r in results] == [0, 1, 2, 3]
+    assert [ok(r.results[0])["OUTPUT0"].item() for r in results] == [0, 1, 2, 3]
     assert sorted(e["instance"] for e in _log(log)) == [0, 0, 1, 1]
 
 
@@ -124,10 +126,10 @@ def test_work_cancelled_while_queued_never_runs(
         flagged.cancelled = True  # its caller left (the batcher sets this)
         await asyncio.sleep(0.02)  # the cancel reaches the worker
         gate.touch()
-        assert (await running).results[0]["OUTPUT0"].item() == 1
+        assert ok((await running).results[0])["OUTPUT0"].item() == 1
         executed = await later
         assert executed.results[0] is CANCELLED
-        assert executed.results[1]["OUTPUT0"].item() == 5
+        assert ok(executed.results[1])["OUTPUT0"].item() == 5
 
     asyncio.run(run())
     assert [e["request_ids"] for e in _log(log)] == [["kept"], ["later"]]
@@ -142,7 +144,7 @@ def test_a_large_tensor_crosses_through_shared_memory(closing: list[ProcessInsta
     async def run() -> None:
         for _ in range(3):
             executed = await pool.submit([Work({"INPUT0": big}, 2, ("OUTPUT0",))])
-            out = executed.results[0]["OUTPUT0"]
+            out = ok(executed.results[0])["OUTPUT0"]
             assert out.shape == big.shape and np.array_equal(out, big)
             # Read in place: the array's memory is the worker's arena, not a copy.
             assert type(out.base).__name__ == "Block"
@@ -173,7 +175,7 @@ def test_bytes_tensors_keep_any_bytes(closing: list[ProcessInstances]) -> None:
 
     async def run() -> list[bytes]:
         executed = await pool.submit([Work({"INPUT0": values}, 0, ("OUTPUT0",))])
-        out: list[bytes] = executed.results[0]["OUTPUT0"].tolist()
+        out: list[bytes] = ok(executed.results[0])["OUTPUT0"].tolist()
         return out
 
     assert asyncio.run(run()) == values.tolist()
@@ -191,7 +193,7 @@ def test_a_dead_worker_fails_only_its_work_and_is_restarted(
     before = pool.pids()
 
     async def run() -> None:
-        assert (await pool.submit([_work(1)], 0)).results[0]["OUTPUT0"].item() == 1
+        assert ok((await pool.submit([_work(1)], 0)).results[0])["OUTPUT0"].item() == 1
         with pytest.raises(InstanceFailed) as failed:
             await pool.submit([_work(2)], 0)
         assert "model 'dies'" in failed.value.message
@@ -199,8 +201,8 @@ def test_a_dead_worker_fails_only_its_work_and_is_restarted(
         expected = {"segfault": "SIGSEGV", "kill": "SIGKILL", "exit": "exited with code 7"}[how]
         assert expected in failed.value.message
         # The other instance never noticed; the dead one serves again once restarted.
-        assert (await pool.submit([_work(3)], 1)).results[0]["OUTPUT0"].item() == 3
-        assert (await pool.submit([_work(4)], 0)).results[0]["OUTPUT0"].item() == 4
+        assert ok((await pool.submit([_work(3)], 1)).results[0])["OUTPUT0"].item() == 3
+        assert ok((await pool.submit([_work(4)], 0)).results[0])["OUTPUT0"].item() == 4
 
     asyncio.run(run())
     after = pool.pids()
@@ -215,10 +217,10 @@ def test_an_executor_that_breaks_is_rebuilt_in_a_fresh_process(
     closing.append(pool)
 
     async def run() -> None:
-        assert (await pool.submit([_work(1)], 0)).results[0]["OUTPUT0"].item() == 1
+        assert ok((await pool.submit([_work(1)], 0)).results[0])["OUTPUT0"].item() == 1
         with pytest.raises(InstanceFailed, match="crashed \\(execution 2\\)"):
             await pool.submit([_work(2)], 0)
-        assert (await pool.submit([_work(3)], 0)).results[0]["OUTPUT0"].item() == 3
+        assert ok((await pool.submit([_work(3)], 0)).results[0])["OUTPUT0"].item() == 3
 
     asyncio.run(run())
     assert pool.restarts == 1
@@ -231,14 +233,14 @@ def test_a_worker_killed_while_idle_is_replaced_before_the_next_request(
     closing.append(pool)
 
     async def run() -> None:
-        assert (await pool.submit([_work(1)])).results[0]["OUTPUT0"].item() == 1
+        assert ok((await pool.submit([_work(1)])).results[0])["OUTPUT0"].item() == 1
         pid = pool.pids()[0]
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while pool.pids()[0] in (None, pid) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        assert (await pool.submit([_work(2)])).results[0]["OUTPUT0"].item() == 2
+        assert ok((await pool.submit([_work(2)])).results[0])["OUTPUT0"].item() == 2
 
     asyncio.run(run())
     assert pool.restarts == 1
@@ -253,7 +255,7 @@ def test_warmup_runs_in_the_worker(closing: list[ProcessInstances]) -> None:
     pool = ProcessInstances("warm", _recipes("warm", 2))
     closing.append(pool)
     executed = pool.run_blocking(1, [_work(7)])
-    assert executed.results[0]["OUTPUT0"].item() == 7
+    assert ok(executed.results[0])["OUTPUT0"].item() == 7
 
 
 def test_close_waits_for_work_in_flight(tmp_path: Path) -> None:
@@ -267,7 +269,7 @@ def test_close_waits_for_work_in_flight(tmp_path: Path) -> None:
         assert not closing.done()
         gate.touch()
         await closing
-        assert [f.result().results[0]["OUTPUT0"].item() for f in futures] == [0, 1, 2]
+        assert [ok(f.result().results[0])["OUTPUT0"].item() for f in futures] == [0, 1, 2]
 
     asyncio.run(run())
     assert pool.pids() == [None]
@@ -277,7 +279,7 @@ def test_close_during_a_restart_serves_what_was_queued(tmp_path: Path) -> None:
     pool = ProcessInstances("reborn", _recipes("reborn", 1, _params(die_every=2, die_by="kill")))
 
     async def run() -> None:
-        assert (await pool.submit([_work(1)])).results[0]["OUTPUT0"].item() == 1
+        assert ok((await pool.submit([_work(1)])).results[0])["OUTPUT0"].item() == 1
         dying = pool.submit([_work(2)])
         queued = [pool.submit([_work(v)]) for v in (3, 4)]  # behind the one that kills it
         with pytest.raises(InstanceFailed, match="SIGKILL"):
@@ -286,7 +288,7 @@ def test_close_during_a_restart_serves_what_was_queued(tmp_path: Path) -> None:
         # Job 3 was already in the worker (it holds two jobs) and failed with it; job 4 waited
         # in the server and ran on the new worker.
         assert isinstance(queued[0].exception(), InstanceFailed)
-        assert queued[1].result().results[0]["OUTPUT0"].item() == 4
+        assert ok(queued[1].result().results[0])["OUTPUT0"].item() == 4
 
     asyncio.run(run())
     assert pool.pids() == [None]

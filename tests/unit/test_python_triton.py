@@ -9,7 +9,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pytest
@@ -29,8 +29,12 @@ CONFIG = {
 }
 
 
+class Build(Protocol):
+    def __call__(self, source: str, config: dict[str, Any] = ...) -> Executor: ...
+
+
 @pytest.fixture
-def model(tmp_path: Path) -> Iterator[Any]:
+def model(tmp_path: Path) -> Iterator[Build]:
     """Build an executor from model.py source (the module is forgotten afterwards)."""
 
     def build(source: str, config: dict[str, Any] = CONFIG) -> Executor:
@@ -71,7 +75,7 @@ class TritonPythonModel:
 """
 
 
-def test_each_request_gets_its_own_response(model: Any) -> None:
+def test_each_request_gets_its_own_response(model: Build) -> None:
     executor = model(DOUBLE)
     executed = executor.execute([_work(1, id="a", p="!"), _work(2, 3, id="b")])
     first, second = executed.results
@@ -83,7 +87,7 @@ def test_each_request_gets_its_own_response(model: Any) -> None:
     executor.close()
 
 
-def test_errors_per_request_and_per_batch(model: Any) -> None:
+def test_errors_per_request_and_per_batch(model: Build) -> None:
     executor = model(
         """
         import triton_python_backend_utils as pb_utils
@@ -111,7 +115,7 @@ def test_errors_per_request_and_per_batch(model: Any) -> None:
     assert "execute() returned 0 for 1 request(s)" in wrong_count.message
 
 
-def test_responses_through_a_response_sender(model: Any) -> None:
+def test_responses_through_a_response_sender(model: Build) -> None:
     executor = model(
         """
         import numpy as np
@@ -139,7 +143,7 @@ def test_responses_through_a_response_sender(model: Any) -> None:
     assert isinstance(result, dict) and result["TEXT"].tolist() == [[b"sent"]]
 
 
-def test_missing_outputs_and_wrong_rows_are_errors(model: Any) -> None:
+def test_missing_outputs_and_wrong_rows_are_errors(model: Build) -> None:
     executor = model(
         """
         import numpy as np
@@ -164,7 +168,7 @@ def test_missing_outputs_and_wrong_rows_are_errors(model: Any) -> None:
     assert isinstance(rows, InferdError) and "batch size 7" in rows.message
 
 
-def test_initialize_failures_and_args(model: Any, tmp_path: Path) -> None:
+def test_initialize_failures_and_args(model: Build, tmp_path: Path) -> None:
     with pytest.raises(
         ModelLoadError, match=r"initialize\(\) raised KeyError: 'nope' \(model.py line 4\)"
     ):
@@ -208,7 +212,7 @@ def test_initialize_failures_and_args(model: Any, tmp_path: Path) -> None:
     }
 
 
-def test_calls_to_other_models_need_a_worker(model: Any) -> None:
+def test_calls_to_other_models_need_a_worker(model: Build) -> None:
     executor = model(
         """
         import numpy as np
@@ -231,7 +235,7 @@ def test_calls_to_other_models_need_a_worker(model: Any) -> None:
     assert result["TEXT"][0][0] == b"calls to other models work only in a worker process"
 
 
-def test_a_file_without_a_model_class(model: Any) -> None:
+def test_a_file_without_a_model_class(model: Build) -> None:
     with pytest.raises(ModelLoadError, match="defines no class TritonPythonModel"):
         model("x = 1\n")
     with pytest.raises(ModelLoadError, match=r"does not import: SyntaxError"):

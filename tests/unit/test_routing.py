@@ -45,6 +45,8 @@ output [{ name: "y" data_type: TYPE_FP32 dims: [1] }]
 
 
 class Scale:
+    inline = False
+
     def __init__(self, factor: float) -> None:
         self.factor = factor
 

@@ -6,6 +6,7 @@ import io
 import stat
 import tarfile
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from inferd.repository import upload
 CONFIG = b'name: "m"\n'
 
 
-def _tar(entries: list[tarfile.TarInfo | tuple[str, bytes]], mode: str = "w:gz") -> bytes:
+def _tar(entries: Sequence[tarfile.TarInfo | tuple[str, bytes]], mode: str = "w:gz") -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode=mode) as tar:  # type: ignore[call-overload]
         for entry in entries:

@@ -34,7 +34,8 @@ def _array(dt: datatypes.DataType, shape: tuple[int, ...] = (2, 3)) -> np.ndarra
         array[:] = [f"s{i}".encode() * i for i in range(count)]
         return array.reshape(shape)
     if dt.name == "BOOL":
-        return (np.arange(count) % 2 == 0).reshape(shape)
+        even: np.ndarray = np.arange(count) % 2 == 0
+        return even.reshape(shape)
     return np.arange(count).reshape(shape).astype(dt.numpy)
 
 

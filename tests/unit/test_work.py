@@ -17,6 +17,7 @@ from inferd.scheduling.work import (
     run_live,
 )
 from inferd.types import Tensors
+from tests.echo_support import ok
 
 
 class Double:
@@ -43,7 +44,7 @@ def test_a_batch_is_concatenated_once_and_split_per_request() -> None:
     executor = BatchExecutor("m", runtime)
     executed = executor.execute([_work(1, 2), _work(3), _work(4, 5, 6)])
     assert runtime.seen == [6]
-    assert [r["y"].ravel().tolist() for r in executed.results] == [[2, 4], [6], [8, 10, 12]]
+    assert [ok(r)["y"].ravel().tolist() for r in executed.results] == [[2, 4], [6], [8, 10, 12]]
     assert executed.infer_ns > 0 and executed.input_ns > 0
     assert executor.inline is True
 
@@ -52,7 +53,7 @@ def test_one_request_is_not_copied() -> None:
     work = _work(1, 2)
     executed = BatchExecutor("m", Double()).execute([work])
     (result,) = executed.results
-    assert result["y"].ravel().tolist() == [2, 4]
+    assert ok(result)["y"].ravel().tolist() == [2, 4]
     assert executed.input_ns == 0
 
 
@@ -65,7 +66,7 @@ def test_a_wrong_output_batch_size_fails_every_request_of_the_batch() -> None:
     assert all(isinstance(r, InternalError) for r in executed.results)
     assert "returned output 'y' with batch size 1 for a batch of 3 rows" in str(executed.results[0])
     with pytest.raises(InternalError, match="a scalar"):
-        check_rows("m", {"y": np.float32(1)}, 1)
+        check_rows("m", {"y": np.array(1, np.float32)}, 1)
 
 
 def test_a_backend_exception_becomes_an_error_per_request_and_a_crash_propagates() -> None:
@@ -94,7 +95,7 @@ def test_cancelled_work_is_skipped_and_answered_cancelled() -> None:
     assert executed is not None
     assert runtime.seen == [2]
     assert executed.results[1] is CANCELLED
-    assert [r["y"].ravel().tolist() for r in (executed.results[0], executed.results[2])] == [
+    assert [ok(r)["y"].ravel().tolist() for r in (executed.results[0], executed.results[2])] == [
         [2],
         [6],
     ]
