@@ -58,6 +58,8 @@ class ServerProcess:
             "127.0.0.1",
             "--http-port",
             str(self.http_port),
+            "--grpc-address",
+            "127.0.0.1",
             *self.extra_args,
         ]
         if os.environ.get("INFERD_TEST_GRPC", "1") != "1":

@@ -6,6 +6,7 @@ this module knows nothing of HTTP or gRPC.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -173,7 +174,9 @@ class DataPlane:
     async def unload_model(self, name: str) -> None:
         await self._control().unload(name)
 
-    async def upload_model(self, name: str, archive: bytes) -> list[IndexEntry]:
+    async def upload_model(
+        self, name: str, archive: bytes | AsyncIterator[bytes]
+    ) -> list[IndexEntry]:
         await self._control().upload(name, archive)
         return [e for e in await self.index() if e.name == name]
 

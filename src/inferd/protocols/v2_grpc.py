@@ -23,7 +23,16 @@ from inferd.dataplane import DataPlane
 from inferd.errors import ConfigError, InferdError, InvalidInput, NotFound, Unimplemented
 from inferd.observability.requests import RequestObserver
 from inferd.protocols import grpc_service_pb2 as pb
-from inferd.protocols.grpc_common import Handler, guarded
+from inferd.protocols.access import AccessPolicy
+from inferd.protocols.grpc_auth import AuthInterceptor
+from inferd.protocols.grpc_common import (
+    Handler,
+    Malformed,
+    guarded,
+    guarded_stream,
+    public_message,
+    safe_deserializer,
+)
 from inferd.protocols.pool import POOL
 from inferd.protocols.tfserving_grpc import SERVICES as TFSERVING_SERVICES
 from inferd.protocols.tfserving_grpc import TfServingGrpc
@@ -89,17 +98,19 @@ class V2Grpc:
             method = service.methods_by_name[name]
             handlers[name] = grpc.unary_unary_rpc_method_handler(
                 guarded(SERVICE, name, handler, self.observer),
-                request_deserializer=getattr(pb, method.input_type.name).FromString,
+                request_deserializer=safe_deserializer(
+                    getattr(pb, method.input_type.name).FromString
+                ),
                 response_serializer=_serialize_message,
             )
         handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
             guarded(SERVICE, "ModelInfer", self.model_infer, self.observer),
-            request_deserializer=parse_infer_request,
+            request_deserializer=safe_deserializer(parse_infer_request),
             response_serializer=EncodedInferResponse.serialize,
         )
         handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
-            self.model_stream_infer,
-            request_deserializer=parse_infer_request,
+            guarded_stream(SERVICE, "ModelStreamInfer", self.model_stream_infer, self.observer),
+            request_deserializer=safe_deserializer(parse_infer_request),
             response_serializer=StreamResponse.serialize,
         )
         missing = {m.name for m in service.methods} - set(handlers)
@@ -226,15 +237,17 @@ class V2Grpc:
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
 
-    async def _stream_one(self, wire: WireInferRequest) -> StreamResponse:
+    async def _stream_one(self, wire: WireInferRequest | Malformed) -> StreamResponse:
+        if isinstance(wire, Malformed):
+            return StreamResponse(EncodedInferResponse(pb.ModelInferResponse()), wire.reason)
         try:
             response = await self.plane.infer(decode_request(wire))
             return StreamResponse(encode_response(response))
         except InferdError as exc:
-            return StreamResponse(error_header(wire), exc.message)
-        except Exception as exc:
+            return StreamResponse(error_header(wire), public_message(exc, "ModelStreamInfer"))
+        except Exception:
             log.exception("unhandled error in ModelStreamInfer")
-            return StreamResponse(error_header(wire), f"internal error: {exc}")
+            return StreamResponse(error_header(wire), "internal error; the server log has more")
 
 
 def _model_name(name: str) -> str:
@@ -303,17 +316,27 @@ def build_server(
     max_message_bytes: int,
     credentials: Any = None,
     observer: RequestObserver | None = None,
+    access: AccessPolicy | None = None,
+    max_concurrent_rpcs: int | None = None,
 ) -> Any:
     """A grpc.aio server with the inference, health and reflection services on ``address``.
 
     ``credentials`` (``grpc.ssl_server_credentials(...)``) serves TLS; None serves plaintext.
+    ``access`` (default: open) is checked for every RPC by one interceptor;
+    ``max_concurrent_rpcs`` answers RESOURCE_EXHAUSTED at once beyond that many calls.
     """
+    policy = access or AccessPolicy.open()
+    interceptor = AuthInterceptor(policy)
     options = [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.so_reuseport", 0),  # a port in use is an error, not a silently shared port
     ]
-    server = grpc.aio.server(options=options)
+    server = grpc.aio.server(
+        options=options,
+        interceptors=[interceptor] if interceptor.active else None,
+        maximum_concurrent_rpcs=max_concurrent_rpcs,
+    )
     # Registered (not generic) handlers: grpc core matches the method, no Python lookup per call.
     server.add_registered_method_handlers(SERVICE, V2Grpc(plane, observer).method_handlers())
     # TF Serving's PredictionService and ModelService, on the same server and port.

@@ -14,6 +14,7 @@ from inferd import datatypes
 from inferd.dataplane import DataPlane
 from inferd.errors import InvalidInput
 from inferd.protocols import codecs
+from inferd.protocols.access import Access
 from inferd.protocols.http import (
     HttpRequest,
     HttpResponse,
@@ -190,8 +191,8 @@ class V2Http:
         router.add("GET", "/v2", self.server_metadata)
         router.add("GET", "/v2/models/stats", self.statistics)
         router.add("GET", _MODEL + "/stats", self.statistics)
-        router.add("GET", "/v2/health/live", self.live)
-        router.add("GET", "/v2/health/ready", self.ready)
+        router.add("GET", "/v2/health/live", self.live, access=Access.HEALTH)
+        router.add("GET", "/v2/health/ready", self.ready, access=Access.HEALTH)
         router.add("GET", _MODEL, self.model_metadata)
         router.add("GET", _MODEL + "/ready", self.model_ready)
         router.add("GET", _MODEL + "/config", self.model_config)

@@ -8,6 +8,7 @@ allowed. ``explicit`` allows everything. Errors name the problem and change noth
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import orjson
@@ -15,18 +16,22 @@ import orjson
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import parse_config_json
 from inferd.errors import ConfigError, InvalidInput
+from inferd.redact import redact
 from inferd.registry import ModelRecord
 from inferd.repository.local import LocalStorage
 from inferd.repository.manager import ControlMode, ModelManager, Outcome
 from inferd.repository.storage import StorageError
 from inferd.repository.upload import (
+    ARCHIVE_FILE,
     check_model_name,
     install,
     new_staging,
     remove_tree,
     restore,
+    spool,
     stage_archive,
 )
+from inferd.trust import Origin
 
 DEFAULT_MAX_UPLOAD_BYTES = 1 << 30
 
@@ -97,8 +102,9 @@ class RepositoryControl:
         _check_repository_name(name)
         await self.manager.unload_model(name)
 
-    async def upload(self, name: str, archive: bytes) -> ModelRecord:
-        """Write a model archive into the first local repository and load it, atomically."""
+    async def upload(self, name: str, archive: bytes | AsyncIterator[bytes]) -> ModelRecord:
+        """Write a model archive into the first local repository and load it, atomically.
+        A streamed archive is written to a staging file as it arrives."""
         if self.manager.mode is ControlMode.NONE:
             raise InvalidInput(
                 f"cannot upload model '{name}': the model control mode is 'none'; start the "
@@ -114,8 +120,13 @@ class RepositoryControl:
             raise StorageError(f"model repository '{storage.root}' is not a directory")
         staging = await asyncio.to_thread(new_staging, storage.root)
         try:
+            path = staging / ARCHIVE_FILE
+            if isinstance(archive, bytes):
+                await asyncio.to_thread(path.write_bytes, archive)
+            else:
+                await spool(archive, path)
             staged = await asyncio.to_thread(
-                stage_archive, archive, staging, name, self.max_upload_bytes
+                stage_archive, path, staging, name, self.max_upload_bytes
             )
             async with self.manager.locked(name):
                 return await self._install(name, storage, staged, staging)
@@ -130,7 +141,9 @@ class RepositoryControl:
         outcome: Outcome | None = None
         try:
             files = await asyncio.to_thread(storage.scan_model, name)
-            outcome = await self.manager.fetch_and_reload(name, storage, files or {})
+            outcome = await self.manager.fetch_and_reload(
+                name, storage, files or {}, origin=Origin.API
+            )
         finally:
             if outcome is None or not outcome.ok:
                 await asyncio.to_thread(restore, target, previous, staging)
@@ -142,7 +155,8 @@ class RepositoryControl:
         assert outcome is not None
         if not outcome.ok:
             raise InvalidInput(
-                f"the uploaded model '{name}' did not load: {outcome.reason}; the repository "
+                f"the uploaded model '{name}' did not load: {redact(outcome.reason)}; the "
+                "repository "
                 "was left as it was"
             )
         return outcome.record
@@ -150,5 +164,5 @@ class RepositoryControl:
 
 def _checked(name: str, outcome: Outcome) -> ModelRecord:
     if not outcome.ok:
-        raise InvalidInput(f"failed to load model '{name}': {outcome.reason}")
+        raise InvalidInput(f"failed to load model '{name}': {redact(outcome.reason)}")
     return outcome.record

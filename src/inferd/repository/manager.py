@@ -40,6 +40,7 @@ from inferd.repository.storage import (
 )
 from inferd.repository.upload import new_staging, remove_tree, write_files
 from inferd.scheduling.cache import ResponseCache
+from inferd.trust import CodePolicy, Origin
 
 if TYPE_CHECKING:
     from inferd.settings import Settings
@@ -107,10 +108,15 @@ class ModelManager:
         mode: ControlMode = ControlMode.NONE,
         poll_interval_s: float = 15.0,
         files_dir: Path | None = None,
+        code_policy: CodePolicy | None = None,
     ) -> None:
         self.storages = [_as_storage(r) for r in roots]
         self.registry = registry
-        self.options = LoadOptions(default_max_batch_size, auto_complete, cache)
+        self.options = LoadOptions(
+            default_max_batch_size, auto_complete, cache, code_policy or CodePolicy()
+        )
+        # The files of each model at the first scan: what the operator put there before start.
+        self._initial: dict[str, ModelFiles] | None = None
         self.mode = mode
         self.poll_interval_s = poll_interval_s
         # Where the files given in a load call are written (one folder per load).
@@ -125,7 +131,11 @@ class ModelManager:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, registry: Registry, cache: ResponseCache | None
+        cls,
+        settings: Settings,
+        registry: Registry,
+        cache: ResponseCache | None,
+        code_policy: CodePolicy | None = None,
     ) -> ModelManager:
         options = StorageOptions(
             cache_dir=settings.model_cache_dir,
@@ -153,6 +163,7 @@ class ModelManager:
             mode=mode,
             poll_interval_s=float(settings.repository_poll_secs),
             files_dir=files_dir,
+            code_policy=code_policy,
         )
 
     # ------------------------------------------------------------------ repository view
@@ -217,6 +228,8 @@ class ModelManager:
     async def load_all(self, names: Iterable[str] | None = None) -> None:
         """Load every model in the repositories, or only ``names``."""
         found, failures = await self.scan()
+        if self._initial is None:
+            self._initial = {name: files for name, (_, files) in found.items()}
         for error in failures.values():
             log.error("%s", error.message)
         wanted = sorted(found) if names is None else list(names)
@@ -307,9 +320,18 @@ class ModelManager:
             return await self.fetch_and_reload(name, storage, files, config)
 
     async def fetch_and_reload(
-        self, name: str, storage: Storage, files: ModelFiles, config: ModelConfig | None = None
+        self,
+        name: str,
+        storage: Storage,
+        files: ModelFiles,
+        config: ModelConfig | None = None,
+        origin: Origin | None = None,
     ) -> Outcome:
-        """Copy the model locally if need be, then reload it (hold ``locked(name)``)."""
+        """Copy the model locally if need be, then reload it (hold ``locked(name)``).
+        ``origin`` defaults to STARTUP for files as they were at start, else REPOSITORY."""
+        if origin is None:
+            at_start = self._initial.get(name) if self._initial is not None else None
+            origin = Origin.STARTUP if at_start == files else Origin.REPOSITORY
         try:
             folder = await asyncio.to_thread(storage.fetch, name, files)
         except StorageError as exc:
@@ -318,7 +340,7 @@ class ModelManager:
                 log.error("cannot fetch model '%s': %s", name, exc.message)
             raise
         self._fetch_failed.pop(name, None)
-        outcome = await self.reload(name, folder, files, config)
+        outcome = await self.reload(name, folder, files, config, origin)
         await self._set_source(name, _Source(storage, files))
         return outcome
 
@@ -334,7 +356,7 @@ class ModelManager:
             try:
                 await asyncio.to_thread(write_files, files, folder, max_bytes)
                 stamps = await asyncio.to_thread(LocalStorage(owned).scan_model, name) or {}
-                outcome = await self.reload(name, folder, stamps, config)
+                outcome = await self.reload(name, folder, stamps, config, Origin.API)
             except BaseException:
                 await asyncio.to_thread(remove_tree, owned)
                 raise
@@ -351,7 +373,12 @@ class ModelManager:
             await asyncio.to_thread(remove_tree, old.owned)
 
     async def reload(
-        self, name: str, folder: Path, files: ModelFiles, override: ModelConfig | None = None
+        self,
+        name: str,
+        folder: Path,
+        files: ModelFiles,
+        override: ModelConfig | None = None,
+        origin: Origin = Origin.REPOSITORY,
     ) -> Outcome:
         """Bring ``folder`` up as model ``name`` (hold ``locked(name)``)."""
         old = self.current(name)
@@ -389,7 +416,9 @@ class ModelManager:
         failed: dict[int, str] = {}
         for v in to_load:
             try:
-                loaded[v] = await asyncio.to_thread(load_version, name, v, model_plan, self.options)
+                loaded[v] = await asyncio.to_thread(
+                    load_version, name, v, model_plan, self.options, origin
+                )
             except Exception as exc:
                 failed[v] = describe(exc)
                 log.error("model '%s' version %d is UNAVAILABLE: %s", name, v, failed[v])
