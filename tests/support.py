@@ -32,10 +32,13 @@ class ServerProcess:
     grpc_port: int = field(default_factory=free_port)
     log_path: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
+    token: str = ""  # sent by the readiness probe (servers started with --auth-health)
+    scheme: str = "http"  # https for servers started with --tls-cert
+    verify: str | bool = True  # the CA file the probe trusts, for https
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"{self.scheme}://127.0.0.1:{self.http_port}"
 
     @property
     def http_address(self) -> str:
@@ -70,11 +73,18 @@ class ServerProcess:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout_s
+        headers = {"authorization": self.token} if self.token else {}
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"inferd exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                if httpx.get(f"{self.http_url}/v2/health/ready", timeout=1).status_code == 200:
+                ready = httpx.get(
+                    f"{self.http_url}/v2/health/ready",
+                    timeout=1,
+                    headers=headers,
+                    verify=self.verify,
+                )
+                if ready.status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
