@@ -86,13 +86,15 @@ def test_load_api_file_entries_over_http(explicit: ServerProcess, tmp_path: Path
 
 def test_load_api_file_entries_over_grpc(explicit: ServerProcess, tmp_path: Path) -> None:
     marker = tmp_path / "ran-grpc"
-    with triton_grpc.InferenceServerClient(explicit.grpc_address) as client:
-        with pytest.raises(InferenceServerException) as info:
-            client.load_model(
-                "evil_grpc",
-                config=json.dumps(SKLEARN),
-                files={"file:1/model.joblib": evil_pickle(marker)},
-            )
+    with (
+        triton_grpc.InferenceServerClient(explicit.grpc_address) as client,
+        pytest.raises(InferenceServerException) as info,
+    ):
+        client.load_model(
+            "evil_grpc",
+            config=json.dumps(SKLEARN),
+            files={"file:1/model.joblib": evil_pickle(marker)},
+        )
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
     _refused(info.value.message())
     assert not marker.exists()
