@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -74,6 +75,11 @@ class ServerProcess:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout_s
         headers = {"authorization": self.token} if self.token else {}
+        verify: ssl.SSLContext | bool = (
+            ssl.create_default_context(cafile=self.verify)
+            if isinstance(self.verify, str)
+            else self.verify
+        )
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"inferd exited with {self.proc.returncode}:\n{self.log()}")
@@ -82,7 +88,7 @@ class ServerProcess:
                     f"{self.http_url}/v2/health/ready",
                     timeout=1,
                     headers=headers,
-                    verify=self.verify,
+                    verify=verify,
                 )
                 if ready.status_code == 200:
                     return self
