@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
 from inferd.config.text import config_to_dict
-from inferd.errors import InvalidInput, Unavailable, Unimplemented
+from inferd.errors import InferdError, InvalidInput, Unavailable, Unimplemented
 from inferd.model import ModelState, ModelVersion
 from inferd.registry import ModelRecord, Registry
 from inferd.routing import (
@@ -141,6 +141,17 @@ class DataPlane:
                 for v in sorted(versions, key=lambda v: (v.name, v.version))
             ]
         }
+
+    def admit(self, name: str, version: str = "") -> None:
+        """Unavailable at once when the model's queue is full (checked before a frontend
+        reads and decodes the body); anything else wrong is left to ``infer`` to say."""
+        try:
+            model = self.registry.get(name, version)
+        except InferdError:
+            return
+        queue_full = getattr(model.scheduler, "queue_full", None)
+        if queue_full is not None and queue_full():
+            raise Unavailable(f"the queue of model '{name}' is full (max_queue_size); retry later")
 
     async def infer(self, request: InferRequest) -> InferResponse:
         label = request.parameters.get(LABEL_PARAMETER, "")

@@ -117,6 +117,17 @@ class DynamicBatcher:
         self._timer: asyncio.TimerHandle | None = None  # the oldest request's queue delay
         self._closed = False
 
+    def queue_full(self) -> bool:
+        """Whether a request at the default priority would be refused now: frontends ask
+        before they read and decode a request body."""
+        level = max(self.options.default_level, 1)
+        policy = self.options.policies[level - 1]
+        queue = self._queues[level - 1]
+        if not policy.max_queue_size or len(queue) < policy.max_queue_size:
+            return False
+        _purge(queue)
+        return len(queue) >= policy.max_queue_size
+
     async def run(self, work: Work, timings: Timings) -> Tensors:
         if self._closed:
             raise Unavailable(f"model '{self.name}' is unloading")
