@@ -184,7 +184,8 @@ def test_a_full_queue_answers_before_the_body_is_read(limited: ServerProcess) ->
         time.sleep(0.2)
     s = _connect(limited.http_port)
     s.sendall(  # announces 50 MB and sends none of it: the 503 must not wait for it
-        b"POST /v2/models/queued/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 50000000\r\n\r\n"
+        b"POST /v2/models/queued/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Length: 50000000\r\n\r\n"
     )
     s.settimeout(5)
     answer = s.recv(4096)
@@ -199,8 +200,8 @@ def test_a_full_queue_answers_before_the_body_is_read(limited: ServerProcess) ->
 def test_only_so_many_uploads_at_once(limited: ServerProcess) -> None:
     first = _connect(limited.http_port)
     first.sendall(
-        b"PUT /v2/repository/models/up HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/gzip"
-        b"\r\nContent-Length: 1000\r\n\r\n\x1f\x8b"
+        b"PUT /v2/repository/models/up HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/gzip\r\nContent-Length: 1000\r\n\r\n\x1f\x8b"
     )
     time.sleep(0.3)
     r = httpx.put(
