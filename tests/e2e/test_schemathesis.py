@@ -84,10 +84,11 @@ def test_every_operation_under_generated_requests(api_schema: Any, fuzzed: Serve
                 database=None,
             )
             def run(case: Any) -> None:
-                counted[operation.label] = counted.get(operation.label, 0) + 1
+                label = case.operation.label
+                counted[label] = counted.get(label, 0) + 1
                 response = case.call(timeout=30)
                 if response.status_code >= 500:
-                    failures.append(f"{operation.label}: {response.status_code} {response.text}")
+                    failures.append(f"{label}: {response.status_code} {response.text}")
                 # Every check but "schema-valid data is accepted": no schema says what makes
                 # a valid model archive or a tensor that fits a model.
                 case.validate_response(response, excluded_checks=[positive_data_acceptance])
