@@ -150,8 +150,9 @@ class DataPlane:
         except InferdError:
             return
         queue_full = getattr(model.scheduler, "queue_full", None)
-        if queue_full is not None and queue_full():
-            raise Unavailable(f"the queue of model '{name}' is full (max_queue_size); retry later")
+        error = queue_full() if queue_full is not None else None
+        if error is not None:
+            raise error
 
     async def infer(self, request: InferRequest) -> InferResponse:
         label = request.parameters.get(LABEL_PARAMETER, "")

@@ -11,6 +11,7 @@ uvicorn's ASGI (wrk, keep-alive, 16 connections).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import logging
 import re
@@ -63,6 +64,9 @@ JSON_TYPE = "application/json"
 WHOLE_BODY_BYTES = 1 << 20
 RETRY_AFTER_S = "1"
 DEFAULT_MAX_BODY_BYTES = 128 * 1024 * 1024
+# A request refused before its body was read has a body up to this size read and dropped
+# (never held), so its client gets the answer; a larger one's connection is closed instead.
+DRAIN_MAX_BYTES = 8 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +216,7 @@ class HttpApp:
         cors: list[tuple[str, str]] = []
         counted = False
         declared = 0
+        unread = True  # the body is still on the wire
         try:
             if method == "OPTIONS" and self.guard is not None:
                 cors = self.guard.preflight(headers)
@@ -232,6 +237,7 @@ class HttpApp:
             request = HttpRequest(
                 method, path, headers, b"", params, scope.query_string, protocol.client_disconnect
             )
+            unread = False  # from here on, the body is read (or streamed by the handler)
             if route.stream:
                 if declared > limit:
                     raise _too_large(declared, limit, route.limit_flag)
@@ -246,6 +252,8 @@ class HttpApp:
         except _MethodNotAllowed as exc:
             response = json_response({"error": exc.message}, 405)
         except InferdError as exc:
+            if unread and 0 < declared <= DRAIN_MAX_BYTES:
+                await self._discard(protocol)
             request_id = headers.get("x-request-id") or new_request_id()
             if exc.code is ErrorCode.INTERNAL:
                 log.error("%s %s failed (request id %s): %s", method, path, request_id, exc.message)
@@ -295,6 +303,13 @@ class HttpApp:
                 ),
                 headers,
             )
+
+    async def _discard(self, protocol: Any) -> None:
+        """Read a refused request's (small) body and drop it, chunk by chunk, so that the
+        client, still sending it, reads the answer instead of a reset connection."""
+        with contextlib.suppress(Exception):
+            async for _ in self._chunks(protocol, DRAIN_MAX_BYTES, ""):
+                pass
 
     def _admit(self, declared: int) -> None:
         """Count a request in, or answer 503 at once (before its body is read)."""
