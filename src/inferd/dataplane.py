@@ -7,13 +7,13 @@ this module knows nothing of HTTP or gRPC.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
 from inferd.config.text import config_to_dict
-from inferd.errors import InvalidInput, Unavailable, Unimplemented
+from inferd.errors import InferdError, InvalidInput, Unavailable, Unimplemented
 from inferd.model import ModelState, ModelVersion
 from inferd.registry import ModelRecord, Registry
 from inferd.routing import (
@@ -160,6 +160,18 @@ class DataPlane:
             ]
         }
 
+    def admit(self, name: str, version: str = "") -> None:
+        """Unavailable at once when the model's queue is full (checked before a frontend
+        reads and decodes the body); anything else wrong is left to ``infer`` to say."""
+        try:
+            model = self.registry.get(name, version)
+        except InferdError:
+            return
+        queue_full = getattr(model.scheduler, "queue_full", None)
+        error = queue_full() if queue_full is not None else None
+        if error is not None:
+            raise error
+
     async def infer(self, request: InferRequest) -> InferResponse:
         label = request.parameters.get(LABEL_PARAMETER, "")
         if not isinstance(label, str):
@@ -209,7 +221,9 @@ class DataPlane:
                 await self.repository.persist_routing(name, policy, keys)
             routing.set(policy)
 
-    async def upload_model(self, name: str, archive: bytes) -> list[IndexEntry]:
+    async def upload_model(
+        self, name: str, archive: bytes | AsyncIterator[bytes]
+    ) -> list[IndexEntry]:
         await self._control().upload(name, archive)
         return [e for e in await self.index() if e.name == name]
 

@@ -139,6 +139,6 @@ def _get(record: ModelRecord, version: str) -> ModelVersion:
 
 
 def _parse_version(name: str, version: str) -> int:
-    if not version.isdigit() or int(version) < 1:
+    if not version.isdecimal() or int(version) < 1:
         raise NotFound(f"unknown version '{version}' of model '{name}'")
     return int(version)

@@ -50,8 +50,8 @@ class ShadowPolicy:
     tolerance: float = 0.0  # largest absolute difference that still agrees (0: exact)
 
     def as_dict(self) -> dict[str, Any]:
-        key = "version" if self.target.isdigit() else "label"
-        target: int | str = int(self.target) if self.target.isdigit() else self.target
+        key = "version" if self.target.isdecimal() else "label"
+        target: int | str = int(self.target) if self.target.isdecimal() else self.target
         return {key: target, "fraction": self.fraction, "tolerance": self.tolerance}
 
 
@@ -83,7 +83,7 @@ def check_label(label: Any, where: str) -> str:
 
 
 def check_version(value: Any, where: str) -> int:
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and value.isdecimal():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidInput(f"{where}: version {value!r} must be a positive integer")
@@ -91,7 +91,7 @@ def check_version(value: Any, where: str) -> int:
 
 
 def _target(value: Any, where: str) -> str:
-    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+    if isinstance(value, int) or (isinstance(value, str) and value.isdecimal()):
         return str(check_version(value, where))
     return check_label(value, where)
 
@@ -280,7 +280,7 @@ class ModelRouting:
         return labels
 
     def version_of(self, target: str) -> int | None:
-        return int(target) if target.isdigit() else self.policy.labels.get(target)
+        return int(target) if target.isdecimal() else self.policy.labels.get(target)
 
     def label_version(self, label: str) -> int:
         number = self.policy.labels.get(label)

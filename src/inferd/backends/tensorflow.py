@@ -30,8 +30,10 @@ from inferd.backends.completion import (
     missing_extra,
     string_parameters,
 )
+from inferd.backends.tf_graph import unsafe_ops
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.errors import ConfigError, InternalError, ModelLoadError
+from inferd.trust import Capability, allowed, require
 from inferd.types import Tensors
 
 log = logging.getLogger("inferd.backends.tensorflow")
@@ -70,8 +72,7 @@ def signature_name(config: ModelConfig) -> str:
     return params.get("signature_name") or DEFAULT_SIGNATURE
 
 
-def read_signature(path: Path, name: str) -> tuple[list[TensorIO], list[TensorIO]]:
-    """The inputs and outputs of one signature, read from saved_model.pb without loading it."""
+def _parse(path: Path) -> Any:
     _tensorflow()
     from tensorflow.core.protobuf import saved_model_pb2
 
@@ -85,6 +86,25 @@ def read_signature(path: Path, name: str) -> tuple[list[TensorIO], list[TensorIO
         ) from None
     except Exception as exc:
         raise ModelLoadError(f"cannot read {pb.name}: {exc}") from None
+    return saved
+
+
+def check_ops(path: Path) -> None:
+    """Refuse a graph with file-system or Python ops unless --allow-unsafe-ops grants them."""
+    if allowed(Capability.UNSAFE_OPS):
+        return
+    ops = unsafe_ops(_parse(path))
+    if ops:
+        require(
+            Capability.UNSAFE_OPS,
+            f"the SavedModel holds file-system or process operations ({', '.join(ops)})",
+        )
+
+
+def read_signature(path: Path, name: str) -> tuple[list[TensorIO], list[TensorIO]]:
+    """The inputs and outputs of one signature, read from saved_model.pb without loading it."""
+    saved = _parse(path)
+    pb = path / SAVED_MODEL_FILE
     graphs = [g for g in saved.meta_graphs if _SERVE_TAG in g.meta_info_def.tags]
     graphs = graphs or list(saved.meta_graphs)
     if not graphs:
@@ -152,6 +172,7 @@ class TensorFlowBackend:
     ) -> None:
         check_parameters(string_parameters(config), _KNOWN_PARAMETERS, "tensorflow")
         path = saved_model_dir(version_dir, config)
+        check_ops(path)
         inputs, outputs = read_signature(path, signature_name(config))
         complete(
             config, inputs, outputs, default_max_batch_size, platform=PLATFORM, backend=self.name
@@ -169,6 +190,7 @@ class TensorFlowBackend:
             int_parameter(params, "inter_op_thread_count", 1),
         )
         path = saved_model_dir(version_dir, config)
+        check_ops(path)
         name = signature_name(config)
         device = f"/GPU:{placement.device_id}" if placement.kind == "GPU" else "/CPU:0"
         try:

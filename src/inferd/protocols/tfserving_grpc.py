@@ -26,7 +26,7 @@ from inferd.datatypes import DataType
 from inferd.errors import InvalidInput, NotFound, Unavailable
 from inferd.model import ModelState, ModelVersion
 from inferd.observability.requests import RequestObserver
-from inferd.protocols.grpc_common import Handler, guarded
+from inferd.protocols.grpc_common import Handler, guarded, safe_deserializer
 from inferd.types import InferRequest, RequestedOutput, Tensors
 
 # The package registers TF Serving's messages in inferd's private pool (before the pb2 modules).
@@ -218,7 +218,9 @@ class TfServingGrpc:
             method = descriptor.methods_by_name[name]
             found[name] = grpc.unary_unary_rpc_method_handler(
                 guarded(descriptor.full_name, name, handler, self.observer),
-                request_deserializer=getattr(pb, method.input_type.name).FromString,
+                request_deserializer=safe_deserializer(
+                    getattr(pb, method.input_type.name).FromString
+                ),
                 response_serializer=_serialize,
             )
         return found

@@ -6,6 +6,7 @@ TF Serving client's ``{"instances": [1.0, 2.0, 5.0]}`` reaches ``half_plus_two``
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 from typing import Any
@@ -17,8 +18,9 @@ from inferd.config.spec import ModelSpec, TensorSpec
 from inferd.dataplane import DataPlane
 from inferd.errors import InvalidInput, NotFound, Unavailable
 from inferd.model import ModelState, ModelVersion
+from inferd.protocols import codecs
 from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
-from inferd.protocols.v2_http import parse_json
+from inferd.protocols.v2_http import OFFLOAD_BYTES, parse_json
 from inferd.types import InferRequest, Tensors
 
 _MODEL = r"/v1/models/(?P<model>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
@@ -50,7 +52,9 @@ class TfServingHttp:
         )
 
     async def call(self, request: HttpRequest) -> HttpResponse:
-        doc = parse_json(request.body)
+        # A large body is parsed on a worker thread: the event loop keeps serving.
+        big = len(request.body) > OFFLOAD_BYTES
+        doc = await asyncio.to_thread(parse_json, request.body) if big else parse_json(request.body)
         if not isinstance(doc, dict):
             raise InvalidInput("the request body must be a JSON object")
         signature = doc.get("signature_name", _DEFAULT_SIGNATURE) or _DEFAULT_SIGNATURE
@@ -146,17 +150,21 @@ def _array(tensor: TensorSpec, value: Any) -> np.ndarray:
         array = np.asarray(_decode_bytes(value), dtype=object)
         return array
     try:
-        return np.asarray(value, dtype=tensor.datatype.numpy)
+        array = np.asarray(value, dtype=tensor.datatype.numpy)
     except (ValueError, TypeError, OverflowError):
         raise InvalidInput(
             f"input '{tensor.name}': values are not a (nested) list of {tensor.datatype.tf_name}"
         ) from None
+    codecs.check_finite(tensor.name, tensor.datatype, array)
+    return array
 
 
-def _decode_bytes(value: Any) -> Any:
+def _decode_bytes(value: Any, depth: int = 0) -> Any:
     """Strings and {"b64": ...} objects into bytes, keeping the nesting."""
     if isinstance(value, list):
-        return [_decode_bytes(v) for v in value]
+        if depth >= codecs.MAX_DIMS:
+            raise InvalidInput(f"bytes values are nested more than {codecs.MAX_DIMS} deep")
+        return [_decode_bytes(v, depth + 1) for v in value]
     if isinstance(value, dict):
         if set(value) != {"b64"} or not isinstance(value["b64"], str):
             raise InvalidInput('a bytes value object must be {"b64": "<base64 string>"}')

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
@@ -23,12 +23,22 @@ from inferd.dataplane import DataPlane
 from inferd.errors import ConfigError, InferdError, InvalidInput, NotFound, Unimplemented
 from inferd.observability.requests import RequestObserver
 from inferd.protocols import grpc_service_pb2 as pb
-from inferd.protocols.grpc_common import Handler, guarded
+from inferd.protocols.access import AccessPolicy
+from inferd.protocols.grpc_auth import AuthInterceptor
+from inferd.protocols.grpc_common import (
+    Handler,
+    Malformed,
+    guarded,
+    guarded_stream,
+    public_message,
+    safe_deserializer,
+)
 from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.h2grpc.server import available as native_available
 from inferd.protocols.pool import POOL
 from inferd.protocols.tfserving_grpc import SERVICES as TFSERVING_SERVICES
 from inferd.protocols.tfserving_grpc import TfServingGrpc
+from inferd.protocols.tls import Tls
 from inferd.protocols.v2_grpc_codec import (
     EncodedInferResponse,
     StreamResponse,
@@ -91,17 +101,19 @@ class V2Grpc:
             method = service.methods_by_name[name]
             handlers[name] = grpc.unary_unary_rpc_method_handler(
                 guarded(SERVICE, name, handler, self.observer),
-                request_deserializer=getattr(pb, method.input_type.name).FromString,
+                request_deserializer=safe_deserializer(
+                    getattr(pb, method.input_type.name).FromString
+                ),
                 response_serializer=_serialize_message,
             )
         handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
             guarded(SERVICE, "ModelInfer", self.model_infer, self.observer),
-            request_deserializer=parse_infer_request,
+            request_deserializer=safe_deserializer(parse_infer_request),
             response_serializer=EncodedInferResponse.serialize,
         )
         handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
-            self.model_stream_infer,
-            request_deserializer=parse_infer_request,
+            guarded_stream(SERVICE, "ModelStreamInfer", self.model_stream_infer, self.observer),
+            request_deserializer=safe_deserializer(parse_infer_request),
             response_serializer=StreamResponse.serialize,
         )
         missing = {m.name for m in service.methods} - set(handlers)
@@ -231,15 +243,17 @@ class V2Grpc:
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
 
-    async def _stream_one(self, wire: WireInferRequest) -> StreamResponse:
+    async def _stream_one(self, wire: WireInferRequest | Malformed) -> StreamResponse:
+        if isinstance(wire, Malformed):
+            return StreamResponse(EncodedInferResponse(pb.ModelInferResponse()), wire.reason)
         try:
             response = await self.plane.infer(decode_request(wire))
             return StreamResponse(encode_response(response))
         except InferdError as exc:
-            return StreamResponse(error_header(wire), exc.message)
-        except Exception as exc:
+            return StreamResponse(error_header(wire), public_message(exc, "ModelStreamInfer"))
+        except Exception:
             log.exception("unhandled error in ModelStreamInfer")
-            return StreamResponse(error_header(wire), f"internal error: {exc}")
+            return StreamResponse(error_header(wire), "internal error; the server log has more")
 
 
 def _model_name(name: str) -> str:
@@ -305,35 +319,60 @@ def _add_to_pool(file_descriptor: Any) -> None:
 GRPC_SERVERS = ("auto", "native", "grpcio")
 
 
-def new_server(kind: str, max_message_bytes: int) -> Any:
+def new_server(
+    kind: str,
+    max_message_bytes: int,
+    interceptors: Sequence[Any] = (),
+    max_concurrent_rpcs: int | None = None,
+) -> Any:
     """An empty gRPC server: ``native`` (HTTP/2 in libnghttp2, calls on our loop; the fast one),
-    ``grpcio``, or ``auto`` (native when libnghttp2 loads, else grpcio)."""
+    ``grpcio``, or ``auto`` (native when libnghttp2 loads, else grpcio). Both run
+    ``interceptors`` on every call and answer RESOURCE_EXHAUSTED at once beyond
+    ``max_concurrent_rpcs`` calls in progress."""
     if kind not in GRPC_SERVERS:
         raise ConfigError(f"--grpc-server must be one of {', '.join(GRPC_SERVERS)}, not '{kind}'")
     if kind == "native" or (kind == "auto" and native_available()):
-        return NativeGrpcServer(max_message_bytes=max_message_bytes)
+        return NativeGrpcServer(
+            max_message_bytes=max_message_bytes,
+            interceptors=interceptors,
+            max_concurrent_rpcs=max_concurrent_rpcs,
+        )
     options = [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.so_reuseport", 0),  # a port in use is an error, not a silently shared port
     ]
-    return grpc.aio.server(options=options)
+    return grpc.aio.server(
+        options=options,
+        interceptors=list(interceptors) or None,
+        maximum_concurrent_rpcs=max_concurrent_rpcs,
+    )
 
 
 def build_server(
     plane: DataPlane,
     address: str,
     max_message_bytes: int,
-    credentials: Any = None,
+    tls: Tls | None = None,
     observer: RequestObserver | None = None,
     kind: str = "auto",
+    access: AccessPolicy | None = None,
+    max_concurrent_rpcs: int | None = None,
 ) -> Any:
     """A gRPC server with the inference, health and reflection services on ``address``.
 
-    ``credentials`` serves TLS (``grpc.ssl_server_credentials(...)`` for grpcio, an
-    ``ssl.SSLContext`` for the native server); None serves plaintext.
+    ``tls`` serves TLS (an ``ssl.SSLContext`` for the native server, grpcio's credentials
+    for grpcio); None serves plaintext. ``access`` (default: open) is checked for every RPC
+    by one interceptor; ``max_concurrent_rpcs`` answers RESOURCE_EXHAUSTED at once beyond
+    that many calls.
     """
-    server = new_server(kind, max_message_bytes)
+    interceptor = AuthInterceptor(access or AccessPolicy.open())
+    server = new_server(
+        kind,
+        max_message_bytes,
+        [interceptor] if interceptor.active else [],
+        max_concurrent_rpcs,
+    )
     # Registered (not generic) handlers: grpc core matches the method, no Python lookup per call.
     server.add_registered_method_handlers(SERVICE, V2Grpc(plane, observer).method_handlers())
     # TF Serving's PredictionService and ModelService, on the same server and port.
@@ -348,10 +387,12 @@ def build_server(
     services = (SERVICE, *TFSERVING_SERVICES, health)
     reflection.enable_server_reflection((*services, reflection.SERVICE_NAME), server, pool=POOL)
     try:
-        if credentials is None:
+        if tls is None:
             server.add_insecure_port(address)
+        elif isinstance(server, NativeGrpcServer):
+            server.add_secure_port(address, tls.ssl_context())
         else:
-            server.add_secure_port(address, credentials)
+            server.add_secure_port(address, tls.grpc_credentials())
     except RuntimeError as exc:
         raise ConfigError(f"cannot serve gRPC on {address}: {exc}") from None
     return server

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferd.backends import select_backend
 from inferd.backends.base import Backend, InstancePlacement, Runtime
 from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from inferd.config.spec import build_spec
-from inferd.errors import ConfigError
+from inferd.errors import ConfigError, InvalidInput
 from inferd.model import ModelVersion
 from inferd.repository.config import read_config
 from inferd.repository.layout import select_versions, version_dirs
 from inferd.repository.routing_file import read_policy
+from inferd.repository.storage import check_relative
 from inferd.repository.warmup import run_warmup
 from inferd.routing import ROUTING_PARAMETERS, RoutingPolicy, policy_from_config
 from inferd.scheduling.batcher import DirectScheduler, DynamicBatcher, Scheduler
@@ -28,6 +29,7 @@ from inferd.scheduling.instances import Instances, ThreadInstances
 from inferd.scheduling.policy import BatchingOptions
 from inferd.scheduling.work import BatchExecutor, Executor
 from inferd.stats import ModelStats
+from inferd.trust import CodePolicy, Origin, granted
 
 log = logging.getLogger("inferd.repository")
 
@@ -37,6 +39,7 @@ class LoadOptions:
     default_max_batch_size: int = 64
     auto_complete: bool = True
     cache: ResponseCache | None = None  # the server-wide response cache, if --cache-size > 0
+    code_policy: CodePolicy = field(default_factory=CodePolicy)  # --allow-pickle, ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,7 @@ def plan(name: str, folder: Path, override: ModelConfig | None = None) -> Plan:
             raise ConfigError(f"config name '{config.name}' does not match the model '{name}'")
     else:
         config = read_config(folder)
+    check_config_paths(config)
     dirs = version_dirs(folder)
     if not dirs:
         raise ConfigError(f"model '{name}' has no version folder (expected {name}/1/<model file>)")
@@ -78,9 +82,41 @@ def plan(name: str, folder: Path, override: ModelConfig | None = None) -> Plan:
     return Plan(folder, config, dirs, selected, backend, routing, needs)
 
 
-def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions) -> ModelVersion:
-    """Load, warm up and wrap one version (raises on failure; nothing is left open)."""
+def check_config_paths(config: ModelConfig) -> None:
+    """Every file a config names stays inside the model's folder (ConfigError otherwise)."""
+    named: list[tuple[str, str]] = []
+    if config.default_model_filename:
+        named.append(("default_model_filename", config.default_model_filename))
+    for output in config.output:
+        if output.label_filename:
+            named.append((f"output '{output.name}' label_filename", output.label_filename))
+    for sample in config.model_warmup:
+        for input_name, data in sample.inputs.items():
+            if data.input_data_file:
+                where = f"model_warmup '{sample.name}' input '{input_name}' input_data_file"
+                named.append((where, data.input_data_file))
+    for where, path in named:
+        try:
+            check_relative(path, where)
+        except InvalidInput as exc:
+            raise ConfigError(
+                f"{exc.message}: files a config names stay in the model folder"
+            ) from None
+
+
+def load_version(
+    name: str,
+    version: int,
+    model_plan: Plan,
+    options: LoadOptions,
+    origin: Origin = Origin.STARTUP,
+) -> ModelVersion:
+    """Load, warm up and wrap one version (raises on failure; nothing is left open).
+
+    ``origin`` (where the files came from) and the server's code policy decide what the
+    backend may run while it completes the config and builds instances (``inferd.trust``)."""
     started = time.perf_counter()
+    grants = options.code_policy.grants(origin)
     backend = model_plan.backend
     version_dir = model_plan.dirs[version]
     config = ModelConfig()
@@ -92,7 +128,8 @@ def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions
     for key in routing:
         del config.parameters[key]
     if options.auto_complete:
-        backend.complete_config(version_dir, config, options.default_max_batch_size)
+        with granted(grants):
+            backend.complete_config(version_dir, config, options.default_max_batch_size)
     elif not config.platform and not config.backend:
         config.backend = backend.name
     spec = build_spec(config)
@@ -106,12 +143,13 @@ def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions
     where = placements(config, backend)
 
     def build(instance: int) -> Executor:
-        load_executor = getattr(backend, "load_executor", None)
-        if load_executor is not None:
-            executor: Executor | None = load_executor(version_dir, config, where[instance])
-            if executor is not None:
-                return executor
-        runtime: Runtime = backend.load(version_dir, config, where[instance])
+        with granted(grants):  # also when an instance is rebuilt later, on another thread
+            load_executor = getattr(backend, "load_executor", None)
+            if load_executor is not None:
+                executor: Executor | None = load_executor(version_dir, config, where[instance])
+                if executor is not None:
+                    return executor
+            runtime: Runtime = backend.load(version_dir, config, where[instance])
         return BatchExecutor(label, runtime)
 
     executors: list[Executor] = []
