@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from inferd.backends import echo
-from inferd.model import ModelVersion
+from inferd.model import ModelState, ModelVersion
+from inferd.registry import ModelRecord, Registry, VersionStatus
 from inferd.repository.loader import LoadOptions, load_version, plan
 from inferd.types import InferRequest, Tensors
 
@@ -21,14 +22,16 @@ input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [2] }]
 """
 
 
-def echo_version(root: Path, config: str = BATCHED, name: str = "") -> ModelVersion:
+def echo_version(
+    root: Path, config: str = BATCHED, name: str = "", version: int = 1
+) -> ModelVersion:
     """Load an echo model (a unique name unless given) with ``config`` (text format)."""
     name = name or f"echo{next(_NAMES)}"
     folder = root / name
-    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / str(version)).mkdir(parents=True, exist_ok=True)
     (folder / "config.pbtxt").write_text(f'name: "{name}"\n{config}')
     echo.reset(name)
-    return load_version(name, 1, plan(name, folder), LoadOptions())
+    return load_version(name, version, plan(name, folder), LoadOptions())
 
 
 def rows(*values: float) -> Tensors:
@@ -39,3 +42,13 @@ def rows(*values: float) -> Tensors:
 
 def request(model: ModelVersion, *values: float, id: str = "", **params: object) -> InferRequest:
     return InferRequest(model.name, rows(*values), id=id, parameters=dict(params))
+
+
+def registry_with(*models: ModelVersion) -> Registry:
+    """A registry holding these versions, grouped by model name, every one READY."""
+    registry = Registry()
+    for name in sorted({m.name for m in models}):
+        versions = {m.version: m for m in sorted(models, key=lambda m: m.version) if m.name == name}
+        status = {v: VersionStatus(v, ModelState.READY) for v in versions}
+        registry.put(ModelRecord(name, versions=versions, status=status, state=ModelState.READY))
+    return registry

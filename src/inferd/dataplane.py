@@ -1,45 +1,67 @@
 """The protocol-neutral data plane: what every frontend (v2 HTTP, v2 gRPC, TF Serving) calls.
 
-Adapters decode their wire format into an InferRequest, call here, and encode the result;
-this module knows nothing of HTTP or gRPC.
+Adapters decode their wire format into an InferRequest, call here, and encode what comes
+back: an InferResponse, or a read-only view (``inferd.views``, ``stats.ModelStatistics``,
+``routing.RoutingView``); never a registry record or a model version. Routing decides which
+version serves a request (once per request) and whether to mirror it; the data plane runs the
+request and its shadow copy. TF Serving's predict, classify and regress live in
+``inferd.tfserving`` (``DataPlane.tfserving``). This module knows nothing of HTTP or gRPC.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
-from inferd.config.text import config_to_dict
-from inferd.errors import InferdError, InvalidInput, Unavailable, Unimplemented
+from inferd.config.model_config_pb2 import ModelConfig
+from inferd.errors import InferdError, InvalidInput, NotFound, Unavailable, Unimplemented
 from inferd.model import ModelState, ModelVersion
-from inferd.registry import ModelRecord, Registry
+from inferd.registry import Registry, parse_version, unknown_model
 from inferd.routing import (
     LABEL_PARAMETER,
+    ModelRouting,
     RoutingPolicy,
+    RoutingView,
+    ShadowDecision,
     check_label,
     check_version,
     labels_from_mapping,
     shadow_from_mapping,
     split_from_mapping,
 )
-from inferd.types import InferRequest, InferResponse
+from inferd.stats import ModelStatistics
+from inferd.tfserving import TfServing
+from inferd.types import InferRequest, InferResponse, Tensors
+from inferd.views import (
+    IndexEntry,
+    ModelMetadata,
+    ModelStatus,
+    ServerMetadata,
+    TensorMetadata,
+    VersionState,
+)
 
 if TYPE_CHECKING:
     from inferd.repository.control import RepositoryControl
     from inferd.repository.manager import RepositoryStatus
 
-EXTENSIONS = ["binary_tensor_data", "model_configuration", "model_repository"]
+log = logging.getLogger("inferd.dataplane")
 
-
-@dataclass(frozen=True, slots=True)
-class IndexEntry:
-    name: str
-    version: str
-    state: str
-    reason: str
+# Triton's server extensions that inferd implements, in Triton's order; GET /v2 and gRPC
+# ServerMetadata list them (tests check each one listed works and each one left out is absent).
+EXTENSIONS: tuple[str, ...] = (
+    "schedule_policy",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+)
+REPOSITORY_EXTENSIONS: tuple[str, ...] = ("model_repository", "model_repository(unload_dependents)")
 
 
 class DataPlane:
@@ -57,6 +79,10 @@ class DataPlane:
         # Strict readiness: every model that should load is READY (see --strict-readiness).
         self.models_ready: Callable[[], bool] = _always
         self._routing_changes = asyncio.Lock()
+        self.tfserving = TfServing(self)
+        self._shadows: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ health and metadata
 
     @property
     def ready(self) -> bool:
@@ -65,14 +91,40 @@ class DataPlane:
     def live(self) -> bool:
         return True
 
-    def server_metadata(self) -> dict[str, Any]:
-        return {"name": self.server_name, "version": __version__, "extensions": EXTENSIONS}
+    def server_metadata(self) -> ServerMetadata:
+        extensions = EXTENSIONS
+        if self.repository is not None:
+            extensions = REPOSITORY_EXTENSIONS + extensions
+        return ServerMetadata(self.server_name, __version__, extensions)
 
-    def model(self, name: str, version: str = "", label: str = "") -> ModelVersion:
-        """The version a version or label names, else the highest ready one (no split)."""
-        if label:
-            return self.registry.route(name, version, label)
-        return self.registry.get(name, version)
+    def model_ready(self, name: str, version: str = "") -> bool:
+        self.registry.record(name)  # unknown model -> NotFound
+        if version:
+            parse_version(version)  # a malformed version is a client error
+        return self.registry.is_ready(name, version)
+
+    def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
+        model = self.registry.get(name, version)
+        record = self.registry.record(name)
+        spec = model.spec
+        batch = spec.max_batch_size
+        return ModelMetadata(
+            name=name,
+            versions=tuple(str(v) for v in sorted(record.versions)),
+            platform=spec.platform,
+            inputs=tuple(
+                TensorMetadata(t.name, t.datatype.name, tuple(t.shape(batch))) for t in spec.inputs
+            ),
+            outputs=tuple(
+                TensorMetadata(t.name, t.datatype.name, tuple(t.shape(batch))) for t in spec.outputs
+            ),
+        )
+
+    def model_config(self, name: str, version: str = "") -> ModelConfig:
+        """A copy of the version's completed config."""
+        config = ModelConfig()
+        config.CopyFrom(self.registry.get(name, version).config)
+        return config
 
     def version_of(self, name: str, version: str = "", label: str = "") -> str:
         """The version number a label names (or ``version`` itself when no label is given)."""
@@ -83,39 +135,24 @@ class DataPlane:
         self.registry.record(name)  # unknown model -> NotFound
         return str(self.registry.routing(name).label_version(label))
 
-    def route(
-        self, name: str, version: str = "", label: str = "", request_id: str = ""
-    ) -> ModelVersion:
-        """The version a request goes to: by version or label, else by the traffic split."""
-        return self.registry.route(name, version, label, request_id)
-
-    def record(self, name: str) -> ModelRecord:
-        return self.registry.record(name)
-
-    def model_ready(self, name: str, version: str = "") -> bool:
-        self.registry.record(name)  # unknown model -> NotFound
-        return self.registry.is_ready(name, version)
-
-    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
-        model = self.registry.get(name, version)
+    def model_status(self, name: str, version: str = "") -> ModelStatus:
+        """Every known version of a model with its state (or one version's)."""
         record = self.registry.record(name)
-        spec = model.spec
-        return {
-            "name": name,
-            "versions": [str(v) for v in sorted(record.versions)],
-            "platform": spec.platform,
-            "inputs": [
-                {"name": t.name, "datatype": t.datatype.name, "shape": t.shape(spec.max_batch_size)}
-                for t in spec.inputs
-            ],
-            "outputs": [
-                {"name": t.name, "datatype": t.datatype.name, "shape": t.shape(spec.max_batch_size)}
-                for t in spec.outputs
-            ],
-        }
-
-    def model_config(self, name: str, version: str = "") -> dict[str, Any]:
-        return config_to_dict(self.registry.get(name, version).config)
+        statuses = list(record.status.values())
+        if version:
+            number = parse_version(version)
+            statuses = [s for s in statuses if s.version == number]
+            if not statuses:
+                raise NotFound(unknown_model(name, number))
+        if not statuses:
+            raise Unavailable(f"model '{record.name}' is {record.state.value}: {record.reason}")
+        return ModelStatus(
+            record.name,
+            tuple(
+                VersionState(s.version, s.state.value, s.reason)
+                for s in sorted(statuses, key=lambda s: s.version, reverse=True)
+            ),
+        )
 
     async def index(self, ready_only: bool = False) -> list[IndexEntry]:
         """Every model version with its state; models in the repository but not loaded are
@@ -145,7 +182,7 @@ class DataPlane:
             entries = [e for e in entries if e.state == "READY"]
         return sorted(entries, key=lambda e: (e.name, int(e.version or 0)))
 
-    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+    def statistics(self, name: str = "", version: str = "") -> tuple[ModelStatistics, ...]:
         """Triton's statistics extension: every ready version, or one model's, or one version."""
         if not name:
             versions = [v for r in self.registry.records() for v in r.versions.values()]
@@ -153,12 +190,12 @@ class DataPlane:
             versions = [self.registry.get(name, version)]
         else:
             versions = list(self.registry.record(name).versions.values())
-        return {
-            "model_stats": [
-                v.stats.as_dict(v.name, str(v.version))
-                for v in sorted(versions, key=lambda v: (v.name, v.version))
-            ]
-        }
+        return tuple(
+            v.stats.snapshot(v.name, str(v.version))
+            for v in sorted(versions, key=lambda v: (v.name, v.version))
+        )
+
+    # ------------------------------------------------------------------ inference
 
     def admit(self, name: str, version: str = "") -> None:
         """Unavailable at once when the model's queue is full (checked before a frontend
@@ -172,22 +209,86 @@ class DataPlane:
         if error is not None:
             raise error
 
+    def max_values(self, name: str, version: str = "") -> int | None:
+        """The most numeric values one request to the model can hold (its inputs at
+        ``max_batch_size``), for a frontend's cheap check of a large body before decoding it;
+        None when there is no bound (strings, variable dimensions) or no such model."""
+        try:
+            spec = self.registry.get(name, version).spec
+        except InferdError:
+            return None
+        most = 0
+        for tensor in spec.inputs:
+            if tensor.datatype.is_bytes or any(d < 0 for d in tensor.dims):
+                return None
+            most += math.prod(tensor.dims) * max(spec.max_batch_size, 1)
+        return most
+
     async def infer(self, request: InferRequest) -> InferResponse:
+        """Route a request (version, ``version_label`` parameter, or traffic split) and run it."""
         label = request.parameters.get(LABEL_PARAMETER, "")
         if not isinstance(label, str):
             raise InvalidInput(f"parameter '{LABEL_PARAMETER}' must be a string")
-        name, version = request.model_name, request.model_version
-        model = self.registry.route(name, version, label, request.id)
+        model = self.registry.route(request.model_name, request.model_version, label, request.id)
+        return await self.run(model, request, label)
+
+    async def run(
+        self, model: ModelVersion, request: InferRequest, label: str = "", signature: str = ""
+    ) -> InferResponse:
+        """Run a request on the version routing chose for it, then mirror it if asked."""
         try:
-            response = await model.infer(request)
+            response = await model.infer(request, signature)
         except Unavailable:
             if model.state is ModelState.READY:
                 raise
             # Retired between routing and running (a version swap): route once more.
+            name, version = request.model_name, request.model_version
             model = self.registry.route(name, version, label, request.id)
-            response = await model.infer(request)
-        self.registry.mirror(model, request, response)
+            response = await model.infer(request, signature)
+        routing = self.registry.shadowing(model.name)
+        if routing is not None and not signature:
+            self._mirror(routing, model, request, response)
         return response
+
+    def _mirror(
+        self,
+        routing: ModelRouting,
+        primary: ModelVersion,
+        request: InferRequest,
+        response: InferResponse,
+    ) -> None:
+        registry, name = self.registry, primary.name
+        decision = routing.shadow(
+            primary.version, lambda v: registry.ready_version(name, v) is not None
+        )
+        if decision is None:
+            return
+        target = registry.ready_version(name, decision.version)
+        assert target is not None  # checked ready just now, on this thread
+        copy = replace(request, model_version=str(target.version))
+        task = asyncio.get_running_loop().create_task(
+            self._shadow(routing, decision, target, copy, response.outputs)
+        )
+        self._shadows.add(task)
+        task.add_done_callback(self._shadows.discard)
+
+    async def _shadow(
+        self,
+        routing: ModelRouting,
+        decision: ShadowDecision,
+        target: ModelVersion,
+        request: InferRequest,
+        expected: Tensors,
+    ) -> None:
+        try:
+            answer = await target.infer(request)
+        except InferdError as exc:
+            routing.shadowed(decision, expected, exc)
+        except Exception as exc:
+            log.exception("shadow copy to model '%s' v%d failed", target.name, target.version)
+            routing.shadowed(decision, expected, exc)
+        else:
+            routing.shadowed(decision, expected, answer.outputs)
 
     # ------------------------------------------------------------------ repository API
 
@@ -199,7 +300,17 @@ class DataPlane:
     async def load_model(
         self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
     ) -> None:
-        await self._control().load(name, config_json, files)
+        """Load (or reload) a model; a failure says ``failed to load '<name>', <why>``."""
+        try:
+            await self._control().load(name, config_json, files)
+        except Unimplemented:
+            raise
+        except InferdError as exc:
+            why = exc.message
+            ours = f"failed to load model '{name}': "
+            if why.startswith(ours):
+                why = why[len(ours) :]
+            raise type(exc)(f"failed to load '{name}', {why}") from None
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> list[str]:
         """Unload a model (and the models that need it); returns the models unloaded."""
@@ -227,12 +338,12 @@ class DataPlane:
         await self._control().upload(name, archive)
         return [e for e in await self.index() if e.name == name]
 
-    def routing(self, name: str) -> dict[str, Any]:
+    def routing(self, name: str) -> RoutingView:
         """Labels, traffic split, shadow policy and shadow counts of a model."""
-        record = self.registry.record(name)
-        return {"name": record.name, **self.registry.routing(name).as_dict()}
+        self.registry.record(name)
+        return self.registry.routing(name).view()
 
-    async def set_labels(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+    async def set_labels(self, name: str, changes: dict[str, Any]) -> RoutingView:
         """Set (a version) or remove (None) version labels; a label must name a ready version."""
         self.registry.record(name)
         updates: dict[str, int | None] = {}
@@ -260,7 +371,7 @@ class DataPlane:
         await self._change_routing(name, change, {"labels"})
         return self.routing(name)
 
-    async def set_routing(self, name: str, doc: dict[str, Any]) -> dict[str, Any]:
+    async def set_routing(self, name: str, doc: dict[str, Any]) -> RoutingView:
         """Replace any of labels, traffic_split and shadow (null clears it)."""
         self.registry.record(name)
         unknown = set(doc) - {"labels", "traffic_split", "shadow"}

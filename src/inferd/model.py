@@ -1,14 +1,20 @@
-"""A loaded model version: its config, spec, scheduler, statistics and optional cache."""
+"""A loaded model version: its config, spec, signatures, scheduler, statistics and cache.
+
+Internal to the core: the registry holds versions and the data plane runs them; protocol
+adapters see only the data plane's views.
+"""
 
 from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from inferd import validate
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.config.spec import ModelSpec
+from inferd.config.spec import ModelSpec, SignatureSpec
+from inferd.errors import InvalidInput
 from inferd.scheduling.batcher import Scheduler
 from inferd.scheduling.cache import ResponseCache
 from inferd.scheduling.work import Work
@@ -37,26 +43,39 @@ class ModelVersion:
     instance_count: int = 1
     load_seconds: float = 0.0
     state: ModelState = ModelState.READY
+    # Every signature of the model file, by name, when its backend lists them (TensorFlow).
+    signatures: Mapping[str, SignatureSpec] = field(default_factory=dict)
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    def signature_spec(self, signature: str) -> ModelSpec:
+        found = self.signatures.get(signature)
+        if found is None:
+            raise InvalidInput(f"model '{self.name}' has no signature '{signature}'")
+        return found.spec
+
+    async def infer(self, request: InferRequest, signature: str = "") -> InferResponse:
+        """Run a request on the model's own inputs and outputs, or on one of its signatures."""
         started = time.perf_counter_ns()
         timings = Timings()
         self.stats.pending += 1
         try:
-            inputs, rows = validate.check_inputs(self.spec, request.inputs)
-            names = tuple(validate.check_outputs(self.spec, request.output_names()))
+            spec = self.spec if not signature else self.signature_spec(signature)
+            inputs, rows = validate.check_inputs(spec, request.inputs)
+            names = tuple(validate.check_outputs(spec, request.output_names()))
             key = None
             outputs = None
             if self.cache is not None:
-                key = ResponseCache.key(self.name, self.version, inputs, names)
+                cached_as = self.name if not signature else f"{self.name}\0{signature}"
+                key = ResponseCache.key(cached_as, self.version, inputs, names)
                 outputs = self.cache.get(key)
                 (self.stats.cache_miss if outputs is None else self.stats.cache_hit).add(
                     time.perf_counter_ns() - started
                 )
             if outputs is None:
                 work = Work(inputs, rows, names, request.id, request.parameters)
+                if signature:
+                    work.signature = signature
                 outputs = await self.scheduler.run(work, timings)
-                outputs = validate.shape_outputs(self.spec, outputs, rows)
+                outputs = validate.shape_outputs(spec, outputs, rows)
                 if key is not None and self.cache is not None:
                     self.cache.put(key, outputs)
         except BaseException:

@@ -1,8 +1,13 @@
 """The registry: models loaded in memory, routed by name, version, label or traffic split.
 
-The repository manager writes records here; protocols only read. A record is replaced
-whole, so a request sees either the old set of versions or the new one, never half. Each
-name's routing state (labels, split, shadow; ``inferd.routing``) outlives its reloads.
+The repository manager writes records here; the data plane reads them (protocols never see
+a record or a version). A record is replaced whole, so a request sees either the old set of
+versions or the new one, never half. Each name's routing state (labels, split, shadow;
+``inferd.routing``, which decides with version numbers) outlives its reloads.
+
+Lookup failures use Triton's wording, which client code tests with ``startswith``:
+``Request for unknown model: 'm' is not found``, ``... 'm' version 3 is not found`` and
+``failed to get model version from specified version string 'x' ...``.
 """
 
 from __future__ import annotations
@@ -13,7 +18,6 @@ from inferd.config.model_config_pb2 import ModelConfig
 from inferd.errors import InvalidInput, NotFound, Unavailable
 from inferd.model import ModelState, ModelVersion
 from inferd.routing import ModelRouting
-from inferd.types import InferRequest, InferResponse
 
 _READY = ModelState.READY  # a module constant: an enum attribute lookup costs ~0.3 us here
 
@@ -67,6 +71,19 @@ class Registry:
             found = self._routing[name] = ModelRouting(name)
         return found
 
+    def shadowing(self, name: str) -> ModelRouting | None:
+        """The routing state of a model that mirrors requests to a shadow version, else None."""
+        found = self._routing.get(name)
+        return found if found is not None and found.policy.shadow is not None else None
+
+    def ready_version(self, name: str, number: int) -> ModelVersion | None:
+        """A loaded READY version by number, else None."""
+        record = self._models.get(name)
+        if record is None:
+            return None
+        found = record.versions.get(number)
+        return found if found is not None and found.state is _READY else None
+
     def names(self) -> list[str]:
         return sorted(self._models)
 
@@ -76,7 +93,7 @@ class Registry:
     def record(self, name: str) -> ModelRecord:
         found = self._models.get(name)
         if found is None:
-            raise NotFound(f"unknown model '{name}'")
+            raise NotFound(unknown_model(name))
         return found
 
     def get(self, name: str, version: str = "") -> ModelVersion:
@@ -96,20 +113,17 @@ class Registry:
             if routing is None:
                 raise NotFound(f"model '{name}' has no version label '{label}'")
             return _get(record, str(routing.label_version(label)))
-        if not version and routing is not None and routing.policy.split:
-            chosen = routing.split_choice(record, request_id)
-            if chosen is not None:
-                return chosen
-        return _get(record, version)
+        if not version and routing is not None and routing.splits:
+            versions = record.versions
 
-    def mirror(self, model: ModelVersion, request: InferRequest, response: InferResponse) -> None:
-        """Copy a served request to the model's shadow version, if it has one."""
-        routing = self._routing.get(model.name)
-        if routing is None or routing.policy.shadow is None:
-            return
-        record = self._models.get(model.name)
-        if record is not None:
-            routing.mirror(record, model, request, response)
+            def ready(number: int) -> bool:
+                found = versions.get(number)
+                return found is not None and found.state is _READY
+
+            chosen = routing.split_choice(request_id, ready)
+            if chosen is not None:
+                return versions[chosen]
+        return _get(record, version)
 
     def is_ready(self, name: str, version: str = "") -> bool:
         try:
@@ -117,6 +131,12 @@ class Registry:
         except (Unavailable, NotFound):
             return False
         return True
+
+
+def unknown_model(name: str, version: int | str | None = None) -> str:
+    """Triton's words for a model (or a version of it) that is not there."""
+    which = f" version {version}" if version is not None else ""
+    return f"Request for unknown model: '{name}'{which} is not found"
 
 
 def _get(record: ModelRecord, version: str) -> ModelVersion:
@@ -127,18 +147,27 @@ def _get(record: ModelRecord, version: str) -> ModelVersion:
             why = f": {record.reason}" if record.reason else ""
             raise Unavailable(f"model '{name}' has no ready version{why}")
         return chosen
-    number = _parse_version(name, version)
+    number = parse_version(version)
     found = record.versions.get(number)
     if found is not None and found.state is _READY:
         return found
     status = record.status.get(number)
     if status is None:
-        raise NotFound(f"unknown version '{version}' of model '{name}'")
+        raise NotFound(unknown_model(name, number))
     why = f": {status.reason}" if status.reason else ""
     raise Unavailable(f"version {number} of model '{name}' is {status.state.value}{why}")
 
 
-def _parse_version(name: str, version: str) -> int:
-    if not version.isdecimal() or int(version) < 1:
-        raise NotFound(f"unknown version '{version}' of model '{name}'")
-    return int(version)
+def parse_version(version: str) -> int:
+    """A version string as a number; a string that is not one is a client error in Triton's
+    words (0 names no version and is not found)."""
+    if version.isdecimal():
+        return int(version)
+    if version.startswith("-") and version[1:].isdecimal():
+        raise InvalidInput(
+            f"invalid model version specified '{version}' , version should be an integral value > 0"
+        )
+    raise InvalidInput(
+        f"failed to get model version from specified version string '{version}' "
+        "(details: not an integer), version should be an integral value > 0"
+    )

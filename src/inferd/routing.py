@@ -1,33 +1,29 @@
 """Version routing for one model: labels, a weighted traffic split and shadow copies.
 
-The registry asks here which loaded version serves a request that names a label or no
-version; the data plane asks here whether to mirror a request to a shadow version. Policies
+Routing decides and counts; it never infers. The registry asks here which version number
+serves a request that names a label or no version; the data plane asks here whether to mirror
+a served request (a ``ShadowDecision``), runs the copy itself and reports how it went. Policies
 come from config ``parameters`` (``version_labels``, ``traffic_split``, ``shadow``) and from
 the repository API; the last change wins, whichever it came from.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import random
 import re
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import ConfigError, InferdError, InvalidInput, NotFound
-from inferd.model import ModelState, ModelVersion
-from inferd.types import InferRequest, InferResponse, Tensors
-
-if TYPE_CHECKING:
-    from inferd.registry import ModelRecord
+from inferd.errors import ConfigError, InvalidInput, NotFound
+from inferd.types import Tensors
 
 log = logging.getLogger("inferd.routing")
 
@@ -49,11 +45,6 @@ class ShadowPolicy:
     fraction: float
     tolerance: float = 0.0  # largest absolute difference that still agrees (0: exact)
 
-    def as_dict(self) -> dict[str, Any]:
-        key = "version" if self.target.isdecimal() else "label"
-        target: int | str = int(self.target) if self.target.isdecimal() else self.target
-        return {key: target, "fraction": self.fraction, "tolerance": self.tolerance}
-
 
 @dataclass(frozen=True, slots=True)
 class RoutingPolicy:
@@ -62,12 +53,24 @@ class RoutingPolicy:
     split: tuple[tuple[str, float], ...] = ()
     shadow: ShadowPolicy | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "labels": dict(sorted(self.labels.items())),
-            "traffic_split": {t: w for t, w in self.split},
-            "shadow": self.shadow.as_dict() if self.shadow else None,
-        }
+
+def shadow_document(shadow: ShadowPolicy | None) -> dict[str, Any] | None:
+    """A shadow policy as the repository API and ``routing.json`` write it: the target is a
+    version number or a label."""
+    if shadow is None:
+        return None
+    target = shadow.target
+    key: dict[str, Any] = {"version": int(target)} if target.isdecimal() else {"label": target}
+    return key | {"fraction": shadow.fraction, "tolerance": shadow.tolerance}
+
+
+def policy_document(policy: RoutingPolicy) -> dict[str, Any]:
+    """A routing policy as the repository API and ``routing.json`` write it."""
+    return {
+        "labels": dict(sorted(policy.labels.items())),
+        "traffic_split": dict(policy.split),
+        "shadow": shadow_document(policy.shadow),
+    }
 
 
 # --------------------------------------------------------------------------- parsing
@@ -212,15 +215,31 @@ class ShadowStats:
     skipped: int = 0  # not sent: SHADOW_MAX_IN_FLIGHT copies were already running
     max_abs_diff: float = 0.0  # over the answers that could be compared
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "sent": self.sent,
-            "agreed": self.agreed,
-            "disagreed": self.disagreed,
-            "failed": self.failed,
-            "skipped": self.skipped,
-            "max_abs_diff": self.max_abs_diff if math.isfinite(self.max_abs_diff) else None,
-        }
+
+# --------------------------------------------------------------------------- views
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowCounts:
+    """A snapshot of ``ShadowStats`` (``max_abs_diff`` None: nothing could be compared)."""
+
+    sent: int
+    agreed: int
+    disagreed: int
+    failed: int
+    skipped: int
+    max_abs_diff: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingView:
+    """A model's routing, read only: labels, split, shadow policy and the shadow counts."""
+
+    name: str
+    labels: Mapping[str, int]
+    traffic_split: tuple[tuple[str, float], ...]
+    shadow: ShadowPolicy | None
+    shadow_stats: ShadowCounts
 
 
 # --------------------------------------------------------------------------- per-model state
@@ -234,12 +253,16 @@ def request_unit(request_id: str) -> float:
     return zlib.crc32(request_id.encode("utf-8")) / 2.0**32
 
 
-_READY = ModelState.READY
+Ready = Callable[[int], bool]  # whether a version number is loaded and READY
 
 
-def _ready(record: ModelRecord, number: int | None) -> ModelVersion | None:
-    found = record.versions.get(number) if number is not None else None
-    return found if found is not None and found.state is _READY else None
+@dataclass(frozen=True, slots=True)
+class ShadowDecision:
+    """Mirror this request to ``version``; report the outcome with ``ModelRouting.shadowed``."""
+
+    version: int
+    policy: ShadowPolicy
+    stats: ShadowStats  # the counts current when the copy was decided
 
 
 class ModelRouting:
@@ -253,7 +276,7 @@ class ModelRouting:
         self._split_total = 0.0
         self.shadow_stats = ShadowStats()
         self._from_config: RoutingPolicy | None = None
-        self._shadows: set[asyncio.Task[None]] = set()
+        self.shadows_in_flight = 0
         self._last_log_s = 0.0
 
     def apply_config(self, policy: RoutingPolicy) -> None:
@@ -288,8 +311,12 @@ class ModelRouting:
             raise NotFound(f"model '{self.name}' has no version label '{label}'")
         return number
 
-    def split_choice(self, record: ModelRecord, request_id: str) -> ModelVersion | None:
-        """The version the traffic split picks (None: no split, or none of it is ready)."""
+    @property
+    def splits(self) -> bool:
+        return bool(self._split)
+
+    def split_choice(self, request_id: str, ready: Ready) -> int | None:
+        """The version number the traffic split picks (None: no split, or none of it ready)."""
         if not self._split:
             return None
         unit = request_unit(request_id)
@@ -297,84 +324,63 @@ class ModelRouting:
         for number, weight in self._split:  # the usual case: every target is ready
             point -= weight
             if point < 0:
-                found = _ready(record, number)
-                if found is not None:
-                    return found
+                if number is not None and ready(number):
+                    return number
                 break
-        return self._split_among_ready(record, unit)
+        return self._split_among_ready(unit, ready)
 
-    def _split_among_ready(self, record: ModelRecord, unit: float) -> ModelVersion | None:
+    def _split_among_ready(self, unit: float, ready: Ready) -> int | None:
         choices = [
-            (found, weight)
+            (number, weight)
             for target, weight in self.policy.split
-            if weight > 0 and (found := _ready(record, self.version_of(target))) is not None
+            if weight > 0 and (number := self.version_of(target)) is not None and ready(number)
         ]
         if not choices:
             return None
         point = unit * sum(w for _, w in choices)
-        for found, weight in choices:
+        for number, weight in choices:
             point -= weight
             if point < 0:
-                return found
+                return number
         return choices[-1][0]
 
-    def mirror(
-        self,
-        record: ModelRecord,
-        primary: ModelVersion,
-        request: InferRequest,
-        answer: InferResponse,
-    ) -> None:
-        """Send a copy of a served request to the shadow version, in the background."""
+    # ------------------------------------------------------------------ shadow copies
+
+    def shadow(self, primary: int, ready: Ready) -> ShadowDecision | None:
+        """Whether to mirror a request ``primary`` served, and to which version."""
         policy = self.policy.shadow
         if policy is None or random.random() >= policy.fraction:
-            return
-        target = _ready(record, self.version_of(policy.target))
-        if target is None or target is primary:
-            return
-        if len(self._shadows) >= SHADOW_MAX_IN_FLIGHT:
+            return None
+        target = self.version_of(policy.target)
+        if target is None or target == primary or not ready(target):
+            return None
+        if self.shadows_in_flight >= SHADOW_MAX_IN_FLIGHT:
             self.shadow_stats.skipped += 1
-            return
-        copy = InferRequest(
-            model_name=request.model_name,
-            inputs=request.inputs,
-            model_version=str(target.version),
-            id=request.id,
-            outputs=request.outputs,
-            parameters=request.parameters,
-        )
+            return None
+        self.shadows_in_flight += 1
         self.shadow_stats.sent += 1
-        task = asyncio.get_running_loop().create_task(
-            self._shadow(target, copy, answer.outputs, policy, self.shadow_stats)
-        )
-        self._shadows.add(task)
-        task.add_done_callback(self._shadows.discard)
+        return ShadowDecision(target, policy, self.shadow_stats)
 
-    async def _shadow(
-        self,
-        target: ModelVersion,
-        request: InferRequest,
-        expected: Tensors,
-        policy: ShadowPolicy,
-        stats: ShadowStats,
+    def shadowed(
+        self, decision: ShadowDecision, expected: Tensors, answer: Tensors | BaseException
     ) -> None:
-        try:
-            answer = await target.infer(request)
-        except InferdError as exc:
+        """Count how a shadow copy went: its answer (compared with ``expected``) or its error."""
+        self.shadows_in_flight -= 1
+        stats, policy = decision.stats, decision.policy
+        if isinstance(answer, BaseException):
             stats.failed += 1
-            log.debug("shadow copy to model '%s' v%d failed: %s", self.name, target.version, exc)
-        except Exception:
-            stats.failed += 1
-            log.exception("shadow copy to model '%s' v%d failed", self.name, target.version)
+            log.debug(
+                "shadow copy to model '%s' v%d failed: %s", self.name, decision.version, answer
+            )
         else:
-            agreed, diff = compare(expected, answer.outputs, policy.tolerance)
+            agreed, diff = compare(expected, answer, policy.tolerance)
             if agreed:
                 stats.agreed += 1
             else:
                 stats.disagreed += 1
                 log.debug(
                     "shadow v%d of model '%s' disagrees with the primary (max |diff| %g)",
-                    target.version,
+                    decision.version,
                     self.name,
                     diff,
                 )
@@ -386,7 +392,7 @@ class ModelRouting:
             log.info(
                 "shadow v%d of model '%s': %d sent, %d agreed, %d disagreed, %d failed "
                 "(tolerance %g, max |diff| %g)",
-                target.version,
+                decision.version,
                 self.name,
                 stats.sent,
                 stats.agreed,
@@ -396,5 +402,19 @@ class ModelRouting:
                 stats.max_abs_diff,
             )
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.policy.as_dict(), "shadow_stats": self.shadow_stats.as_dict()}
+    def view(self) -> RoutingView:
+        stats = self.shadow_stats
+        return RoutingView(
+            name=self.name,
+            labels=dict(sorted(self.policy.labels.items())),
+            traffic_split=self.policy.split,
+            shadow=self.policy.shadow,
+            shadow_stats=ShadowCounts(
+                stats.sent,
+                stats.agreed,
+                stats.disagreed,
+                stats.failed,
+                stats.skipped,
+                stats.max_abs_diff if math.isfinite(stats.max_abs_diff) else None,
+            ),
+        )

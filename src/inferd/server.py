@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+from dataclasses import replace
 from typing import Any
 
 from granian.constants import Interfaces
@@ -56,6 +57,9 @@ class Server:
         self.plane = DataPlane(self.registry, settings.server_name, control)
         if settings.strict_readiness:
             self.plane.models_ready = self.manager.ready
+        # Models in worker processes (Python models) call other models through the data plane.
+        lifecycle = self.manager.lifecycle
+        lifecycle.options = replace(lifecycle.options, call_model=self.plane.infer)
         self.logs = logs or logs_from(settings)
         self.endpoints = EndpointStats()
         self.metrics = build_registry(self.registry, self.endpoints, self.manager.status)
@@ -185,6 +189,7 @@ class Server:
             kind=self.settings.grpc_server,
             access=policy,
             max_concurrent_rpcs=self.settings.max_inflight_requests or None,
+            tfserving_tensor_content=self.settings.tfserving_tensor_content,
         )
         await server.start()
         log.info(

@@ -45,6 +45,13 @@ class Settings:
         default=128 * 1024 * 1024,
         metadata=_opt("largest gRPC message accepted or sent"),
     )
+    tfserving_tensor_content: bool = field(
+        default=False,
+        metadata=_opt(
+            "TF Serving gRPC Predict answers in tensor_content instead of typed value fields "
+            "(TF Serving's --enable_serialization_as_tensor_content)"
+        ),
+    )
     load_model: list[str] = field(
         default_factory=list,
         metadata=_opt("load only this model at start (repeat; '*' loads all)", repeat=True),

@@ -1,7 +1,10 @@
 """Per model-version statistics in Triton's shape: request outcomes, time spent, batch sizes.
 
-Durations are nanoseconds. Per-request figures (queue, compute_*) add each request's share
-of its batch, as Triton does; ``batch_stats`` counts executions per batch size.
+``ModelStats`` is the live, mutable counter set a version updates; ``ModelStatistics`` is the
+frozen snapshot the data plane hands out (its field names are Triton's statistics extension,
+so an adapter encodes it field by field). Durations are nanoseconds. Per-request figures
+(queue, compute_*) add each request's share of its batch, as Triton does; ``batch_stats``
+counts executions per batch size.
 """
 
 from __future__ import annotations
@@ -9,7 +12,6 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Any
 
 # Histogram bucket upper bounds for every duration, in seconds (Prometheus ``le``).
 BUCKETS_S: tuple[float, ...] = (
@@ -53,8 +55,8 @@ class Duration:
         self.ns += ns * count
         self.buckets[bisect_left(_BOUNDS_NS, ns)] += count
 
-    def as_dict(self) -> dict[str, int]:
-        return {"count": self.count, "ns": self.ns}
+    def snapshot(self) -> StatDuration:
+        return StatDuration(self.count, self.ns)
 
 
 @dataclass(slots=True)
@@ -68,8 +70,8 @@ class Total:
         self.count += 1
         self.ns += ns
 
-    def as_dict(self) -> dict[str, int]:
-        return {"count": self.count, "ns": self.ns}
+    def snapshot(self) -> StatDuration:
+        return StatDuration(self.count, self.ns)
 
 
 @dataclass(slots=True)
@@ -112,30 +114,73 @@ class ModelStats:
         self.compute_infer.add_each(infer_ns, requests)
         self.compute_output.add_each(output_ns, requests)
 
-    def as_dict(self, name: str, version: str) -> dict[str, Any]:
-        return {
-            "name": name,
-            "version": version,
-            "last_inference": self.last_inference_ms,
-            "inference_count": self.inference_count,
-            "execution_count": self.execution_count,
-            "inference_stats": {
-                "success": self.success.as_dict(),
-                "fail": self.fail.as_dict(),
-                "queue": self.queue.as_dict(),
-                "compute_input": self.compute_input.as_dict(),
-                "compute_infer": self.compute_infer.as_dict(),
-                "compute_output": self.compute_output.as_dict(),
-                "cache_hit": self.cache_hit.as_dict(),
-                "cache_miss": self.cache_miss.as_dict(),
-            },
-            "batch_stats": [
-                {
-                    "batch_size": size,
-                    "compute_input": stat.compute_input.as_dict(),
-                    "compute_infer": stat.compute_infer.as_dict(),
-                    "compute_output": stat.compute_output.as_dict(),
-                }
+    def snapshot(self, name: str, version: str) -> ModelStatistics:
+        """A frozen copy of the figures, as Triton's statistics extension reports them."""
+        return ModelStatistics(
+            name=name,
+            version=version,
+            last_inference=self.last_inference_ms,
+            inference_count=self.inference_count,
+            execution_count=self.execution_count,
+            inference_stats=InferStatistics(
+                success=self.success.snapshot(),
+                fail=self.fail.snapshot(),
+                queue=self.queue.snapshot(),
+                compute_input=self.compute_input.snapshot(),
+                compute_infer=self.compute_infer.snapshot(),
+                compute_output=self.compute_output.snapshot(),
+                cache_hit=self.cache_hit.snapshot(),
+                cache_miss=self.cache_miss.snapshot(),
+            ),
+            batch_stats=tuple(
+                BatchStatistics(
+                    batch_size=size,
+                    compute_input=stat.compute_input.snapshot(),
+                    compute_infer=stat.compute_infer.snapshot(),
+                    compute_output=stat.compute_output.snapshot(),
+                )
                 for size, stat in sorted(self.batches.items())
-            ],
-        }
+            ),
+        )
+
+
+# --------------------------------------------------------------------------- snapshots
+
+
+@dataclass(frozen=True, slots=True)
+class StatDuration:
+    count: int
+    ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class InferStatistics:
+    success: StatDuration
+    fail: StatDuration
+    queue: StatDuration
+    compute_input: StatDuration
+    compute_infer: StatDuration
+    compute_output: StatDuration
+    cache_hit: StatDuration
+    cache_miss: StatDuration
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStatistics:
+    batch_size: int
+    compute_input: StatDuration
+    compute_infer: StatDuration
+    compute_output: StatDuration
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStatistics:
+    """One version's statistics (Triton's ``ModelStatistics``; ``last_inference`` in ms)."""
+
+    name: str
+    version: str
+    last_inference: int
+    inference_count: int
+    execution_count: int
+    inference_stats: InferStatistics
+    batch_stats: tuple[BatchStatistics, ...]

@@ -118,6 +118,22 @@ class Grants:
     origin: Origin
     policy: CodePolicy
 
+    def plain(self) -> PlainGrants:
+        """As plain values, for the recipe of a worker process (``Grants.from_plain``)."""
+        p = self.policy
+        policy = (p.pickle.value, p.python_models.value, p.unsafe_ops.value, p.admin_token)
+        return tuple(sorted(c.value for c in self.allowed)), self.origin.name, policy
+
+    @classmethod
+    def from_plain(cls, plain: PlainGrants) -> Grants:
+        allowed, origin, (pickle, python_models, unsafe_ops, admin_token) = plain
+        policy = CodePolicy(Grant(pickle), Grant(python_models), Grant(unsafe_ops), admin_token)
+        return cls(frozenset(Capability(c) for c in allowed), Origin[origin], policy)
+
+
+# Grants as a worker process's recipe carries them: capabilities, origin, the policy's settings.
+PlainGrants = tuple[tuple[str, ...], str, tuple[str, str, str, bool]]
+
 
 # Nothing is granted outside a loader's ``granted`` block.
 _CURRENT: contextvars.ContextVar[Grants | None] = contextvars.ContextVar(
@@ -133,6 +149,11 @@ def granted(grants: Grants) -> Iterator[None]:
         yield
     finally:
         _CURRENT.reset(token)
+
+
+def current() -> Grants | None:
+    """What the enclosing ``granted`` block allows (None outside one)."""
+    return _CURRENT.get()
 
 
 def allowed(capability: Capability) -> bool:

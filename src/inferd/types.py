@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,3 +54,7 @@ class InferResponse:
     id: str = ""
     parameters: Parameters = field(default_factory=dict)
     timings: Timings | None = None
+
+
+# Infer with any loaded model of the server, through its scheduler (a Python model's calls).
+ModelCaller = Callable[[InferRequest], Awaitable[InferResponse]]

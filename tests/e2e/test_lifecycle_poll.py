@@ -73,7 +73,7 @@ def test_poll_loads_new_models_and_unloads_removed_ones(polled: tuple[ServerProc
     shutil.rmtree(aside)
     wait_for(lambda: "fresh" not in {e["name"] for e in index(server)}, "the model to go")
     r = infer(server, "fresh", [2.0])
-    assert r.status_code == 404 and "unknown model 'fresh'" in r.json()["error"]
+    assert r.status_code == 404 and "unknown model: 'fresh' is not" in r.json()["error"]
 
 
 def test_a_changed_config_reloads_the_model(polled: tuple[ServerProcess, Path]) -> None:

@@ -4,6 +4,7 @@ The pickle's payload creates a marker file when unpickled. Sent through the load
 ``file:`` entries (HTTP and gRPC), an archive upload, ``inferd repo push`` and an S3 bucket a
 polling server follows, it never runs, and the answer says why (``--allow-pickle``). A pickle
 present at start loads; ``--allow-pickle always`` with an admin token lets admins send one.
+Python models follow ``--allow-python-models`` the same way, in worker processes too.
 Config paths stay in the model folder; TensorFlow graphs that read files are refused.
 """
 
@@ -126,6 +127,98 @@ def test_inferd_repo_push(explicit: ServerProcess, tmp_path: Path) -> None:
     assert done.returncode == 1
     _refused(done.stderr)
     assert not marker.exists()
+
+
+PYTHON_CONFIG = """backend: "python"
+max_batch_size: 8
+input [{ name: "X" data_type: TYPE_FP32 dims: [1] }]
+output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }]
+"""
+
+
+def python_model(marker: Path) -> str:
+    """A native Python model that creates ``marker`` as soon as it is imported."""
+    return (
+        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n\n\n"
+        "class Model:\n    def infer(self, inputs):\n        return {'Y': inputs['X'] * 2}\n"
+    )
+
+
+def python_folder(root: Path, name: str, marker: Path, config: str = PYTHON_CONFIG) -> Path:
+    folder = root / name
+    (folder / "1").mkdir(parents=True)
+    (folder / "1" / "model.py").write_text(python_model(marker))
+    (folder / "config.pbtxt").write_text(config)
+    return folder
+
+
+def test_a_python_model_sent_through_the_api_does_not_run(
+    explicit: ServerProcess, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran-python"
+    # No inputs in the config: completing it would run the model's code; refused before that.
+    body = {
+        "parameters": {
+            "config": json.dumps({"backend": "python"}),
+            "file:1/model.py": base64.b64encode(python_model(marker).encode()).decode(),
+        }
+    }
+    r = HTTP.post(f"{explicit.http_url}/v2/repository/models/evil_py/load", json=body)
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert "model.py is a Python model" in error and "--allow-python-models" in error, error
+    assert "sent through the repository API" in error
+    r = HTTP.put(
+        f"{explicit.http_url}/v2/repository/models/evil_py_up",
+        content=pack(python_folder(tmp_path, "evil_py_up", marker)),
+        headers={"content-type": "application/gzip"},
+    )
+    assert r.status_code == 400 and "--allow-python-models" in r.json()["error"]
+    assert not (explicit.repository / "evil_py_up").exists()
+    assert not marker.exists()
+
+
+def test_the_operators_own_code_runs_in_worker_processes(tmp_path: Path) -> None:
+    """By default (startup) the models present at start run: a Python model, and a pickle
+    loaded in a worker process (process_instances), which gets the grants with its recipe.
+    ``--allow-python-models never`` refuses the Python model before any of its code runs."""
+    sklearn = pytest.importorskip("sklearn.linear_model")
+    import joblib
+
+    root = tmp_path / "models"
+    started = tmp_path / "ran-at-start"
+    python_folder(root, "py_start", started)
+    (root / "sk_proc" / "1").mkdir(parents=True)
+    estimator = sklearn.LinearRegression().fit([[0.0], [1.0]], [1.0, 3.0])  # y = 2x + 1
+    joblib.dump(estimator, root / "sk_proc" / "1" / "model.joblib")
+    (root / "sk_proc" / "config.pbtxt").write_text(
+        'backend: "sklearn"\nmax_batch_size: 8\n'
+        'parameters { key: "process_instances" value: { string_value: "true" } }\n'
+    )
+    server = ServerProcess(root).start(timeout_s=180)
+    try:
+        x = {"name": "X", "shape": [1, 1], "datatype": "FP32", "data": [1.5]}
+        r = HTTP.post(f"{server.http_url}/v2/models/py_start/infer", json={"inputs": [x]})
+        assert r.status_code == 200, r.text
+        assert r.json()["outputs"][0]["data"] == [3.0]
+        assert started.exists()
+        x = {"name": "input", "shape": [1, 1], "datatype": "FP32", "data": [2.0]}
+        r = HTTP.post(f"{server.http_url}/v2/models/sk_proc/infer", json={"inputs": [x]})
+        assert r.status_code == 200, r.text
+        assert r.json()["outputs"][0]["data"] == pytest.approx([5.0])
+    finally:
+        server.stop()
+    started.unlink()
+    server = ServerProcess(
+        root, extra_args=["--allow-python-models", "never", "--strict-readiness=false"]
+    ).start(timeout_s=180)
+    try:
+        (entry,) = [e for e in index(server) if e["name"] == "py_start"]
+        assert entry["state"] == "UNAVAILABLE"
+        assert "--allow-python-models never" in entry["reason"], entry
+        assert not started.exists()
+    finally:
+        server.stop()
 
 
 def test_config_paths_stay_in_the_model_folder(explicit: ServerProcess, tmp_path: Path) -> None:

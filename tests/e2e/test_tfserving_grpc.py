@@ -93,9 +93,11 @@ def _float_tensor(stubs: Stubs, values: np.ndarray) -> Any:
 
 
 def _array(tensor: Any) -> np.ndarray:
+    """A Predict output as TF Serving answers by default: in its typed value field."""
     shape = [d.size for d in tensor.tensor_shape.dim]
-    dtype = {1: np.float32, 9: np.int64}[tensor.dtype]
-    return np.frombuffer(tensor.tensor_content, dtype=dtype).reshape(shape)
+    assert not tensor.tensor_content
+    values = {1: tensor.float_val, 9: tensor.int64_val}[tensor.dtype]
+    return np.asarray(values).reshape(shape)
 
 
 def _digits(repo: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -265,3 +267,29 @@ def test_messages_match_tf_serving() -> None:
         assert ours.DESCRIPTOR.full_name == theirs.DESCRIPTOR.full_name
         for name, field in mine.items():
             assert reference[name] == field, f"{ours.DESCRIPTOR.full_name}.{name}"
+
+
+def test_typed_values_by_default_tensor_content_when_asked(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """TF Serving answers Predict in typed value fields (``float_val``, ``int64_val``...);
+    ``--tfserving-tensor-content`` (its ``--enable_serialization_as_tensor_content``) packs
+    them into ``tensor_content``."""
+    from inferd.demo.models import write_demo_repository
+
+    root = tmp_path_factory.mktemp("content") / "models"
+    write_demo_repository(root, models=["half_plus_two"])
+    server = ServerProcess(root, extra_args=["--tfserving-tensor-content"]).start()
+    stubs = _official()
+    try:
+        with grpc.insecure_channel(server.grpc_address) as channel:
+            stub = stubs.prediction_service.PredictionServiceStub(channel)
+            request = stubs.predict.PredictRequest()
+            request.model_spec.name = "half_plus_two"
+            request.inputs["x"].CopyFrom(_float_tensor(stubs, np.array([1.0, 2.0, 5.0])))
+            result = stub.Predict(request, 10.0)
+    finally:
+        server.stop()
+    y = result.outputs["y"]
+    assert list(y.float_val) == []
+    assert y.tensor_content == np.array([2.5, 3.0, 4.5], dtype=np.float32).tobytes()

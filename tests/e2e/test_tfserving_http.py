@@ -108,8 +108,13 @@ def test_bad_tfserving_requests(server: ServerProcess) -> None:
         (f"{base}/half_plus_two:predict", b'{"instances": []}', 400, "non-empty list"),
         (f"{base}/half_plus_two:predict", b'{"instances": ["a"]}', 400, "DT_FLOAT"),
         (f"{base}/half_plus_two:predict", b'{"instances": [1], "inputs": [1]}', 400, "exactly one"),
-        (f"{base}/nope:predict", b'{"instances": [1.0]}', 404, "unknown model 'nope'"),
-        (f"{base}/half_plus_two/versions/9:predict", b'{"instances": [1.0]}', 404, "version '9'"),
+        (f"{base}/nope:predict", b'{"instances": [1.0]}', 404, "unknown model: 'nope' is not"),
+        (
+            f"{base}/half_plus_two/versions/9:predict",
+            b'{"instances": [1.0]}',
+            404,
+            "version 9 is not found",
+        ),
         (f"{base}/half_plus_two/labels/stable:predict", b'{"instances": [1.0]}', 404, "label"),
         (
             f"{base}/half_plus_two:predict",

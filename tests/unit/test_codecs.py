@@ -90,3 +90,11 @@ def test_datatype_table_lookups() -> None:
     assert datatypes.BY_NAME["FP16"].tf_name == "DT_HALF"
     with pytest.raises(InvalidInput, match="unknown datatype 'F32'"):
         datatypes.from_name("F32")
+
+
+def test_json_strings_keep_their_nul_bytes() -> None:
+    """Never through fixed-width numpy strings, which drop trailing NULs."""
+    array = codecs.from_json_data("s", datatypes.BYTES, (2, 2), [["abc\x00", ""], ["\x00", "é"]])
+    assert array.tolist() == [[b"abc\x00", b""], [b"\x00", "é".encode()]]
+    with pytest.raises(InvalidInput, match="BYTES data must be a list of strings"):
+        codecs.from_json_data("s", datatypes.BYTES, (1,), [1])

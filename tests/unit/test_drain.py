@@ -29,7 +29,7 @@ def _setup(root: Path, gate: str) -> tuple[Registry, DataPlane, ModelVersion]:
     registry = Registry()
     registry.put(ModelRecord(version.name, versions={1: version}))
     plane = DataPlane(registry)
-    plane.ready = True
+    plane.started = True
     return registry, plane, version
 
 

@@ -15,11 +15,14 @@ import pytest
 
 from inferd.config.spec import build_spec
 from inferd.config.text import parse_config_text
+from inferd.dataplane import DataPlane
 from inferd.errors import ConfigError, InvalidInput, NotFound
 from inferd.model import ModelVersion
 from inferd.registry import ModelRecord, Registry, VersionStatus
 from inferd.routing import (
+    ModelRouting,
     RoutingPolicy,
+    ShadowCounts,
     ShadowPolicy,
     compare,
     policy_from_config,
@@ -163,31 +166,42 @@ def test_compare_exact_and_within_tolerance() -> None:
 
 
 def test_shadow_copies_are_counted_and_never_answer() -> None:
-    async def run() -> tuple[list[str], dict[str, object]]:
+    """Routing decides and counts; the data plane runs the copies."""
+
+    async def run() -> tuple[list[str], ShadowCounts]:
         registry = _registry({1: 1.0, 2: 1.0, 3: 3.0})
+        plane = DataPlane(registry)
         routing = registry.routing("m")
         versions = []
         for target in ("2", "3"):
             routing.set(RoutingPolicy(split=(("1", 1),), shadow=ShadowPolicy(target, 1.0)))
             for i in range(5):
                 x = np.array([[float(i)]], dtype=np.float32)
-                request = InferRequest("m", {"x": x}, id=str(i))
-                model = registry.route("m", request_id=request.id)
-                response = await model.infer(request)
-                registry.mirror(model, request, response)
+                response = await plane.infer(InferRequest("m", {"x": x}, id=str(i)))
                 versions.append(response.model_version)
-            while routing._shadows:
+            while routing.shadows_in_flight:
                 await asyncio.sleep(0.001)
-        return versions, routing.shadow_stats.as_dict()
+        return versions, plane.routing("m").shadow_stats
 
     versions, stats = asyncio.run(run())
     assert set(versions) == {"1"}
     # Against version 3 (x * 3), only x = 0 agrees with the primary (x * 1).
-    assert stats == {
-        "sent": 5,
-        "agreed": 1,
-        "disagreed": 4,
-        "failed": 0,
-        "skipped": 0,
-        "max_abs_diff": 8.0,
-    }
+    assert stats == ShadowCounts(
+        sent=5, agreed=1, disagreed=4, failed=0, skipped=0, max_abs_diff=8.0
+    )
+
+
+def test_routing_decides_with_version_numbers() -> None:
+    """No model or registry behind it: routing answers version numbers and shadow decisions."""
+    routing = ModelRouting("m")
+    routing.set(RoutingPolicy(labels={"canary": 2}, split=(("canary", 1),), shadow=None))
+    assert routing.split_choice("any", lambda v: True) == 2
+    assert routing.split_choice("any", lambda v: False) is None
+    routing.set(RoutingPolicy(shadow=ShadowPolicy("2", 1.0)))
+    assert routing.shadow(2, lambda v: True) is None  # never mirrored to itself
+    decision = routing.shadow(1, lambda v: True)
+    assert decision is not None and decision.version == 2
+    assert routing.shadows_in_flight == 1
+    routing.shadowed(decision, {"y": np.zeros(1)}, InvalidInput("bad"))
+    assert routing.shadows_in_flight == 0
+    assert routing.view().shadow_stats == ShadowCounts(1, 0, 0, 1, 0, 0.0)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import grpc
+import orjson
+from google.protobuf import json_format
 
 from inferd.dataplane import DataPlane
 from inferd.errors import ErrorCode
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols.grpc_common import STATUS_OF
-from inferd.protocols.v2_grpc import V2Grpc
+from inferd.protocols.v2_grpc import V2Grpc, _statistics
 from inferd.registry import Registry
+from inferd.stats import ModelStats
 
 
 def test_every_error_code_has_a_status() -> None:
@@ -26,3 +29,16 @@ def test_every_rpc_has_a_handler() -> None:
     assert handlers["ModelStreamInfer"].request_streaming
     assert handlers["ModelStreamInfer"].response_streaming
     assert not handlers["ModelInfer"].request_streaming
+
+
+def test_statistics_message_matches_the_http_json() -> None:
+    """gRPC builds ModelStatistics from the same view HTTP writes as JSON: one document."""
+    stats = ModelStats()
+    stats.success.add(1_000)
+    stats.record_execution(4, 2, 10, 20, 30)
+    view = stats.snapshot("m", "3")
+    message = _statistics(view)
+    from_json = json_format.ParseDict(orjson.loads(orjson.dumps(view)), pb.ModelStatistics())
+    assert message == from_json
+    assert message.batch_stats[0].compute_infer.ns == 20
+    assert message.inference_stats.compute_output.count == 2

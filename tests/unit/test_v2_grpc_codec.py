@@ -196,7 +196,7 @@ def _raw(datatype: str, shape: list[int], raw: bytes, inputs: int = 1) -> bytes:
         (_raw("", [1], b"\x00" * 4), "input 'x0': 'datatype' is missing"),
         (_raw("FP32", [-1], b""), "input 'x0': shape must be a list of non-negative"),
         (_raw("BYTES", [1], b"\x05\x00\x00\x00ab"), "input 'x0': BYTES element overruns"),
-        (_mixed(), "input 'x' has typed 'contents' but the request also carries raw"),
+        (_mixed(), "contents field must not be specified when using raw_input_contents for 'x'"),
         (_typed("x", "FP32", [2], fp32_contents=[1.0]), "shape [2] needs 2 values, got 1"),
         (_typed("x", "FP32", [1], int_contents=[1]), "contents.int_contents does not carry FP32"),
         (_typed("x", "FP16", [1]), "input 'x': FP16 has no typed contents field"),

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from inferd.errors import InternalError
+from inferd.errors import InternalError, InvalidInput
 from inferd.scheduling.work import (
     CANCELLED,
     BatchExecutor,
@@ -100,3 +100,41 @@ def test_cancelled_work_is_skipped_and_answered_cancelled() -> None:
     ]
     first.cancelled = last.cancelled = True
     assert run_live(executor, [first, gone, last]) is None
+
+
+class RefusesNegatives:
+    """A runtime that refuses bad input for the whole batch it is given."""
+
+    inline = True
+
+    def execute(self, inputs: Tensors, output_names: Sequence[str]) -> Tensors:
+        if (inputs["x"] < 0).any():
+            raise InvalidInput("x must not be negative")
+        return {"y": inputs["x"] * 2}
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_batch_refused_as_bad_input_fails_only_the_culprit() -> None:
+    executed = BatchExecutor("m", RefusesNegatives()).execute(
+        [_work(1.0, id="a"), _work(-1.0, id="b"), _work(3.0, id="c")]
+    )
+    first, second, third = executed.results
+    assert isinstance(second, InvalidInput) and second.message == "x must not be negative"
+    assert isinstance(first, dict) and first["y"].ravel().tolist() == [2.0]
+    assert isinstance(third, dict) and third["y"].ravel().tolist() == [6.0]
+
+
+class Signatures(Double):
+    def execute_signature(
+        self, signature: str, inputs: Tensors, output_names: Sequence[str]
+    ) -> Tensors:
+        return {"y": inputs["x"] + float(len(signature))}
+
+
+def test_a_work_runs_its_signature() -> None:
+    work = _work(1.0)
+    work.signature = "abc"
+    (result,) = BatchExecutor("m", Signatures()).execute([work]).results
+    assert isinstance(result, dict) and result["y"].ravel().tolist() == [4.0]

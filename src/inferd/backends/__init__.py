@@ -9,10 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from inferd.backends.base import Backend
-from inferd.config.model_config_pb2 import ModelConfig
 from inferd.errors import ConfigError
+
+if TYPE_CHECKING:  # a Python model's worker imports this package without protobuf
+    from inferd.backends.base import Backend
+    from inferd.config.model_config_pb2 import ModelConfig
 
 
 def _onnxruntime() -> Backend:
@@ -57,6 +60,12 @@ def _lightgbm() -> Backend:
     return LightGBMBackend()
 
 
+def _python() -> Backend:
+    from inferd.backends.python.backend import PythonBackend
+
+    return PythonBackend()
+
+
 def _echo() -> Backend:
     from inferd.backends.echo import EchoBackend
 
@@ -66,6 +75,7 @@ def _echo() -> Backend:
 # Each framework is imported by its own backend, when a model first needs it.
 BUILTIN: dict[str, Callable[[], Backend]] = {
     "echo": _echo,
+    "python": _python,
     "onnxruntime": _onnxruntime,
     "tensorflow": _tensorflow,
     "pytorch": _pytorch,

@@ -52,6 +52,15 @@ class Runtime(Protocol):
     def close(self) -> None: ...
 
 
+class SignatureRuntime(Runtime, Protocol):
+    """A Runtime whose model file has several signatures (a TF SavedModel's SignatureDefs):
+    ``execute`` runs the model's own (the config's) inputs and outputs, this runs another."""
+
+    def execute_signature(
+        self, signature: str, inputs: Tensors, output_names: Sequence[str]
+    ) -> Tensors: ...
+
+
 class Backend(Protocol):
     """A framework adapter, found by name in ``inferd.backends.BACKENDS``.
 
@@ -76,7 +85,9 @@ class Backend(Protocol):
     def load(self, version_dir: Path, config: ModelConfig, placement: InstancePlacement) -> Runtime:
         """A batch Runtime. A backend whose models answer request by request (Python models)
         also has ``load_executor(version_dir, config, placement)``, returning a request-level
-        ``scheduling.work.Executor`` (or None to fall back to ``load``)."""
+        ``scheduling.work.Executor`` (or None to fall back to ``load``). A backend whose
+        model files hold several signatures also has ``signatures(version_dir, config) ->
+        dict[str, config.spec.SignatureSpec]``, and its runtimes are ``SignatureRuntime``s."""
         ...
 
     def gpu_available(self) -> bool: ...

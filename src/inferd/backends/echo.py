@@ -13,12 +13,24 @@ model file, a framework or sleeps. Config parameters:
   came (id, parameters, sequence controls) instead of one concatenated batch;
 - ``depends_on``: ``"a,b"`` declares models this one needs loaded first, as an ensemble would.
 
+With ``process_instances`` the model runs in worker processes, where a test can reach neither
+``GATES`` nor ``LOG``; these parameters work across processes instead:
+
+- ``gate_file``: executions wait until this file exists;
+- ``log_file``: each execution appends a JSON line (instance, pid, request ids, rows);
+- ``die_every`` / ``die_by``: every Nth execution of a worker ends its process abruptly, by
+  ``exit`` (``os._exit``), ``segfault``, ``kill`` (SIGKILL, as the OOM killer does) or ``abort``
+  (refused outside a worker process).
+
 Every execution is appended to ``LOG[model name]``: the instance, the request ids and rows.
 Configs list the inputs; outputs default to the inputs renamed ``INPUT`` -> ``OUTPUT``.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import threading
 import time
 from collections.abc import Sequence
@@ -32,8 +44,21 @@ from inferd.errors import ConfigError, InternalError
 from inferd.scheduling.work import Executed, InstanceFailed, Work, check_rows
 from inferd.types import Tensors
 
-_KNOWN = {"delay_ms", "gate", "error_every", "crash_every", "request_level", "depends_on"}
+_KNOWN = {
+    "delay_ms",
+    "gate",
+    "error_every",
+    "crash_every",
+    "request_level",
+    "depends_on",
+    "gate_file",
+    "log_file",
+    "die_every",
+    "die_by",
+}
 GATE_TIMEOUT_S = 30.0
+GATE_POLL_S = 0.001
+_DEATHS = {"exit", "segfault", "kill", "abort"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,24 +106,42 @@ class _Behaviour:
     gate: str
     error_every: int
     crash_every: int
+    gate_file: str = ""
+    log_file: str = ""
+    die_every: int = 0
+    die_by: str = "exit"
 
     @classmethod
     def of(cls, config: ModelConfig, instance: int) -> _Behaviour:
         params = {k: v.string_value for k, v in config.parameters.items()}
         check_parameters(params, _KNOWN, "echo")
-        return cls(
+        behaviour = cls(
             config.name,
             instance,
             int_parameter(params, "delay_ms", 0) / 1000,
             params.get("gate", ""),
             int_parameter(params, "error_every", 0),
             int_parameter(params, "crash_every", 0),
+            params.get("gate_file", ""),
+            params.get("log_file", ""),
+            int_parameter(params, "die_every", 0),
+            params.get("die_by", "exit"),
         )
+        if behaviour.die_by not in _DEATHS:
+            raise ConfigError(f"echo die_by must be one of {', '.join(sorted(_DEATHS))}")
+        if behaviour.die_every:
+            from inferd.scheduling import worker
+
+            if worker.current() is None:
+                raise ConfigError("echo die_every needs process_instances: it ends the process")
+        return behaviour
 
     def run(self, batch: Sequence[Work], rows: int) -> None:
         """Wait, log, and fail as configured (raises)."""
         if self.gate and not gate(self.gate).wait(GATE_TIMEOUT_S):
             raise InternalError(f"echo gate '{self.gate}' stayed closed")
+        if self.gate_file:
+            self._wait_for_file()
         if self.delay_s:
             time.sleep(self.delay_s)
         number = _COUNTS.setdefault(self.model, _Counter()).next()
@@ -110,10 +153,39 @@ class _Behaviour:
                 tuple(dict(w.parameters) for w in batch),
             )
         )
+        if self.log_file:
+            line = {
+                "instance": self.instance,
+                "pid": os.getpid(),
+                "request_ids": [w.request_id for w in batch],
+                "rows": rows,
+            }
+            with open(self.log_file, "a") as log:
+                log.write(json.dumps(line) + "\n")
+        if self.die_every and number % self.die_every == 0:
+            _die(self.die_by)
         if self.crash_every and number % self.crash_every == 0:
             raise InstanceFailed(f"echo instance {self.instance} crashed (execution {number})")
         if self.error_every and number % self.error_every == 0:
             raise InternalError(f"echo failed on purpose (execution {number})")
+
+    def _wait_for_file(self) -> None:
+        deadline = time.monotonic() + GATE_TIMEOUT_S
+        while not os.path.exists(self.gate_file):
+            if time.monotonic() > deadline:
+                raise InternalError(f"echo gate file '{self.gate_file}' never appeared")
+            time.sleep(GATE_POLL_S)
+
+
+def _die(how: str) -> None:
+    """End this (worker) process the way a broken model would."""
+    if how == "segfault":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif how == "abort":
+        os.abort()
+    os._exit(7)
 
 
 def _pairs(config: ModelConfig) -> list[tuple[str, str]]:

@@ -141,6 +141,40 @@ class OnnxRuntimeBackend:
         return OnnxRuntimeSession(session)
 
 
+def _as_text(name: str, array: np.ndarray) -> np.ndarray:
+    """BYTES elements as the ``str`` objects ORT's Python API takes (it stores their UTF-8
+    bytes, so every byte string that is UTF-8 reaches the model intact, NULs included; never
+    through fixed-width numpy strings, which drop trailing NULs). Bytes that are not UTF-8
+    cannot cross ORT's Python API: a clear 400 names the element."""
+    flat = array.reshape(-1).tolist()
+    try:
+        text = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in flat]
+    except UnicodeDecodeError:
+        index = next(i for i, v in enumerate(flat) if isinstance(v, bytes) and not _is_utf8(v))
+        raise InvalidInput(
+            f"input '{name}': element {index} is not UTF-8 text; ONNX Runtime carries "
+            "strings as text, so it cannot take arbitrary bytes"
+        ) from None
+    out = np.empty(len(text), dtype=object)
+    out[:] = text
+    return out.reshape(array.shape)
+
+
+def _is_utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _as_bytes(array: np.ndarray) -> np.ndarray:
+    flat = array.reshape(-1).tolist()
+    out = np.empty(len(flat), dtype=object)
+    out[:] = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in flat]
+    return out.reshape(array.shape)
+
+
 class OnnxRuntimeSession:
     """One InferenceSession; ORT releases the GIL while it runs."""
 
@@ -156,14 +190,14 @@ class OnnxRuntimeSession:
         if self._string_inputs:
             feeds = dict(inputs)
             for name in self._string_inputs & feeds.keys():
-                feeds[name] = np.char.decode(feeds[name].astype(np.bytes_), "utf-8")
+                feeds[name] = _as_text(name, feeds[name])
         try:
             results = self._session.run(list(output_names), feeds)
         except Exception as exc:
             raise InternalError(f"onnxruntime execution failed: {exc}") from None
         outputs = dict(zip(output_names, results, strict=True))
         for name in self._string_outputs & outputs.keys():
-            outputs[name] = np.char.encode(outputs[name].astype(np.str_), "utf-8").astype(object)
+            outputs[name] = _as_bytes(outputs[name])
         return outputs
 
     def close(self) -> None:

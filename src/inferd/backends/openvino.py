@@ -28,7 +28,7 @@ from inferd.backends.completion import (
     string_parameters,
 )
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import ConfigError, InternalError, ModelLoadError
+from inferd.errors import ConfigError, InternalError, InvalidInput, ModelLoadError
 from inferd.types import Tensors
 
 PLATFORM = "openvino"
@@ -127,6 +127,21 @@ class OpenVinoBackend:
         return OpenVinoRuntime(compiled)
 
 
+def _fixed_width(name: str, array: np.ndarray) -> np.ndarray:
+    """BYTES as the fixed-width numpy strings OpenVINO's Python API takes. Those cannot end
+    in a NUL byte (numpy drops trailing NULs), so such an element is a clear 400, never a
+    silently shortened string."""
+    flat = array.reshape(-1).tolist()
+    for index, value in enumerate(flat):
+        if isinstance(value, bytes) and value.endswith(b"\x00"):
+            raise InvalidInput(
+                f"input '{name}': element {index} ends with a NUL byte, which OpenVINO's "
+                "Python API cannot carry"
+            )
+    items = [v if isinstance(v, bytes) else str(v).encode("utf-8") for v in flat]
+    return np.array(items, dtype=np.bytes_).reshape(array.shape)
+
+
 class OpenVinoRuntime:
     """One compiled model and one infer request (an instance runs one batch at a time)."""
 
@@ -147,7 +162,7 @@ class OpenVinoRuntime:
         if self._string_inputs:
             feeds = dict(inputs)
             for name in self._string_inputs & feeds.keys():
-                feeds[name] = feeds[name].astype(np.bytes_)
+                feeds[name] = _fixed_width(name, feeds[name])
         try:
             results = self._request.infer(feeds, share_inputs=True)
             outputs = {name: np.asarray(results[self._ports[name]]) for name in output_names}
@@ -156,10 +171,13 @@ class OpenVinoRuntime:
         except Exception as exc:
             raise InternalError(f"OpenVINO inference failed: {exc}") from None
         for name, array in outputs.items():
-            if array.dtype.kind == "S":
-                outputs[name] = array.astype(object)
-            elif array.dtype.kind == "U":
-                outputs[name] = np.char.encode(array, "utf-8").astype(object)
+            if array.dtype.kind in "SU":
+                # The tensor's raw bytes: the results' text view replaces bytes that are not
+                # UTF-8 (what numpy cannot keep, trailing NULs, no model input can carry).
+                raw = self._request.get_tensor(self._ports[name]).bytes_data
+                out = np.empty(array.size, dtype=object)
+                out[:] = raw.tolist()
+                outputs[name] = out.reshape(array.shape)
         return outputs
 
     def close(self) -> None:

@@ -151,8 +151,11 @@ def _as(array: np.ndarray, dtype: np.dtype[np.generic]) -> np.ndarray:
     if dtype == np.object_:
         if array.dtype == np.object_ and (array.size == 0 or isinstance(array.flat[0], bytes)):
             return array
-        encoded: np.ndarray = np.char.encode(array.astype(np.str_), "utf-8").astype(object)
-        return encoded
+        # Element by element: fixed-width numpy strings would drop trailing NULs.
+        flat = array.reshape(-1).tolist()
+        encoded: np.ndarray = np.empty(len(flat), dtype=object)
+        encoded[:] = [v if isinstance(v, bytes) else str(v).encode("utf-8") for v in flat]
+        return encoded.reshape(array.shape)
     return array.astype(dtype, copy=False)
 
 

@@ -1,12 +1,15 @@
 """TensorFlow backend: SavedModels, in Triton's layout (``<version>/model.savedmodel/``) or TF
 Serving's (``<version>/saved_model.pb`` + ``variables/``).
 
-One signature is served: config parameter ``signature_name`` (default ``serving_default``).
-Its input and output keys are the tensor names, and the config is completed from the
-signature's dtypes and shapes. Threads: TensorFlow's pools are process-wide and set once, at
-the first load, to the machine's cores (parameters ``intra_op_thread_count``,
-``inter_op_thread_count`` override them); TensorFlow releases the GIL inside its ops, so
-instances run on worker threads.
+The model's own inputs and outputs are one signature's: config parameter ``signature_name``
+(default ``serving_default``); its keys are the tensor names, and the config is completed from
+its dtypes and shapes. Every other signature is listed too (``signatures``) and runs on
+request (TF Serving's ``signature_name``). A SavedModel that ``tf.saved_model.load`` cannot
+load (TF1 graphs: ``ParseExample`` signatures, assets, legacy init ops, as TF Serving's own
+test models) loads with the TF1 loader into a session, which feeds tensors as TF Serving does.
+Threads: TensorFlow's pools are process-wide and set once, at the first load, to the machine's
+cores (parameters ``intra_op_thread_count``, ``inter_op_thread_count`` override them);
+TensorFlow releases the GIL inside its ops, so instances run on worker threads.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from inferd.backends.completion import (
 )
 from inferd.backends.tf_graph import unsafe_ops
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import ConfigError, InternalError, ModelLoadError
+from inferd.config.spec import CLASSIFY_METHOD, REGRESS_METHOD, SignatureSpec, signature_spec
+from inferd.errors import ConfigError, InferdError, InternalError, InvalidInput, ModelLoadError
 from inferd.trust import Capability, allowed, require
 from inferd.types import Tensors
 
@@ -73,6 +77,8 @@ def signature_name(config: ModelConfig) -> str:
 
 
 def _parse(path: Path) -> Any:
+    """The ``SavedModel`` message of ``saved_model.pb`` (every MetaGraph), read without loading
+    the model."""
     _tensorflow()
     from tensorflow.core.protobuf import saved_model_pb2
 
@@ -101,31 +107,62 @@ def check_ops(path: Path) -> None:
         )
 
 
-def read_signature(path: Path, name: str) -> tuple[list[TensorIO], list[TensorIO]]:
-    """The inputs and outputs of one signature, read from saved_model.pb without loading it."""
+def read_meta_graph(path: Path) -> Any:
+    """The serving MetaGraphDef of ``saved_model.pb``, read without loading the model."""
     saved = _parse(path)
-    pb = path / SAVED_MODEL_FILE
     graphs = [g for g in saved.meta_graphs if _SERVE_TAG in g.meta_info_def.tags]
     graphs = graphs or list(saved.meta_graphs)
     if not graphs:
-        raise ModelLoadError(f"{pb.name} holds no MetaGraph")
-    signatures = graphs[0].signature_def
+        raise ModelLoadError(f"{SAVED_MODEL_FILE} holds no MetaGraph")
+    return graphs[0]
+
+
+def read_signature(path: Path, name: str) -> tuple[list[TensorIO], list[TensorIO]]:
+    """The inputs and outputs of one signature, read from saved_model.pb without loading it."""
+    graph = read_meta_graph(path)
+    signatures = graph.signature_def
     if name not in signatures:
-        available = ", ".join(sorted(k for k in signatures if not k.startswith("__"))) or "none"
         raise ConfigError(
-            f"the SavedModel has no signature '{name}' (it has: {available}); set the config "
-            'parameter signature_name, e.g. parameters { key: "signature_name" '
+            f"the SavedModel has no signature '{name}' (it has: {_names(signatures)}); set the "
+            'config parameter signature_name, e.g. parameters { key: "signature_name" '
             'value: { string_value: "..." } }'
         )
-    signature = signatures[name]
+    return _signature_io(signatures[name], _GraphShapes(graph))
+
+
+def _names(signatures: Any) -> str:
+    return ", ".join(sorted(k for k in signatures if not k.startswith("__"))) or "none"
+
+
+def _signature_io(signature: Any, shapes: _GraphShapes) -> tuple[list[TensorIO], list[TensorIO]]:
     # Signature maps have no order: sort by name so that metadata is the same on every load.
     return (
-        [_tensor_io(key, signature.inputs[key]) for key in sorted(signature.inputs)],
-        [_tensor_io(key, signature.outputs[key]) for key in sorted(signature.outputs)],
+        [_tensor_io(key, signature.inputs[key], shapes) for key in sorted(signature.inputs)],
+        [_tensor_io(key, signature.outputs[key], shapes) for key in sorted(signature.outputs)],
     )
 
 
-def _tensor_io(key: str, info: Any) -> TensorIO:
+class _GraphShapes:
+    """Tensor shapes a TF1 graph records on its nodes (``_output_shapes``): TF1 exporters wrote
+    signatures without shapes, so the graph is where they are."""
+
+    def __init__(self, graph: Any) -> None:
+        self._graph = graph
+        self._nodes: dict[str, Any] | None = None
+
+    def of(self, tensor_name: str) -> Any:
+        if self._nodes is None:
+            self._nodes = {node.name: node for node in self._graph.graph_def.node}
+        node_name, _, index = tensor_name.partition(":")
+        node = self._nodes.get(node_name)
+        if node is None or "_output_shapes" not in node.attr:
+            return None
+        shapes = node.attr["_output_shapes"].list.shape
+        position = int(index or 0)
+        return shapes[position] if position < len(shapes) else None
+
+
+def _tensor_io(key: str, info: Any, shapes: _GraphShapes) -> TensorIO:
     from tensorflow.core.framework import types_pb2
 
     dtype_name = types_pb2.DataType.Name(info.dtype)
@@ -134,12 +171,48 @@ def _tensor_io(key: str, info: Any) -> TensorIO:
         raise ConfigError(
             f"signature tensor '{key}' has dtype {dtype_name}, which inferd cannot serve"
         )
-    if info.tensor_shape.unknown_rank:
+    shape = info.tensor_shape if info.HasField("tensor_shape") else shapes.of(info.name)
+    if shape is None or shape.unknown_rank:
         raise ConfigError(
             f"signature tensor '{key}' has an unknown rank; list its dims in config.pbtxt"
         )
-    shape = tuple(int(d.size) if d.size >= 0 else -1 for d in info.tensor_shape.dim)
-    return TensorIO(key, datatype, shape)
+    return TensorIO(key, datatype, tuple(int(d.size) if d.size >= 0 else -1 for d in shape.dim))
+
+
+def read_signatures(path: Path, config: ModelConfig) -> dict[str, SignatureSpec]:
+    """Every signature of the SavedModel that inferd can serve (one whose tensors have no
+    known rank is left out, with a log line; a ParseExample signature's input of unknown rank
+    takes a batch of serialized examples)."""
+    graph = read_meta_graph(path)
+    shapes = _GraphShapes(graph)
+    found: dict[str, SignatureSpec] = {}
+    for name, signature in sorted(graph.signature_def.items()):
+        if name.startswith("__"):
+            continue
+        parses = signature.method_name in (CLASSIFY_METHOD, REGRESS_METHOD)
+        try:
+            inputs = [_example_io(k, signature.inputs[k], shapes, parses) for k in signature.inputs]
+            outputs = [_tensor_io(k, signature.outputs[k], shapes) for k in signature.outputs]
+        except ConfigError as exc:
+            log.info("model '%s': signature '%s' is not served: %s", config.name, name, exc)
+            continue
+        found[name] = signature_spec(
+            config,
+            name,
+            signature.method_name,
+            [(t.name, t.datatype, t.shape) for t in sorted(inputs, key=lambda t: t.name)],
+            [(t.name, t.datatype, t.shape) for t in sorted(outputs, key=lambda t: t.name)],
+        )
+    return found
+
+
+def _example_io(key: str, info: Any, shapes: _GraphShapes, parses: bool) -> TensorIO:
+    try:
+        return _tensor_io(key, info, shapes)
+    except ConfigError:
+        if not parses:
+            raise
+        return TensorIO(key, datatypes.BYTES, (-1,))  # serialized tf.Examples, one per row
 
 
 def _set_threads(tf: Any, intra: int, inter: int) -> None:
@@ -178,9 +251,12 @@ class TensorFlowBackend:
             config, inputs, outputs, default_max_batch_size, platform=PLATFORM, backend=self.name
         )
 
+    def signatures(self, version_dir: Path, config: ModelConfig) -> dict[str, SignatureSpec]:
+        return read_signatures(saved_model_dir(version_dir, config), config)
+
     def load(
         self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
-    ) -> TensorFlowRuntime:
+    ) -> TensorFlowRuntime | SessionRuntime:
         tf = _tensorflow()
         params = string_parameters(config)
         check_parameters(params, _KNOWN_PARAMETERS, "tensorflow")
@@ -197,49 +273,146 @@ class TensorFlowBackend:
             with tf.device(device):
                 loaded = tf.saved_model.load(str(path), tags=[_SERVE_TAG])
         except Exception as exc:
-            raise ModelLoadError(
-                f"TensorFlow cannot load the SavedModel {path.name}: {exc}"
-            ) from None
+            why = _first_line(exc)
+            log.info("model '%s': tf.saved_model.load failed (%s); as TF1 now", config.name, why)
+            return _load_session(tf, path, name, device, why)
         if name not in loaded.signatures:
             raise ConfigError(
                 f"the SavedModel has no signature '{name}' "
                 f"(it has: {', '.join(loaded.signatures) or 'none'})"
             )
-        return TensorFlowRuntime(tf, loaded, loaded.signatures[name], device)
+        return TensorFlowRuntime(tf, loaded, name, device)
+
+
+def _outputs(results: Any, output_names: Sequence[str]) -> Tensors:
+    outputs: Tensors = {}
+    for name in output_names:
+        if name not in results:
+            raise InternalError(f"the signature returned no output '{name}'")
+        array = results[name]
+        array = array.numpy() if hasattr(array, "numpy") else np.asarray(array)
+        outputs[name] = array if array.dtype != object else np.asarray(array, dtype=object)
+    return outputs
+
+
+def _failure(tf: Any, exc: Exception) -> InferdError:
+    """A TensorFlow error as the request's: bad input (say, a tf.Example that does not parse)
+    is the client's, anything else the model's."""
+    if isinstance(exc, InferdError):
+        return exc
+    if isinstance(exc, tf.errors.InvalidArgumentError):
+        return InvalidInput(f"TensorFlow: {_first_line(exc)}")
+    return InternalError(f"TensorFlow execution failed: {_first_line(exc)}")
 
 
 class TensorFlowRuntime:
-    """One loaded SavedModel; the signature's concrete function runs whole batches."""
+    """One SavedModel loaded by ``tf.saved_model.load``; signature functions run whole batches."""
 
     inline = True
 
-    def __init__(self, tf: Any, loaded: Any, function: Any, device: str) -> None:
+    def __init__(self, tf: Any, loaded: Any, signature: str, device: str) -> None:
         self._tf = tf
-        self._loaded = loaded  # keeps the variables the function captures alive
-        self._function = function
+        self._loaded = loaded  # keeps the variables the functions capture alive
+        self._signature = signature
         self._device = device
+        self._functions = dict(loaded.signatures)  # the signature map's lookup is not free
 
     def execute(self, inputs: Tensors, output_names: Sequence[str]) -> Tensors:
+        return self.execute_signature(self._signature, inputs, output_names)
+
+    def execute_signature(
+        self, signature: str, inputs: Tensors, output_names: Sequence[str]
+    ) -> Tensors:
         tf = self._tf
         try:
+            function = self._functions[signature]
             with tf.device(self._device):
                 feeds = {name: tf.constant(array) for name, array in inputs.items()}
-                results = self._function(**feeds)
+                results = function(**feeds)
         except Exception as exc:
-            raise InternalError(f"TensorFlow execution failed: {_first_line(exc)}") from None
-        outputs: Tensors = {}
-        for name in output_names:
-            if name not in results:
-                raise InternalError(f"the signature returned no output '{name}'")
-            array = results[name].numpy()
-            outputs[name] = array if array.dtype != object else np.asarray(array, dtype=object)
-        return outputs
+            raise _failure(tf, exc) from None
+        return _outputs(results, output_names)
 
     def close(self) -> None:
-        self._function = None
+        self._functions.clear()
         self._loaded = None
 
 
+def _load_session(tf: Any, path: Path, name: str, device: str, why: str) -> SessionRuntime:
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    session = v1.Session(graph=graph)
+    try:
+        with graph.as_default(), graph.device(device):
+            meta = v1.saved_model.loader.load(session, [_SERVE_TAG], str(path))
+    except Exception as exc:
+        session.close()
+        raise ModelLoadError(
+            f"TensorFlow cannot load the SavedModel {path.name}: {why}; "
+            f"nor as a TF1 SavedModel: {_first_line(exc)}"
+        ) from None
+    if name not in meta.signature_def:
+        session.close()
+        raise ConfigError(
+            f"the SavedModel has no signature '{name}' (it has: {_names(meta.signature_def)})"
+        )
+    return SessionRuntime(tf, session, meta.signature_def, name)
+
+
+class SessionRuntime:
+    """A TF1 SavedModel in a session: each signature runs as a callable on its tensor names,
+    which feeds tensors without Python's shape checks (as TF Serving's C++ session does)."""
+
+    inline = True
+
+    def __init__(self, tf: Any, session: Any, signatures: Any, signature: str) -> None:
+        self._tf = tf
+        self._session = session
+        self._signatures = signatures
+        self._signature = signature
+        self._callables: dict[tuple[str, tuple[str, ...], tuple[str, ...]], Any] = {}
+        self._lock = threading.Lock()
+
+    def execute(self, inputs: Tensors, output_names: Sequence[str]) -> Tensors:
+        return self.execute_signature(self._signature, inputs, output_names)
+
+    def _callable(self, signature: str, feeds: tuple[str, ...], fetches: tuple[str, ...]) -> Any:
+        key = (signature, feeds, fetches)
+        found = self._callables.get(key)
+        if found is None:
+            from tensorflow.core.protobuf import config_pb2
+
+            definition = self._signatures[signature]
+            options = config_pb2.CallableOptions(
+                feed=[definition.inputs[n].name for n in feeds],
+                fetch=[definition.outputs[n].name for n in fetches],
+            )
+            with self._lock:
+                # The public make_callable checks fed shapes in Python; TF Serving does not.
+                found = self._callables[key] = self._session._make_callable_from_options(options)
+        return found
+
+    def execute_signature(
+        self, signature: str, inputs: Tensors, output_names: Sequence[str]
+    ) -> Tensors:
+        feeds, fetches = tuple(inputs), tuple(output_names)
+        try:
+            results = self._callable(signature, feeds, fetches)(*(inputs[n] for n in feeds))
+        except Exception as exc:
+            raise _failure(self._tf, exc) from None
+        return _outputs(dict(zip(fetches, results, strict=True)), output_names)
+
+    def close(self) -> None:
+        self._callables.clear()
+        self._session.close()
+
+
 def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    """The line of a TensorFlow error that says what went wrong (a graph execution error puts
+    it last, after where the node was defined)."""
+    text = str(getattr(exc, "message", "") or exc).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith("[[")] or lines
+    if not lines:
+        return type(exc).__name__
+    return lines[-1] if lines[0].startswith("Graph execution error") else lines[0]

@@ -6,6 +6,7 @@ refused here with a message naming the field; nothing is silently ignored.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from inferd import datatypes
@@ -58,6 +59,56 @@ class ModelSpec:
     input_by_name: dict[str, TensorSpec] = field(repr=False)
     output_by_name: dict[str, TensorSpec] = field(repr=False)
     reshaped_outputs: bool = field(default=False, repr=False)  # some output's dims differ
+
+
+# TF Serving's signature methods (SignatureDef.method_name) and its default signature key.
+PREDICT_METHOD = "tensorflow/serving/predict"
+CLASSIFY_METHOD = "tensorflow/serving/classify"
+REGRESS_METHOD = "tensorflow/serving/regress"
+DEFAULT_SIGNATURE = "serving_default"
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureSpec:
+    """One signature of a model file (a SavedModel's SignatureDef): a method and its tensors,
+    checked like a model's own (``spec``: batched when every tensor has a variable first
+    dimension and the model batches)."""
+
+    name: str
+    method: str
+    spec: ModelSpec
+
+
+def signature_spec(
+    config: ModelConfig,
+    name: str,
+    method: str,
+    inputs: Sequence[tuple[str, DataType, tuple[int, ...]]],
+    outputs: Sequence[tuple[str, DataType, tuple[int, ...]]],
+) -> SignatureSpec:
+    """A signature's spec from its tensors' full shapes (batch dimension included, -1: any)."""
+    batched = config.max_batch_size > 0 and all(
+        dims and dims[0] == -1 for _, _, dims in (*inputs, *outputs)
+    )
+
+    def tensor(item: tuple[str, DataType, tuple[int, ...]]) -> TensorSpec:
+        key, datatype, dims = item
+        own = dims[1:] if batched else dims
+        return TensorSpec(key, datatype, own, own)
+
+    ins = tuple(tensor(t) for t in inputs)
+    outs = tuple(tensor(t) for t in outputs)
+    spec = ModelSpec(
+        name=config.name,
+        platform=config.platform,
+        backend=config.backend,
+        max_batch_size=config.max_batch_size if batched else 0,
+        inputs=ins,
+        outputs=outs,
+        input_by_name={t.name: t for t in ins},
+        output_by_name={t.name: t for t in outs},
+    )
+    return SignatureSpec(name, method, spec)
 
 
 def datatype_of(enum_value: int, where: str) -> DataType:

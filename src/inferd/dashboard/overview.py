@@ -14,6 +14,7 @@ from typing import Any
 from inferd import __version__
 from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from inferd.model import ModelVersion
+from inferd.protocols.repository_http import routing_json
 from inferd.registry import ModelRecord, Registry
 from inferd.repository.manager import ModelManager
 
@@ -91,7 +92,7 @@ def _model(record: ModelRecord, registry: Registry) -> dict[str, Any]:
         "instance_group": _instances(config),
         "batching": _batching(config),
         "cache": bool(config is not None and config.response_cache.enable),
-        "routing": registry.routing(record.name).as_dict(),
+        "routing": routing_json(registry.routing(record.name).view()),
     }
 
 

@@ -43,7 +43,7 @@ class AdminHttp:
         after = query.get("after", [""])[0]
         if not after:
             return json_response({"kind": kind, "lines": self.logs.tail(kind, count)})
-        if not after.isdigit():
+        if not (after.isascii() and after.isdigit()):
             raise InvalidInput(f"after must be a non-negative integer, got '{after}'")
         lines, newest = self.logs.since(kind, int(after), count)
         return json_response({"kind": kind, "lines": lines, "next": newest})

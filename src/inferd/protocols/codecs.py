@@ -73,15 +73,20 @@ def check_finite(name: str, datatype: DataType, array: np.ndarray) -> None:
 
 
 def _bytes_from_json(name: str, data: Any) -> np.ndarray:
-    if isinstance(data, str):
-        data = [data]
-    try:
-        text = np.asarray(data, dtype=np.str_)
-    except (ValueError, TypeError):
-        raise InvalidInput(f"input '{name}': BYTES data must be a list of strings") from None
-    flat = text.ravel()
-    array = np.empty(flat.size, dtype=object)
-    array[:] = [s.encode("utf-8") for s in flat.tolist()]
+    """BYTES from JSON strings, flat or nested, each UTF-8 encoded as it is (never through
+    fixed-width numpy strings, which drop trailing NULs)."""
+    items: list[bytes] = []
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            items.append(value.encode("utf-8"))
+        elif isinstance(value, list):
+            stack.extend(reversed(value))
+        else:
+            raise InvalidInput(f"input '{name}': BYTES data must be a list of strings")
+    array = np.empty(len(items), dtype=object)
+    array[:] = items
     return array
 
 

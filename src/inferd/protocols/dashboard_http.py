@@ -144,11 +144,19 @@ class Dashboard:
         found = self.assets.get(name)
         if found is None:
             raise NotFound(f"the dashboard has no file '{name}'")
-        headers = [("etag", found.etag), ("cache-control", "no-cache"), *_SECURITY_HEADERS]
+        headers = [
+            ("etag", found.etag),
+            ("cache-control", "no-cache"),
+            ("vary", "accept-encoding"),
+            *_SECURITY_HEADERS,
+        ]
         if name.endswith(".html"):
             headers.append(("content-security-policy", CSP))
         if request.headers.get("if-none-match") == found.etag:
             return HttpResponse(b"", 304, content_type=found.content_type, headers=headers)
+        if "gzip" in request.headers.get("accept-encoding", ""):
+            headers.append(("content-encoding", "gzip"))
+            return HttpResponse(found.gzipped, content_type=found.content_type, headers=headers)
         return HttpResponse(found.body, content_type=found.content_type, headers=headers)
 
     async def models(self, request: HttpRequest) -> HttpResponse:

@@ -104,6 +104,9 @@ class HttpResponse:
     version: str = ""
     request_id: str = ""
     timings: Timings | None = None
+    # "gzip" or "deflate": compress the body so. Handlers choose (Triton compresses inference
+    # responses only, as the client's Accept-Encoding asks); nothing else is compressed.
+    encoding: str = ""
 
 
 def json_response(value: Any, status: int = 200) -> HttpResponse:
@@ -277,7 +280,7 @@ class HttpApp:
             response.headers.extend(cors)
         sent = 0
         if response.status != 499:  # nobody is there to read it
-            sent = _send(protocol, response, headers.get("accept-encoding", ""))
+            sent = _send(protocol, response)
         observer = self.observer
         if observer is None:
             return
@@ -475,27 +478,16 @@ def _decompress(encoding: str, body: bytes, limit: int) -> bytes:
     return out
 
 
-def _response_encoding(accept: str) -> str | None:
-    if not accept:
-        return None
-    offered = {p.split(";")[0].strip().lower() for p in accept.split(",")}
-    if "gzip" in offered:
-        return "gzip"
-    if "deflate" in offered:
-        return "deflate"
-    return None
-
-
-def _send(protocol: Any, response: HttpResponse, accept_encoding: str) -> int:
+def _send(protocol: Any, response: HttpResponse) -> int:
     """Answer; returns the body bytes sent."""
     body = response.body
     headers = [("content-type", response.content_type), *response.headers]
-    encoding = _response_encoding(accept_encoding) if body else None
+    encoding = response.encoding if body else ""
     if encoding == "gzip":
         body = gzip.compress(body, compresslevel=5)
     elif encoding == "deflate":
         body = zlib.compress(body, 5)
-    if encoding is not None:
+    if encoding:
         headers.append(("content-encoding", encoding))
     protocol.response_bytes(response.status, headers, body)
     return len(body)

@@ -16,12 +16,14 @@ import binascii
 import time
 from typing import Any
 
-from inferd.dataplane import DataPlane, IndexEntry
+from inferd.dataplane import DataPlane
 from inferd.errors import InvalidInput, Unavailable
 from inferd.protocols.access import Access
 from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2_http import json_object, parse_json
 from inferd.redact import redact
+from inferd.routing import RoutingPolicy, RoutingView, policy_document
+from inferd.views import IndexEntry
 
 _REPO_MODEL = r"/v2/repository/models/(?P<model>[^/]+)"
 FILE_PREFIX = "file:"
@@ -167,17 +169,25 @@ class RepositoryHttp:
         if "labels" not in doc:
             raise InvalidInput('the body must be {"labels": {"LABEL": VERSION or null, ...}}')
         labels = json_object(doc["labels"], "labels")
-        return json_response(await self.plane.set_labels(request.params["model"], labels))
+        view = await self.plane.set_labels(request.params["model"], labels)
+        return json_response(routing_json(view))
 
     async def set_routing(self, request: HttpRequest) -> HttpResponse:
-        doc = _body(request)
-        return json_response(await self.plane.set_routing(request.params["model"], doc))
+        view = await self.plane.set_routing(request.params["model"], _body(request))
+        return json_response(routing_json(view))
 
     async def routing(self, request: HttpRequest) -> HttpResponse:
-        return json_response(self.plane.routing(request.params["model"]))
+        return json_response(routing_json(self.plane.routing(request.params["model"])))
+
+
+def routing_json(view: RoutingView) -> dict[str, Any]:
+    """A model's routing as the repository API writes it, with its shadow counts."""
+    policy = RoutingPolicy(view.labels, view.traffic_split, view.shadow)
+    return {"name": view.name, **policy_document(policy), "shadow_stats": view.shadow_stats}
 
 
 def _entries(entries: list[IndexEntry]) -> list[dict[str, str]]:
+    """Index rows; a reason never shows a server path (``inferd.redact``)."""
     return [
         {"name": e.name, "version": e.version, "state": e.state, "reason": redact(e.reason)}
         for e in entries

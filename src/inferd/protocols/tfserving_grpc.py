@@ -2,32 +2,32 @@
 GetModelMetadata, Classify, Regress) and ``ModelService.GetModelStatus``, on the same grpc.aio
 server as the KServe service.
 
-A thin adapter over the DataPlane, as tfserving_http.py is: TensorProtos become the same
-InferRequest (numpy arrays), every check lives in the core, and answers are shaped as the model
-itself gives them, as TF Serving clients expect. Messages come from inferd's own protos
-(``protocols/tfserving/``, same packages and field numbers as TF Serving's), so the official
-``tensorflow-serving-api`` stubs work unchanged and can share the process.
+Only the messages live here: TensorProtos and tf.Examples are decoded into arrays and
+``tfexample.Features`` for the core (``DataPlane.tfserving``, which routes each request once
+and owns TF Serving's semantics), and answers are encoded as TF Serving encodes them: typed
+value fields (``float_val``, ``int64_val``, ``string_val``...) by default, as its
+``kAsProtoField``; ``tensor_content`` when the server runs with ``--tfserving-tensor-content``
+(TF Serving's ``--enable_serialization_as_tensor_content``). Messages come from inferd's own
+protos (``protocols/tfserving/``, same packages and field numbers as TF Serving's), so the
+official ``tensorflow-serving-api`` stubs work unchanged and can share the process.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 import grpc
 import numpy as np
 
-from inferd import datatypes, validate
-from inferd.config.spec import ModelSpec, TensorSpec
+from inferd import datatypes
 from inferd.dataplane import DataPlane
 from inferd.datatypes import DataType
-from inferd.errors import InvalidInput, NotFound, Unavailable
-from inferd.model import ModelState, ModelVersion
+from inferd.errors import InvalidInput
 from inferd.observability.requests import RequestObserver
 from inferd.protocols.grpc_common import Handler, guarded, safe_deserializer
-from inferd.types import InferRequest, RequestedOutput, Tensors
+from inferd.tfexample import Features
+from inferd.tfserving import ModelSignatures, Target, TensorInfo
 
 # The package registers TF Serving's messages in inferd's private pool (before the pb2 modules).
 from inferd.protocols.tfserving import error_codes_pb2  # isort: skip
@@ -39,17 +39,34 @@ log = logging.getLogger("inferd.grpc")
 PREDICTION_SERVICE = "tensorflow.serving.PredictionService"
 MODEL_SERVICE = "tensorflow.serving.ModelService"
 SERVICES = (PREDICTION_SERVICE, MODEL_SERVICE)
-DEFAULT_SIGNATURE = "serving_default"
-_PREDICT_METHOD = "tensorflow/serving/predict"
 _SIGNATURE_DEF = "signature_def"
-_FLOAT_TYPES = ("FP16", "FP32", "FP64", "BF16")
 
 _STATE = {
-    ModelState.READY: pb.ModelVersionStatus.AVAILABLE,
-    ModelState.LOADING: pb.ModelVersionStatus.LOADING,
-    ModelState.UNLOADING: pb.ModelVersionStatus.UNLOADING,
-    ModelState.UNAVAILABLE: pb.ModelVersionStatus.END,
+    "READY": pb.ModelVersionStatus.AVAILABLE,
+    "LOADING": pb.ModelVersionStatus.LOADING,
+    "UNLOADING": pb.ModelVersionStatus.UNLOADING,
+    "UNAVAILABLE": pb.ModelVersionStatus.END,
 }
+# TensorProto's typed value field per datatype (INT8..UINT16 widen into int_val).
+_VALUE_FIELD = {
+    "FP16": "half_val",
+    "BF16": "half_val",
+    "FP32": "float_val",
+    "FP64": "double_val",
+    "INT8": "int_val",
+    "INT16": "int_val",
+    "INT32": "int_val",
+    "UINT8": "int_val",
+    "UINT16": "int_val",
+    "INT64": "int64_val",
+    "BOOL": "bool_val",
+    "UINT32": "uint32_val",
+    "UINT64": "uint64_val",
+    "BYTES": "string_val",
+}
+# Packed fixed-width fields whose wire bytes are the little-endian array itself.
+_PACKED_TAG = {"float_val": b"\x2a", "double_val": b"\x32"}  # fields 5 and 6, length-delimited
+_PACKED_DTYPE = {"float_val": "<f4", "double_val": "<f8"}
 
 
 # --------------------------------------------------------------------------- tensors
@@ -94,22 +111,15 @@ def to_array(tensor: Any, name: str) -> np.ndarray:
 
 
 def _typed_values(tensor: Any, datatype: DataType) -> np.ndarray:
-    name = datatype.name
-    if name in ("FP16", "BF16"):  # bit patterns in half_val
+    field = _VALUE_FIELD[datatype.name]
+    if field == "half_val":  # bit patterns
         return np.asarray(tensor.half_val, dtype=np.uint16).view(datatype.numpy)
-    field = {
-        "FP32": "float_val",
-        "FP64": "double_val",
-        "INT64": "int64_val",
-        "BOOL": "bool_val",
-        "UINT32": "uint32_val",
-        "UINT64": "uint64_val",
-    }.get(name, "int_val")  # INT32, INT16, INT8, UINT8, UINT16
     return np.asarray(getattr(tensor, field), dtype=datatype.numpy)
 
 
-def to_tensor(array: np.ndarray, tensor: Any) -> None:
-    """Fill a TensorProto from an array: raw bytes in tensor_content, strings in string_val."""
+def to_tensor(array: np.ndarray, tensor: Any, as_content: bool = False) -> None:
+    """Fill a TensorProto: typed value fields (TF Serving's default), or raw bytes in
+    tensor_content (strings always go in string_val)."""
     datatype = datatypes.of_array(array)
     tensor.dtype = tf_pb.DataType.Value(datatype.tf_name)
     for size in array.shape:
@@ -118,73 +128,62 @@ def to_tensor(array: np.ndarray, tensor: Any) -> None:
         tensor.string_val.extend(
             v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1).tolist()
         )
+        return
+    flat = np.ascontiguousarray(array, dtype=datatype.numpy).reshape(-1)
+    if as_content:
+        tensor.tensor_content = flat.tobytes()
+        return
+    field = _VALUE_FIELD[datatype.name]
+    tag = _PACKED_TAG.get(field)
+    if tag is not None:  # protobuf parses the packed bytes in C: no per-element Python
+        raw = flat.astype(_PACKED_DTYPE[field], copy=False).tobytes()
+        if raw:
+            tensor.MergeFromString(tag + _varint(len(raw)) + raw)
+    elif field == "half_val":
+        tensor.half_val.extend(flat.view(np.uint16).tolist())
     else:
-        tensor.tensor_content = np.ascontiguousarray(array, dtype=datatype.numpy).tobytes()
+        getattr(tensor, field).extend(flat.tolist())
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 # --------------------------------------------------------------------------- examples
 
 
-def _feature_values(feature: Any, where: str) -> list[Any]:
-    kind = feature.WhichOneof("kind")
-    if kind is None:
-        raise InvalidInput(f"{where} has no value list")
-    values: list[Any] = list(getattr(feature, kind).value)
-    return values
+def _features(example: Any, where: str) -> Features:
+    found: dict[str, np.ndarray] = {}
+    for key, feature in example.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        if kind is None:
+            raise InvalidInput(f"{where}: feature '{key}' has no value list")
+        values = getattr(feature, kind).value
+        if kind == "bytes_list":
+            array = np.empty(len(values), dtype=object)
+            array[:] = list(values)
+        else:
+            array = np.asarray(values, dtype=np.float32 if kind == "float_list" else np.int64)
+        found[key] = array
+    return found
 
 
-def example_inputs(spec: ModelSpec, request_input: Any) -> Tensors:
-    """tf.Examples into one batch: feature ``k`` of every example is row data of input ``k``."""
+def examples_of(request_input: Any) -> tuple[list[Features], Features]:
+    """The examples of a Classify or Regress request, and their shared context."""
     kind = request_input.WhichOneof("kind")
     if kind is None:
         raise InvalidInput("the request's input has no examples")
     listed = getattr(request_input, kind)
     if not listed.examples:
         raise InvalidInput("the request's input has no examples")
-    context = listed.context.features.feature if kind == "example_list_with_context" else {}
-    columns: dict[str, list[list[Any]]] = {t.name: [] for t in spec.inputs}
-    for index, example in enumerate(listed.examples):
-        features = example.features.feature
-        for key in features:
-            if key not in spec.input_by_name:
-                raise InvalidInput(f"example {index} has unknown feature '{key}'")
-        for tensor in spec.inputs:
-            feature = features.get(tensor.name)
-            if feature is None and tensor.name in context:
-                feature = context[tensor.name]
-            if feature is None:
-                raise InvalidInput(f"example {index} lacks feature '{tensor.name}'")
-            columns[tensor.name].append(_feature_values(feature, f"feature '{tensor.name}'"))
-    return {name: _column(spec.input_by_name[name], rows) for name, rows in columns.items()}
-
-
-def _column(tensor: TensorSpec, rows: list[list[Any]]) -> np.ndarray:
-    dims = tuple(tensor.model_dims)
-    try:
-        if tensor.datatype.is_bytes:
-            flat = np.empty(sum(len(r) for r in rows), dtype=object)
-            flat[:] = list(itertools.chain.from_iterable(rows))
-        else:
-            flat = np.concatenate([np.asarray(r, dtype=tensor.datatype.numpy) for r in rows])
-        column: np.ndarray = flat.reshape((len(rows), *dims))
-        return column
-    except ValueError:
-        raise InvalidInput(
-            f"feature '{tensor.name}': {len(rows)} examples do not fill shape "
-            f"[{len(rows)}, {', '.join(str(d) for d in dims)}]"
-        ) from None
-
-
-def _scores(model: ModelVersion, outputs: Tensors, verb: str) -> np.ndarray:
-    for tensor in model.spec.outputs:
-        array = outputs[tensor.name]
-        if tensor.datatype.name in _FLOAT_TYPES and (
-            (verb == "Classify" and array.ndim == 2 and array.shape[1] > 1)
-            or (verb == "Regress" and array.ndim in (1, 2) and array[0].size == 1)
-        ):
-            return array.astype(np.float64)
-    wanted = "[batch, classes] float scores" if verb == "Classify" else "one float per example"
-    raise InvalidInput(f"model '{model.name}' has no output of {wanted}; {verb} does not fit it")
+    examples = [_features(e, f"example {i}") for i, e in enumerate(listed.examples)]
+    context = _features(listed.context, "context") if kind == "example_list_with_context" else {}
+    return examples, context
 
 
 # --------------------------------------------------------------------------- service
@@ -193,9 +192,16 @@ def _scores(model: ModelVersion, outputs: Tensors, verb: str) -> np.ndarray:
 class TfServingGrpc:
     """The handlers of TF Serving's PredictionService and ModelService."""
 
-    def __init__(self, plane: DataPlane, observer: RequestObserver | None = None) -> None:
+    def __init__(
+        self,
+        plane: DataPlane,
+        observer: RequestObserver | None = None,
+        tensor_content: bool = False,
+    ) -> None:
         self.plane = plane
+        self.tf = plane.tfserving
         self.observer = observer
+        self.tensor_content = tensor_content
 
     def services(self) -> dict[str, dict[str, Any]]:
         """Method handlers by service name, for ``server.add_registered_method_handlers``."""
@@ -225,76 +231,44 @@ class TfServingGrpc:
             )
         return found
 
-    def _model(self, model_spec: Any) -> ModelVersion:
-        if not model_spec.name:
-            raise InvalidInput("model_spec.name (the model name) is missing")
-        choice = model_spec.WhichOneof("version_choice")
-        version = str(model_spec.version.value) if choice == "version" else ""
-        if choice == "version_label":
-            version = self.plane.version_of(model_spec.name, "", model_spec.version_label)
-        model = self.plane.route(model_spec.name, version)  # no version: the traffic split
-        signature = model_spec.signature_name
-        params = model.config.parameters
-        configured = params["signature_name"].string_value if "signature_name" in params else ""
-        served = {"", DEFAULT_SIGNATURE, configured}
-        if signature not in served:
-            raise InvalidInput(
-                f"unknown signature_name '{signature}'; model '{model.name}' serves "
-                f"'{DEFAULT_SIGNATURE}'"
-            )
-        return model
-
-    def _answer_spec(self, model: ModelVersion, model_spec: Any, target: Any) -> None:
-        target.name = model.name
-        target.version.value = model.version
-        target.signature_name = model_spec.signature_name or DEFAULT_SIGNATURE
-
-    async def _infer(
-        self, model: ModelVersion, inputs: Tensors, names: Iterable[str] = ()
-    ) -> Tensors:
-        outputs = [RequestedOutput(n) for n in names] or None
-        request = InferRequest(model.name, inputs, str(model.version), outputs=outputs)
-        response = await self.plane.infer(request)
-        return validate.native_outputs(model.spec, response.outputs)
+    def _target(self, model_spec: Any, verb: str) -> Target:
+        name, version, label = _model_spec(model_spec)
+        return self.tf.target(name, version, label, model_spec.signature_name, verb)
 
     async def predict(self, request: Any) -> Any:
-        model = self._model(request.model_spec)
+        target = self._target(request.model_spec, "predict")
         inputs = {name: to_array(tensor, name) for name, tensor in request.inputs.items()}
-        outputs = await self._infer(model, inputs, request.output_filter)
+        answer = await self.tf.predict(target, inputs, list(request.output_filter))
         response = pb.PredictResponse()
-        self._answer_spec(model, request.model_spec, response.model_spec)
-        for name, array in outputs.items():
-            to_tensor(array, response.outputs[name])
+        _answer_spec(target, response.model_spec)
+        for name, array in answer.outputs.items():
+            to_tensor(array, response.outputs[name], self.tensor_content)
         return response
 
     async def classify(self, request: Any) -> Any:
-        model = self._model(request.model_spec)
-        outputs = await self._infer(model, example_inputs(model.spec, request.input))
-        scores = _scores(model, outputs, "Classify")
-        labels = outputs.get("classes")
-        if labels is None or labels.shape != scores.shape or labels.dtype != object:
-            labels = np.broadcast_to(np.arange(scores.shape[1]).astype(str), scores.shape)
+        target = self._target(request.model_spec, "classify")
+        examples, context = examples_of(request.input)
+        classified = await self.tf.classify(target, examples, context)
         response = pb.ClassificationResponse()
-        self._answer_spec(model, request.model_spec, response.model_spec)
-        for label_row, score_row in zip(labels.tolist(), scores.tolist(), strict=True):
+        _answer_spec(target, response.model_spec)
+        for row in classified.results:
             classes = response.result.classifications.add().classes
-            for label, score in zip(label_row, score_row, strict=True):
-                text = label.decode("utf-8", "replace") if isinstance(label, bytes) else label
-                classes.add(label=text, score=score)
+            for label, score in row:
+                classes.add(label=label, score=score)
         return response
 
     async def regress(self, request: Any) -> Any:
-        model = self._model(request.model_spec)
-        outputs = await self._infer(model, example_inputs(model.spec, request.input))
-        values = _scores(model, outputs, "Regress").reshape(-1)
+        target = self._target(request.model_spec, "regress")
+        examples, context = examples_of(request.input)
+        regressed = await self.tf.regress(target, examples, context)
         response = pb.RegressionResponse()
-        self._answer_spec(model, request.model_spec, response.model_spec)
-        for value in values.tolist():
+        _answer_spec(target, response.model_spec)
+        for value in regressed.results:
             response.result.regressions.add(value=value)
         return response
 
     async def get_model_metadata(self, request: Any) -> Any:
-        model = self._model(request.model_spec)
+        name, version, label = _model_spec(request.model_spec)
         fields = list(request.metadata_field)
         if not fields:
             raise InvalidInput("metadata_field is empty; ask for 'signature_def'")
@@ -303,46 +277,71 @@ class TfServingGrpc:
             raise InvalidInput(
                 f"unknown metadata_field {unknown}; the one field is 'signature_def'"
             )
-        spec = model.spec
-        signatures = pb.SignatureDefMap()
-        signature = signatures.signature_def[DEFAULT_SIGNATURE]
-        signature.method_name = _PREDICT_METHOD
-        for tensors, target in ((spec.inputs, signature.inputs), (spec.outputs, signature.outputs)):
-            for tensor in tensors:
-                _tensor_info(spec, tensor, target[tensor.name])
+        meta = self.tf.metadata(name, version, label)
         response = pb.GetModelMetadataResponse()
-        self._answer_spec(model, request.model_spec, response.model_spec)
-        response.metadata[_SIGNATURE_DEF].Pack(signatures)
+        response.model_spec.name = meta.name
+        response.model_spec.version.value = meta.version
+        response.model_spec.signature_name = request.model_spec.signature_name or (
+            meta.signatures[0].name
+        )
+        response.metadata[_SIGNATURE_DEF].Pack(_signature_defs(meta))
         return response
 
     async def get_model_status(self, request: Any) -> Any:
         spec = request.model_spec
         if not spec.name:
             raise InvalidInput("model_spec.name (the model name) is missing")
-        record = self.plane.record(spec.name)
-        statuses = list(record.status.values())
+        version = ""
         if spec.WhichOneof("version_choice") == "version":
-            statuses = [s for s in statuses if s.version == spec.version.value]
-            if not statuses:
-                raise NotFound(f"unknown version {spec.version.value} of model '{spec.name}'")
-        if not statuses:
-            raise Unavailable(f"model '{record.name}' is {record.state.value}: {record.reason}")
+            version = str(spec.version.value)
+        status = self.plane.model_status(spec.name, version)
         response = pb.GetModelStatusResponse()
-        for status in sorted(statuses, key=lambda s: s.version, reverse=True):
-            entry = response.model_version_status.add(version=status.version)
-            entry.state = _STATE.get(status.state, pb.ModelVersionStatus.UNKNOWN)
+        for state in status.versions:
+            entry = response.model_version_status.add(version=state.version)
+            entry.state = _STATE.get(state.state, pb.ModelVersionStatus.UNKNOWN)
             entry.status.error_code = (
-                error_codes_pb2.UNKNOWN if status.reason else error_codes_pb2.OK
+                error_codes_pb2.UNKNOWN if state.reason else error_codes_pb2.OK
             )
-            entry.status.error_message = status.reason
+            entry.status.error_message = state.reason
         return response
 
 
-def _tensor_info(spec: ModelSpec, tensor: TensorSpec, info: Any) -> None:
+def _model_spec(model_spec: Any) -> tuple[str, str, str]:
+    """(name, version, label) of a ModelSpec."""
+    if not model_spec.name:
+        raise InvalidInput("model_spec.name (the model name) is missing")
+    choice = model_spec.WhichOneof("version_choice")
+    if choice == "version":
+        return model_spec.name, str(model_spec.version.value), ""
+    if choice == "version_label":
+        return model_spec.name, "", model_spec.version_label
+    return model_spec.name, "", ""
+
+
+def _answer_spec(target: Target, spec: Any) -> None:
+    spec.name = target.name
+    spec.version.value = target.version
+    spec.signature_name = target.signature
+
+
+def _signature_defs(meta: ModelSignatures) -> Any:
+    signatures = pb.SignatureDefMap()
+    for signature in meta.signatures:
+        found = signatures.signature_def[signature.name]
+        found.method_name = signature.method
+        for tensors, target in (
+            (signature.inputs, found.inputs),
+            (signature.outputs, found.outputs),
+        ):
+            for tensor in tensors:
+                _tensor_info(tensor, target[tensor.name])
+    return signatures
+
+
+def _tensor_info(tensor: TensorInfo, info: Any) -> None:
     info.name = tensor.name
     info.dtype = tf_pb.DataType.Value(tensor.datatype.tf_name)
-    dims = ([-1] if spec.max_batch_size > 0 else []) + list(tensor.model_dims)
-    for size in dims:
+    for size in tensor.dims:
         info.tensor_shape.dim.add().size = size
 
 

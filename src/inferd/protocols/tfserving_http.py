@@ -1,7 +1,10 @@
 """TensorFlow Serving REST API v1: predict (row and columnar), classify, regress, status, metadata.
 
-Tensors are shaped as the model itself takes them (TF Serving has no config ``dims``), so a
-TF Serving client's ``{"instances": [1.0, 2.0, 5.0]}`` reaches ``half_plus_two`` as is.
+Only the JSON lives here: requests are decoded against the target the core routed
+(``DataPlane.tfserving``: version, label or traffic split, then the signature) and answers are
+written as TF Serving writes them, ``NaN``, ``Infinity`` and ``-Infinity`` included (its REST
+guide's tokens, accepted in requests too). Tensors are shaped as the model itself takes them
+(TF Serving has no config ``dims``), with TF Serving's leniency for rows of scalars.
 """
 
 from __future__ import annotations
@@ -9,29 +12,33 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import json
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import orjson
 
-from inferd import validate
 from inferd.config.spec import ModelSpec, TensorSpec
 from inferd.dataplane import DataPlane
-from inferd.errors import InvalidInput, NotFound, Unavailable
-from inferd.model import ModelState, ModelVersion
+from inferd.errors import InvalidInput
 from inferd.protocols import codecs
-from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
-from inferd.protocols.v2_http import OFFLOAD_BYTES, parse_json
-from inferd.types import InferRequest, Tensors
+from inferd.protocols.http import HttpRequest, HttpResponse, Router
+from inferd.protocols.v2_http import OFFLOAD_BYTES
+from inferd.tfexample import Features
+from inferd.tfserving import ModelSignatures, TensorInfo
+from inferd.types import InferResponse, Tensors
 
 _MODEL = r"/v1/models/(?P<model>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
-_DEFAULT_SIGNATURE = "serving_default"
 _UNLOADED = "unloaded"  # a retired or unloaded version: TF Serving's END state
 _TF_STATE = {
-    ModelState.READY: "AVAILABLE",
-    ModelState.LOADING: "LOADING",
-    ModelState.UNLOADING: "UNLOADING",
-    ModelState.UNAVAILABLE: "UNAVAILABLE",
+    "READY": "AVAILABLE",
+    "LOADING": "LOADING",
+    "UNLOADING": "UNLOADING",
+    "UNAVAILABLE": "UNAVAILABLE",
 }
+_NON_FINITE = (b"NaN", b"Infinity")
 
 
 class TfServingHttp:
@@ -39,17 +46,12 @@ class TfServingHttp:
 
     def __init__(self, plane: DataPlane) -> None:
         self.plane = plane
+        self.tf = plane.tfserving
 
     def register(self, router: Router) -> None:
         router.add("POST", _MODEL + r":(?P<verb>predict|classify|regress)", self.call)
         router.add("GET", _MODEL, self.status)
         router.add("GET", _MODEL + "/metadata", self.metadata)
-
-    def _version(self, params: dict[str, str]) -> str:
-        """The version a URL names, by number or by label (/labels/{l})."""
-        return self.plane.version_of(
-            params["model"], params.get("version", ""), params.get("label", "")
-        )
 
     async def call(self, request: HttpRequest) -> HttpResponse:
         # A large body is parsed on a worker thread: the event loop keeps serving.
@@ -57,43 +59,37 @@ class TfServingHttp:
         doc = await asyncio.to_thread(parse_json, request.body) if big else parse_json(request.body)
         if not isinstance(doc, dict):
             raise InvalidInput("the request body must be a JSON object")
-        signature = doc.get("signature_name", _DEFAULT_SIGNATURE) or _DEFAULT_SIGNATURE
-        if signature != _DEFAULT_SIGNATURE:
-            raise InvalidInput(
-                f"unknown signature_name '{signature}'; the model serves '{_DEFAULT_SIGNATURE}'"
-            )
-        p = request.params
-        model = self.plane.route(p["model"], self._version(p))  # the traffic split applies
-        verb = p["verb"]
+        signature = doc.get("signature_name") or ""
+        if not isinstance(signature, str):
+            raise InvalidInput("'signature_name' must be a string")
+        p, verb = request.params, request.params["verb"]
+        target = self.tf.target(
+            p["model"], p.get("version", ""), p.get("label", ""), signature, verb
+        )
+        response: InferResponse
         if verb == "predict":
-            inputs, row_format = _predict_inputs(model.spec, doc)
+            inputs, row_format = _predict_inputs(target.spec, doc)
+            response = await self.tf.predict(target, inputs)
+            answer = tf_json(_predictions(response.outputs, row_format))
         else:
-            inputs, row_format = _example_inputs(model.spec, doc), True
-        infer = InferRequest(model.name, inputs, model_version=str(model.version))
-        response = await self.plane.infer(infer)
-        outputs = validate.native_outputs(model.spec, response.outputs)
-        if verb == "predict":
-            answer = json_response(_predictions(model.spec, outputs, row_format))
-        elif verb == "classify":
-            answer = json_response({"results": _classify_results(model, outputs)})
-        else:
-            answer = json_response({"results": _regress_results(model, outputs)})
+            examples, context = _examples(doc)
+            if verb == "classify":
+                classified = await self.tf.classify(target, examples, context)
+                response = classified.response
+                body: Any = [[[label, score] for label, score in r] for r in classified.results]
+            else:
+                regressed = await self.tf.regress(target, examples, context)
+                response, body = regressed.response, regressed.results
+            answer = tf_json({"results": body})
         answer.model, answer.version = response.model_name, response.model_version
         answer.timings = response.timings
         return answer
 
     async def status(self, request: HttpRequest) -> HttpResponse:
         p = request.params
-        record = self.plane.record(p["model"])
-        version = self._version(p)
-        statuses = list(record.status.values())
-        if version:
-            statuses = [s for s in statuses if str(s.version) == version]
-            if not statuses:
-                raise NotFound(f"unknown version '{version}' of model '{p['model']}'")
-        if not statuses:
-            raise Unavailable(f"model '{record.name}' is {record.state.value}: {record.reason}")
-        return json_response(
+        version = self.plane.version_of(p["model"], p.get("version", ""), p.get("label", ""))
+        status = self.plane.model_status(p["model"], version)
+        return tf_json(
             {
                 "model_version_status": [
                     {
@@ -104,50 +100,110 @@ class TfServingHttp:
                             "error_message": s.reason,
                         },
                     }
-                    for s in sorted(statuses, key=lambda s: s.version, reverse=True)
+                    for s in status.versions
                 ]
             }
         )
 
     async def metadata(self, request: HttpRequest) -> HttpResponse:
         p = request.params
-        model = self.plane.model(p["model"], self._version(p))
-        spec = model.spec
-        signature = {
-            "inputs": {t.name: _tensor_info(spec, t) for t in spec.inputs},
-            "outputs": {t.name: _tensor_info(spec, t) for t in spec.outputs},
-            "method_name": "tensorflow/serving/predict",
+        meta = self.tf.metadata(p["model"], p.get("version", ""), p.get("label", ""))
+        return tf_json(metadata_json(meta))
+
+
+def metadata_json(meta: ModelSignatures) -> dict[str, Any]:
+    signatures = {
+        s.name: {
+            "inputs": {t.name: _tensor_info(t) for t in s.inputs},
+            "outputs": {t.name: _tensor_info(t) for t in s.outputs},
+            "method_name": s.method,
         }
-        return json_response(
-            {
-                "model_spec": {
-                    "name": model.name,
-                    "signature_name": "",
-                    "version": str(model.version),
-                },
-                "metadata": {"signature_def": {"signature_def": {_DEFAULT_SIGNATURE: signature}}},
-            }
-        )
+        for s in meta.signatures
+    }
+    return {
+        "model_spec": {"name": meta.name, "signature_name": "", "version": str(meta.version)},
+        "metadata": {"signature_def": {"signature_def": signatures}},
+    }
 
 
-def _native_dims(spec: ModelSpec, tensor: TensorSpec) -> list[int]:
-    return ([-1] if spec.max_batch_size > 0 else []) + list(tensor.model_dims)
-
-
-def _tensor_info(spec: ModelSpec, tensor: TensorSpec) -> dict[str, Any]:
+def _tensor_info(tensor: TensorInfo) -> dict[str, Any]:
     return {
         "dtype": tensor.datatype.tf_name,
         "tensor_shape": {
-            "dim": [{"size": str(d), "name": ""} for d in _native_dims(spec, tensor)],
+            "dim": [{"size": str(d), "name": ""} for d in tensor.dims],
             "unknown_rank": False,
         },
         "name": tensor.name,
     }
 
 
+# --------------------------------------------------------------------------- JSON
+
+
+def parse_json(body: bytes | memoryview) -> Any:
+    """A request document; TF Serving's ``NaN``, ``Infinity`` and ``-Infinity`` tokens are
+    numbers here (the standard library reads them when orjson, which refuses them, cannot)."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        data = bytes(body)
+        if any(token in data for token in _NON_FINITE):
+            try:
+                return json.loads(data)
+            except (ValueError, UnicodeDecodeError):
+                pass
+        raise InvalidInput(f"malformed JSON in request body: {exc}") from None
+
+
+def tf_json(doc: Any, status: int = 200) -> HttpResponse:
+    """An answer as TF Serving writes it: non-finite floats as NaN, Infinity, -Infinity."""
+    if _finite(doc):
+        return HttpResponse(orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY), status)
+    text = json.dumps(_plain(doc), allow_nan=True, separators=(",", ":"))
+    return HttpResponse(text.encode("utf-8"), status)
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind != "f" or bool(np.isfinite(value).all())
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return all(_finite(v) for v in value)
+    return True
+
+
+def _plain(value: Any) -> Any:
+    """Numpy arrays as lists for the standard library's encoder (only for answers holding a
+    non-finite float); float32 values keep their shortest float32 spelling."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "f" and value.dtype.itemsize < 8:
+            shape = value.shape
+            flat = [float(str(v)) for v in value.astype(np.float32).ravel()]
+            return np.array(flat, dtype=object).reshape(shape).tolist() if shape else flat[0]
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------- requests
+
+
 def _array(tensor: TensorSpec, value: Any) -> np.ndarray:
     if tensor.datatype.is_bytes:
-        array = np.asarray(_decode_bytes(value), dtype=object)
+        decoded = _decode_bytes(value)
+        array = np.empty(_nested_shape(decoded), dtype=object)
+        try:
+            array[...] = decoded
+        except ValueError:
+            raise InvalidInput(
+                f"input '{tensor.name}': the lists of strings are not all of one length"
+            ) from None
         return array
     try:
         array = np.asarray(value, dtype=tensor.datatype.numpy)
@@ -155,8 +211,32 @@ def _array(tensor: TensorSpec, value: Any) -> np.ndarray:
         raise InvalidInput(
             f"input '{tensor.name}': values are not a (nested) list of {tensor.datatype.tf_name}"
         ) from None
-    codecs.check_finite(tensor.name, tensor.datatype, array)
+    if array.dtype.kind == "f" and array.size and not np.isfinite(array).all():
+        _check_non_finite(tensor, value, array)
     return array
+
+
+def _check_non_finite(tensor: TensorSpec, value: Any, array: np.ndarray) -> None:
+    """TF Serving's ``NaN`` and ``Infinity`` tokens are numbers; a ``null``, or a number
+    beyond the datatype's range, is refused rather than read as NaN or infinity."""
+    if (np.asarray(value, dtype=object) == None).any():  # noqa: E711 (elementwise)
+        raise InvalidInput(f"input '{tensor.name}': data holds null")
+    wide = np.asarray(value, dtype=np.float64)
+    if (np.isfinite(wide) & ~np.isfinite(array)).any():
+        raise InvalidInput(
+            f"input '{tensor.name}': data holds a value outside the range of "
+            f"{tensor.datatype.tf_name}"
+        )
+
+
+def _nested_shape(value: Any) -> tuple[int, ...]:
+    shape: list[int] = []
+    while isinstance(value, list):
+        shape.append(len(value))
+        if not value:
+            break
+        value = value[0]
+    return tuple(shape)
 
 
 def _decode_bytes(value: Any, depth: int = 0) -> Any:
@@ -235,25 +315,57 @@ def _columns(spec: ModelSpec, inputs: Any) -> Tensors:
     return {tensor.name: _array(tensor, inputs)}
 
 
-def _example_inputs(spec: ModelSpec, doc: dict[str, Any]) -> Tensors:
+def _examples(doc: dict[str, Any]) -> tuple[list[Features], Features]:
     examples = doc.get("examples")
     if not isinstance(examples, list) or not examples:
         raise InvalidInput("'examples' must be a non-empty list of feature objects")
     context = doc.get("context") or {}
     if not isinstance(context, dict) or not all(isinstance(e, dict) for e in examples):
         raise InvalidInput("'examples' and 'context' must be feature objects")
-    return _rows(spec, [{**context, **example} for example in examples])
+    return [_features(e, f"examples[{i}]") for i, e in enumerate(examples)], _features(
+        context, "context"
+    )
+
+
+def _features(obj: dict[str, Any], where: str) -> Features:
+    """A JSON example: each feature a value or a list of numbers (int64 when every one is
+    whole, else float) or of strings / {"b64": ...} (bytes), as TF Serving reads them."""
+    found: dict[str, np.ndarray] = {}
+    for key, value in obj.items():
+        values: list[Any] = value if isinstance(value, list) else [value]
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in values) and values:
+            found[key] = np.asarray(values, dtype=np.int64)
+        elif all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            found[key] = np.asarray(values, dtype=np.float32)
+        elif all(isinstance(v, str) or _is_b64(v) for v in values):
+            array = np.empty(len(values), dtype=object)
+            array[:] = _decode_bytes(values)
+            found[key] = array
+        else:
+            raise InvalidInput(
+                f"{where}: feature '{key}' must be numbers, or strings and b64 objects"
+            )
+    return found
+
+
+# --------------------------------------------------------------------------- answers
 
 
 def _json_value(name: str, value: Any) -> Any:
-    """An output (or one row of it) as TF Serving writes it in JSON."""
+    """An output (or one row of it) as TF Serving writes it in JSON: bytes as text, or as
+    {"b64": ...} objects when the output's name ends in ``_bytes`` (TF Serving's rule) or
+    when it holds bytes that are not UTF-8 (which JSON text cannot carry)."""
     if isinstance(value, bytes):  # one row of a 1-D BYTES output
         value = np.array(value, dtype=object)
     array = np.asarray(value)
     if array.dtype == object:
-        if name.endswith("_bytes"):
-            return _map_bytes(array.tolist(), lambda b: {"b64": base64.b64encode(b).decode()})
-        return _map_bytes(array.tolist(), lambda b: b.decode("utf-8", errors="replace"))
+        items = array.tolist()
+        if not name.endswith("_bytes"):
+            try:
+                return _map_bytes(items, lambda b: b.decode("utf-8"))
+            except UnicodeDecodeError:
+                pass
+        return _map_bytes(items, lambda b: {"b64": base64.b64encode(b).decode()})
     if array.ndim == 0:
         return array.astype(np.float64).item() if array.dtype.kind == "f" else array.item()
     if (array.dtype.kind == "f" and array.dtype.itemsize < 4) or array.dtype.name == "bfloat16":
@@ -267,7 +379,7 @@ def _map_bytes(value: Any, convert: Any) -> Any:
     return convert(value)
 
 
-def _predictions(spec: ModelSpec, outputs: Tensors, row_format: bool) -> dict[str, Any]:
+def _predictions(outputs: Tensors, row_format: bool) -> dict[str, Any]:
     if not row_format:
         if len(outputs) == 1:
             ((name, array),) = outputs.items()
@@ -276,35 +388,16 @@ def _predictions(spec: ModelSpec, outputs: Tensors, row_format: bool) -> dict[st
     if len(outputs) == 1:
         ((name, array),) = outputs.items()
         return {"predictions": _json_value(name, array)}
-    rows = len(next(iter(outputs.values())))
+    rows = _rows_of(outputs.values())
     return {
         "predictions": [{n: _json_value(n, a[i]) for n, a in outputs.items()} for i in range(rows)]
     }
 
 
-def _score_output(model: ModelVersion, outputs: Tensors, verb: str) -> np.ndarray:
-    for tensor in model.spec.outputs:
-        array = outputs[tensor.name]
-        if tensor.datatype.name in ("FP32", "FP64", "FP16") and (
-            (verb == "classify" and array.ndim == 2 and array.shape[1] > 1)
-            or (verb == "regress" and array.ndim <= 2 and array[0].size == 1)
-        ):
-            return array
-    wanted = "[batch, classes] scores" if verb == "classify" else "one float per example"
-    raise InvalidInput(f"model '{model.name}' has no output of {wanted}; :{verb} does not fit it")
-
-
-def _classify_results(model: ModelVersion, outputs: Tensors) -> list[list[list[Any]]]:
-    scores = _score_output(model, outputs, "classify").astype(np.float64)
-    labels = [str(i) for i in range(scores.shape[1])]
-    return [
-        [[label, score] for label, score in zip(labels, row, strict=True)]
-        for row in scores.tolist()
-    ]
-
-
-def _regress_results(model: ModelVersion, outputs: Tensors) -> list[float]:
-    values: list[float] = (
-        _score_output(model, outputs, "regress").astype(np.float64).ravel().tolist()
-    )
-    return values
+def _rows_of(arrays: Sequence[np.ndarray] | Any) -> int:
+    sizes = {len(a) if np.ndim(a) else 1 for a in arrays}
+    if len(sizes) != 1:
+        raise InvalidInput(
+            "the outputs have different batch sizes; ask for the columnar format ('inputs')"
+        )
+    return sizes.pop()

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
-from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
@@ -48,6 +47,7 @@ from inferd.protocols.v2_grpc_codec import (
     error_header,
     parse_infer_request,
 )
+from inferd.stats import ModelStatistics, StatDuration
 
 log = logging.getLogger("inferd.grpc")
 
@@ -132,22 +132,22 @@ class V2Grpc:
     async def server_metadata(self, request: pb.ServerMetadataRequest) -> pb.ServerMetadataResponse:
         meta = self.plane.server_metadata()
         return pb.ServerMetadataResponse(
-            name=meta["name"], version=meta["version"], extensions=meta["extensions"]
+            name=meta.name, version=meta.version, extensions=meta.extensions
         )
 
     async def model_metadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
         meta = self.plane.model_metadata(_model_name(request.name), request.version)
         tensor = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
-            name=meta["name"],
-            versions=meta["versions"],
-            platform=meta["platform"],
-            inputs=[tensor(**t) for t in meta["inputs"]],
-            outputs=[tensor(**t) for t in meta["outputs"]],
+            name=meta.name,
+            versions=meta.versions,
+            platform=meta.platform,
+            inputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.inputs],
+            outputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.outputs],
         )
 
     async def model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
-        config = self.plane.model(_model_name(request.name), request.version).config
+        config = self.plane.model_config(_model_name(request.name), request.version)
         response = pb.ModelConfigResponse()
         # inferd.ModelConfig lives in the default pool and the response's in ours: same wire.
         response.config.MergeFromString(config.SerializeToString())
@@ -197,9 +197,7 @@ class V2Grpc:
     ) -> pb.ModelStatisticsResponse:
         name = _model_name(request.name) if request.name else ""
         stats = self.plane.statistics(name, request.version)
-        response = pb.ModelStatisticsResponse()
-        json_format.ParseDict(stats, response)
-        return response
+        return pb.ModelStatisticsResponse(model_stats=[_statistics(s) for s in stats])
 
     async def model_infer(self, wire: WireInferRequest) -> EncodedInferResponse:
         return encode_response(await self.plane.infer(decode_request(wire)))
@@ -254,6 +252,40 @@ class V2Grpc:
         except Exception:
             log.exception("unhandled error in ModelStreamInfer")
             return StreamResponse(error_header(wire), "internal error; the server log has more")
+
+
+def _duration(value: StatDuration) -> pb.StatisticDuration:
+    return pb.StatisticDuration(count=value.count, ns=value.ns)
+
+
+def _statistics(stats: ModelStatistics) -> pb.ModelStatistics:
+    infer = stats.inference_stats
+    return pb.ModelStatistics(
+        name=stats.name,
+        version=stats.version,
+        last_inference=stats.last_inference,
+        inference_count=stats.inference_count,
+        execution_count=stats.execution_count,
+        inference_stats=pb.InferStatistics(
+            success=_duration(infer.success),
+            fail=_duration(infer.fail),
+            queue=_duration(infer.queue),
+            compute_input=_duration(infer.compute_input),
+            compute_infer=_duration(infer.compute_infer),
+            compute_output=_duration(infer.compute_output),
+            cache_hit=_duration(infer.cache_hit),
+            cache_miss=_duration(infer.cache_miss),
+        ),
+        batch_stats=[
+            pb.InferBatchStatistics(
+                batch_size=b.batch_size,
+                compute_input=_duration(b.compute_input),
+                compute_infer=_duration(b.compute_infer),
+                compute_output=_duration(b.compute_output),
+            )
+            for b in stats.batch_stats
+        ],
+    )
 
 
 def _model_name(name: str) -> str:
@@ -358,13 +390,15 @@ def build_server(
     kind: str = "auto",
     access: AccessPolicy | None = None,
     max_concurrent_rpcs: int | None = None,
+    tfserving_tensor_content: bool = False,
 ) -> Any:
     """A gRPC server with the inference, health and reflection services on ``address``.
 
     ``tls`` serves TLS (an ``ssl.SSLContext`` for the native server, grpcio's credentials
     for grpcio); None serves plaintext. ``access`` (default: open) is checked for every RPC
     by one interceptor; ``max_concurrent_rpcs`` answers RESOURCE_EXHAUSTED at once beyond
-    that many calls.
+    that many calls. ``tfserving_tensor_content``: TF Serving's Predict answers in
+    tensor_content, not in typed value fields.
     """
     interceptor = AuthInterceptor(access or AccessPolicy.open())
     server = new_server(
@@ -376,7 +410,7 @@ def build_server(
     # Registered (not generic) handlers: grpc core matches the method, no Python lookup per call.
     server.add_registered_method_handlers(SERVICE, V2Grpc(plane, observer).method_handlers())
     # TF Serving's PredictionService and ModelService, on the same server and port.
-    tfserving = TfServingGrpc(plane, observer)
+    tfserving = TfServingGrpc(plane, observer, tfserving_tensor_content)
     for name, handlers in tfserving.services().items():
         server.add_registered_method_handlers(name, handlers)
     health_pb2_grpc.add_HealthServicer_to_server(Health(plane), server)

@@ -143,8 +143,9 @@ def decode_request(wire: WireInferRequest) -> InferRequest:
         if raws:
             if tensor.HasField("contents"):
                 raise InvalidInput(
-                    f"input '{name}' has typed 'contents' but the request also carries "
-                    "raw_input_contents; send every input one way or the other"
+                    "contents field must not be specified when using raw_input_contents for "
+                    f"'{name}' for model '{message.model_name}' (send every input one way or "
+                    "the other)"
                 )
             inputs[name] = codecs.from_raw(name, datatype, shape, raws[index])
         else:

@@ -1,20 +1,23 @@
 """KServe v2 / Triton HTTP: JSON and the binary tensor data extension, both directions.
 
 Routes under ``/v2``; the request document is decoded into an InferRequest, and the
-response is encoded as JSON, or as a JSON header followed by raw tensors when asked.
+response is encoded as JSON, or as a JSON header followed by raw tensors when asked. The
+data plane's views are dataclasses whose fields are Triton's JSON keys (orjson writes them).
+Inference responses, and only they, are compressed as the client's Accept-Encoding asks,
+with Triton's choice among gzip, deflate and identity.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 from typing import Any
 
 import orjson
 
 from inferd import datatypes
+from inferd.config.text import config_to_dict
 from inferd.dataplane import DataPlane
-from inferd.errors import InferdError, InvalidInput
+from inferd.errors import InvalidInput
 from inferd.protocols import codecs
 from inferd.protocols.access import Access
 from inferd.protocols.http import (
@@ -38,6 +41,21 @@ def parse_json(body: bytes | memoryview, what: str = "request body") -> Any:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise InvalidInput(f"malformed JSON in {what}: {exc}") from None
+
+
+def response_encoding(accept_encoding: str) -> str:
+    """Triton's choice of a response encoding: the highest ``q`` among identity, deflate and
+    gzip (the first listed on a tie), identity ("") when none is offered."""
+    chosen, weight = "", 0.0
+    for item in accept_encoding.split(","):
+        name, _, q = item.strip().partition(";q=")
+        try:
+            value = float(q) if q else 1.0
+        except ValueError:
+            continue
+        if name in ("identity", "deflate", "gzip") and value > weight:
+            chosen, weight = ("" if name == "identity" else name), value
+    return chosen
 
 
 def _split_body(request: HttpRequest) -> tuple[Any, memoryview | None]:
@@ -210,20 +228,14 @@ class V2Http:
     def _check_value_count(self, body: bytes, name: str, version: str) -> None:
         """Refuse a JSON body that holds more values than the model can take, before
         parsing it: values are at most twice its commas (a comma count is a memchr)."""
-        try:
-            spec = self.plane.model(name, version).spec
-        except InferdError:
-            return  # the decode path names what is wrong
-        most = 0
-        for tensor in spec.inputs:
-            if tensor.datatype.is_bytes or any(d < 0 for d in tensor.dims):
-                return  # strings may hold commas; variable dims have no bound
-            most += math.prod(tensor.dims) * max(spec.max_batch_size, 1)
+        most = self.plane.max_values(name, version)
+        if most is None:
+            return  # strings may hold commas; variable dims have no bound; or no such model
         commas = body.count(b",")
         if commas > 2 * most + COMMA_SLACK:
             raise InvalidInput(
                 f"the JSON body holds about {commas} values, more than model '{name}' takes "
-                f"in one request ({most} at max_batch_size {spec.max_batch_size})"
+                "in one request at its max_batch_size"
             )
 
     def _version(self, params: dict[str, str]) -> str:
@@ -254,12 +266,16 @@ class V2Http:
         answer = encode_response(response, infer_request)
         answer.model, answer.version = response.model_name, response.model_version
         answer.request_id, answer.timings = infer_request.id, response.timings
+        accept = request.headers.get("accept-encoding")
+        if accept:
+            answer.encoding = response_encoding(accept)
         return answer
 
     async def statistics(self, request: HttpRequest) -> HttpResponse:
         p = request.params
         version = self._version(p) if "model" in p else ""
-        return json_response(self.plane.statistics(p.get("model", ""), version))
+        stats = self.plane.statistics(p.get("model", ""), version)
+        return json_response({"model_stats": stats})
 
     async def server_metadata(self, request: HttpRequest) -> HttpResponse:
         return json_response(self.plane.server_metadata())
@@ -283,4 +299,4 @@ class V2Http:
 
     async def model_config(self, request: HttpRequest) -> HttpResponse:
         p = request.params
-        return json_response(self.plane.model_config(p["model"], self._version(p)))
+        return json_response(config_to_dict(self.plane.model_config(p["model"], self._version(p))))

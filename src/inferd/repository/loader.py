@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferd.backends import select_backend
-from inferd.backends.base import Backend, InstancePlacement, Runtime
+from inferd.backends.base import Backend, InstancePlacement
+from inferd.backends.completion import bool_parameter
 from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from inferd.config.spec import build_spec
 from inferd.errors import ConfigError, InvalidInput
@@ -27,11 +28,17 @@ from inferd.scheduling.batcher import DirectScheduler, DynamicBatcher, Scheduler
 from inferd.scheduling.cache import ResponseCache
 from inferd.scheduling.instances import Instances, ThreadInstances
 from inferd.scheduling.policy import BatchingOptions
-from inferd.scheduling.work import BatchExecutor, Executor
+from inferd.scheduling.processes import ProcessInstances
+from inferd.scheduling.recipe import WorkerRecipe, backend_recipe, build_executor
+from inferd.scheduling.work import Executor
 from inferd.stats import ModelStats
-from inferd.trust import CodePolicy, Origin, granted
+from inferd.trust import CodePolicy, Grants, Origin, granted
+from inferd.types import ModelCaller
 
 log = logging.getLogger("inferd.repository")
+
+# "true": each instance of the model is a worker process (Python models always are).
+PROCESS_PARAMETER = "process_instances"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +47,7 @@ class LoadOptions:
     auto_complete: bool = True
     cache: ResponseCache | None = None  # the server-wide response cache, if --cache-size > 0
     code_policy: CodePolicy = field(default_factory=CodePolicy)  # --allow-pickle, ...
+    call_model: ModelCaller | None = None  # how a model in a worker process calls others
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,18 +129,20 @@ def load_version(
     version_dir = model_plan.dirs[version]
     config = ModelConfig()
     config.CopyFrom(model_plan.config)
-    # Routing parameters are the server's, not the backend's: it does not see them.
-    routing = {
-        k: config.parameters[k].string_value for k in ROUTING_PARAMETERS if k in config.parameters
-    }
-    for key in routing:
+    # Routing and process parameters are the server's, not the backend's: it does not see them.
+    server_keys = (*ROUTING_PARAMETERS, PROCESS_PARAMETER)
+    kept = {k: config.parameters[k].string_value for k in server_keys if k in config.parameters}
+    for key in kept:
         del config.parameters[key]
+    in_processes = uses_processes(backend, kept)
     if options.auto_complete:
         with granted(grants):
             backend.complete_config(version_dir, config, options.default_max_batch_size)
     elif not config.platform and not config.backend:
         config.backend = backend.name
     spec = build_spec(config)
+    read_signatures = getattr(backend, "signatures", None)  # model files with several
+    signatures = read_signatures(version_dir, config) if read_signatures is not None else {}
     batching = BatchingOptions.from_config(config) if config.HasField("dynamic_batching") else None
     if config.response_cache.enable and options.cache is None:
         raise ConfigError(
@@ -141,32 +151,19 @@ def load_version(
         )
     label = f"{name}/{version}"
     where = placements(config, backend)
-
-    def build(instance: int) -> Executor:
-        with granted(grants):  # also when an instance is rebuilt later, on another thread
-            load_executor = getattr(backend, "load_executor", None)
-            if load_executor is not None:
-                executor: Executor | None = load_executor(version_dir, config, where[instance])
-                if executor is not None:
-                    return executor
-            runtime: Runtime = backend.load(version_dir, config, where[instance])
-        return BatchExecutor(label, runtime)
-
-    executors: list[Executor] = []
-    try:
-        for i in range(len(where)):
-            executors.append(build(i))
-    except Exception:
-        for executor in executors:
-            executor.close()
-        raise
-    pool: Instances = ThreadInstances(label, executors, build)
+    pool: Instances
+    with granted(grants):  # a worker's recipe carries the grants to its process
+        if in_processes:
+            recipes = [worker_recipe(backend, version_dir, config, p, label) for p in where]
+            pool = ProcessInstances(label, recipes, options.call_model)
+        else:
+            pool = _thread_instances(backend, version_dir, config, where, label, grants)
     try:
         warmups = run_warmup(config, spec, pool, model_plan.folder)
     except Exception:
         close_now(pool)
         raise
-    for key, value in routing.items():
+    for key, value in kept.items():
         config.parameters[key].string_value = value
     if warmups:
         log.info("warmed up model '%s' version %d: %d execution(s)", name, version, warmups)
@@ -185,6 +182,7 @@ def load_version(
         stats=stats,
         cache=options.cache if config.response_cache.enable else None,
         instance_count=pool.count,
+        signatures=signatures,
     )
     loaded.load_seconds = time.perf_counter() - started
     log.info(
@@ -196,6 +194,58 @@ def load_version(
         loaded.load_seconds,
     )
     return loaded
+
+
+def uses_processes(backend: Backend, parameters: dict[str, str]) -> bool:
+    """Whether the model's instances are worker processes: Python models always, any other
+    model when its config sets ``process_instances``."""
+    wanted = bool_parameter(parameters, PROCESS_PARAMETER)
+    if getattr(backend, "processes_only", False):
+        if PROCESS_PARAMETER in parameters and not wanted:
+            raise ConfigError(
+                f"{backend.name} models always run in worker processes "
+                f"({PROCESS_PARAMETER} cannot be false)"
+            )
+        return True
+    return wanted
+
+
+def worker_recipe(
+    backend: Backend,
+    version_dir: Path,
+    config: ModelConfig,
+    placement: InstancePlacement,
+    label: str,
+) -> WorkerRecipe:
+    """How a worker process builds this instance: the backend's own recipe if it has one."""
+    own = getattr(backend, "worker_recipe", None)
+    if own is not None:
+        recipe: WorkerRecipe = own(version_dir, config, placement)
+        return recipe
+    return backend_recipe(backend, version_dir, config, placement, label)
+
+
+def _thread_instances(
+    backend: Backend,
+    version_dir: Path,
+    config: ModelConfig,
+    where: list[InstancePlacement],
+    label: str,
+    grants: Grants,
+) -> ThreadInstances:
+    def build(instance: int) -> Executor:
+        with granted(grants):  # also when an instance is rebuilt later, on another thread
+            return build_executor(backend, version_dir, config, where[instance], label)
+
+    executors: list[Executor] = []
+    try:
+        for i in range(len(where)):
+            executors.append(build(i))
+    except Exception:
+        for executor in executors:
+            executor.close()
+        raise
+    return ThreadInstances(label, executors, build)
 
 
 def close_now(pool: Instances) -> None:

@@ -18,6 +18,7 @@ from inferd.errors import ConfigError, InvalidInput
 from inferd.routing import (
     RoutingPolicy,
     labels_from_mapping,
+    policy_document,
     shadow_from_mapping,
     split_from_mapping,
 )
@@ -58,7 +59,7 @@ def overlay(policy: RoutingPolicy, doc: Mapping[str, Any], where: str) -> Routin
 
 def document(policy: RoutingPolicy, keys: set[str]) -> dict[str, Any]:
     """The routing document holding ``keys`` of a policy."""
-    full = policy.as_dict()
+    full = policy_document(policy)
     return {key: full[key] for key in KEYS if key in keys}
 
 

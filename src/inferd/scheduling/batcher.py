@@ -76,9 +76,13 @@ class _Pending:
 
 
 def _compat_key(work: Work) -> tuple[Any, ...]:
-    """Requests with equal keys can share a batch: same outputs, input dtypes and row shapes.
-    Each request keeps its own id and parameters inside the batch."""
-    return (work.outputs, *((n, a.dtype, a.shape[1:]) for n, a in work.inputs.items()))
+    """Requests with equal keys can share a batch: same signature, outputs, input dtypes and
+    row shapes. Each request keeps its own id and parameters inside the batch."""
+    return (
+        work.signature,
+        work.outputs,
+        *((n, a.dtype, a.shape[1:]) for n, a in work.inputs.items()),
+    )
 
 
 @dataclass(eq=False, slots=True)

@@ -15,10 +15,11 @@ timed by the thread's CPU time: their wall time would include waiting for the GI
 event loop, which under load inflates a 30 µs call past the threshold and keeps a fast model
 off the inline path for good. When that CPU time is under the threshold, one execution runs
 inline as a probe, timed by the wall clock (a runtime whose work happens on threads of its own
-shows little CPU on the calling thread, and only the wall clock tells). The model stays inline
-until ``SLOW_STREAK`` inline calls in a row take longer than the threshold (one slow call is a
-GC pause or the process being descheduled, not a slow model); a slow probe is retried after a
-back-off that doubles up to ``PROBE_MAX_S``.
+shows little CPU on the calling thread, and a runtime waiting on a GPU none at all: only the
+wall clock tells). On a busy host a fast call is sometimes descheduled and looks slow, so a
+probe round makes up to ``PROBES`` tries and one fast try is enough; after a slow round the
+next waits for a back-off that doubles up to ``PROBE_MAX_S``. The model stays inline until
+``SLOW_STREAK`` inline calls in a row take longer than the threshold.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ INLINE_BELOW_NS = int(INLINE_BELOW_S * 1e9)
 PROBE_FIRST_S = 1.0
 PROBE_MAX_S = 60.0
 SLOW_STREAK = 3
+PROBES = 5
 _EWMA_WEIGHT = 0.1
 _UNKNOWN = float("inf")
 
@@ -112,6 +114,7 @@ class ThreadInstances:
         self._cpu_mean_s = _UNKNOWN
         self._inline_ok = False  # the last probe (or inline calls) ran under the threshold
         self._slow = 0  # inline calls in a row over the threshold
+        self._tries = PROBES  # probes left in this round
         self._probe_after = 0.0
         self._probe_wait_s = PROBE_FIRST_S
         self._threads = [
@@ -168,11 +171,17 @@ class ThreadInstances:
             self._inline_ok = True
             self._slow = 0
             self._probe_wait_s = PROBE_FIRST_S
-        else:
-            self._slow = SLOW_STREAK if not self._inline_ok else self._slow + 1
-            if self._slow >= SLOW_STREAK:  # a slow probe, or slow calls in a row: threads
+            self._tries = PROBES
+        elif self._inline_ok:
+            self._slow += 1
+            if self._slow >= SLOW_STREAK:  # slow calls in a row: back to the threads
                 self._inline_ok = False
                 self._slow = 0
+                self._tries = PROBES
+        else:
+            self._tries -= 1
+            if self._tries <= 0:  # a slow probe round: wait before the next
+                self._tries = PROBES
                 self._probe_after = time.monotonic() + self._probe_wait_s
                 self._probe_wait_s = min(PROBE_MAX_S, self._probe_wait_s * 2)
         future.set_result(executed)

@@ -15,13 +15,15 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from inferd.backends.base import Runtime
-from inferd.errors import InferdError, InternalError, Unavailable
+from inferd.errors import InferdError, InternalError, InvalidInput, Unavailable
 from inferd.types import Parameters, Tensors
+
+if TYPE_CHECKING:  # a worker process of a Python model imports this module without protobuf
+    from inferd.backends.base import Runtime
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -44,6 +46,9 @@ class Work:
     # Set on the event loop when the caller gave up (client gone, timed out) after the work
     # was handed to an instance: the instance skips it and answers CANCELLED.
     cancelled: bool = False
+    # Which signature of the model file runs ("": the model's own inputs and outputs); only
+    # models whose backend lists signatures get one (``SignatureRuntime``).
+    signature: str = ""
 
 
 Result = Tensors | InferdError
@@ -121,7 +126,11 @@ def as_error(model: str, exc: BaseException) -> InferdError:
 
 
 class BatchExecutor:
-    """A batch Runtime behind the request-level seam: concatenate, execute, check, split."""
+    """A batch Runtime behind the request-level seam: concatenate, execute, check, split.
+
+    A batch the runtime refuses as bad input (``InvalidInput``: say, a string ONNX Runtime
+    cannot carry) runs again request by request, so that only the request at fault fails.
+    """
 
     __slots__ = ("inline", "model", "runtime")
 
@@ -130,12 +139,21 @@ class BatchExecutor:
         self.runtime = runtime
         self.inline = bool(getattr(runtime, "inline", False))
 
+    def _signature(self, work: Work, inputs: Tensors) -> Tensors:
+        runtime: Any = self.runtime  # a SignatureRuntime: only its models get signatures
+        outputs: Tensors = runtime.execute_signature(work.signature, inputs, work.outputs)
+        return outputs
+
     def execute(self, batch: Sequence[Work]) -> Executed:
         first = batch[0]
         if len(batch) == 1:
             try:
                 started = time.perf_counter_ns()
-                outputs = self.runtime.execute(first.inputs, first.outputs)
+                outputs = (
+                    self._signature(first, first.inputs)
+                    if first.signature
+                    else self.runtime.execute(first.inputs, first.outputs)
+                )
                 infer_ns = time.perf_counter_ns() - started
                 if first.rows:
                     check_rows(self.model, outputs, first.rows)
@@ -151,11 +169,17 @@ class BatchExecutor:
         inputs = {n: np.concatenate([w.inputs[n] for w in batch], axis=0) for n in first.inputs}
         assembled = time.perf_counter_ns()
         try:
-            outputs = self.runtime.execute(inputs, first.outputs)
+            outputs = (
+                self._signature(first, inputs)
+                if first.signature
+                else self.runtime.execute(inputs, first.outputs)
+            )
             executed = time.perf_counter_ns()
             check_rows(self.model, outputs, rows)
         except InstanceFailed:
             raise
+        except InvalidInput:
+            return self._one_by_one(batch)
         except Exception as exc:
             return Executed([as_error(self.model, exc)] * len(batch), assembled - started)
         parts: list[Result] = []
@@ -167,6 +191,11 @@ class BatchExecutor:
         return Executed(
             parts, assembled - started, executed - assembled, time.perf_counter_ns() - executed
         )
+
+    def _one_by_one(self, batch: Sequence[Work]) -> Executed:
+        started = time.perf_counter_ns()
+        results = [self.execute([work]).results[0] for work in batch]
+        return Executed(results, 0, time.perf_counter_ns() - started, 0)
 
     def close(self) -> None:
         self.runtime.close()

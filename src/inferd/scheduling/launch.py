@@ -1,0 +1,90 @@
+"""One worker process as the server starts, reaps and stops it (``scheduling.processes``
+keeps the instances; this is the life of one process)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import subprocess
+
+from inferd.errors import ModelLoadError, Unavailable
+from inferd.scheduling.channel import Channel, socket_pair
+from inferd.scheduling.recipe import WorkerRecipe
+from inferd.scheduling.spawn import WorkerProcess, describe_exit, start_worker
+from inferd.scheduling.wire import Encoder, encode_result
+
+log = logging.getLogger("inferd.scheduling")
+
+CLOSE_TIMEOUT_S = 30.0  # for finalize, after which the worker is killed
+REAP_TIMEOUT_S = 5.0
+
+
+def launch(label: str, index: int, recipe: WorkerRecipe) -> tuple[WorkerProcess, Channel]:
+    """Start a worker and wait until its executor is built (ModelLoadError if it fails)."""
+    server_end, worker_end = socket_pair()
+    try:
+        proc = start_worker(recipe.interpreter, worker_end.fileno())
+    except OSError as exc:
+        server_end.close()
+        raise ModelLoadError(f"cannot start a worker process for model '{label}': {exc}") from None
+    finally:
+        worker_end.close()
+    channel = Channel(server_end, trusting=False)
+    try:
+        channel.send("start", (recipe.factory, recipe.args, label, index))
+        while True:
+            message = channel.recv()
+            assert message is not None
+            kind, payload = message
+            if kind == "ready":
+                log.info("model '%s': instance %d is worker process %d", label, index, proc.pid)
+                return proc, channel
+            if kind == "failed":
+                raise ModelLoadError(f"model '{label}' instance {index} failed to start: {payload}")
+    except EOFError:
+        how = describe_exit(reap(proc))
+        channel.close()
+        raise ModelLoadError(
+            f"the worker process of model '{label}' (instance {index}) {how} while starting"
+        ) from None
+    except BaseException:
+        reap(proc)
+        channel.close()
+        raise
+
+
+def reap(proc: WorkerProcess, timeout_s: float = REAP_TIMEOUT_S) -> int | None:
+    """Wait for a worker to end (killing it after ``timeout_s``); its return code."""
+    try:
+        return proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def stop_worker(label: str, proc: WorkerProcess, channel: Channel) -> None:
+    """Ask a worker to close its executor, wait (killing it after CLOSE_TIMEOUT_S)."""
+    try:
+        channel.send("close")
+        channel.sock.settimeout(CLOSE_TIMEOUT_S)
+        while True:
+            message = channel.recv()
+            if message is None:
+                continue
+            kind, payload = message
+            if kind == "closed":
+                if payload:
+                    log.error("model '%s': closing worker %d failed: %s", label, proc.pid, payload)
+                break
+            if kind == "call":
+                refuse_call(channel, payload[0], "the model is unloading")
+    except (EOFError, OSError):
+        pass
+    reap(proc, CLOSE_TIMEOUT_S)
+    channel.close()
+
+
+def refuse_call(channel: Channel, call_id: int, why: str) -> None:
+    encoded = encode_result(Encoder(channel), Unavailable(f"calls to other models: {why}"))
+    with contextlib.suppress(OSError):
+        channel.send("called", (call_id, encoded))

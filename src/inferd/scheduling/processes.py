@@ -1,0 +1,501 @@
+"""Process instances: each execution instance of a model version is a worker process.
+
+The second implementation of ``Instances`` (``scheduling.instances``): same addressing
+(``instance=i``, else the least busy), same cancellation (work whose caller left while it was
+queued is not run), same restart on failure. Python models always run here (their code can
+never block the event loop or hold the server's GIL); any backend can, with the config
+parameter ``process_instances``.
+
+A worker is started from a ``WorkerRecipe`` and builds its model itself; tensors cross in
+shared memory (``scheduling.shm``), messages over a Unix socket (``scheduling.channel``). The
+event loop reads every worker's socket itself (``add_reader``): no thread hop per answer. Each
+worker holds at most ``DEPTH`` jobs (one running, one next), the rest wait here, where a
+cancelled one is simply dropped.
+
+A worker that dies (an exception escaping the executor, a segfault, ``os._exit``, SIGKILL, the
+OOM killer) fails only the jobs it held, each with an ``InstanceFailed`` that names the model
+and how the process ended; a fresh worker is started at once, and the jobs queued for it run
+there. A worker that cannot start again is retried with a back-off. A model may call other
+models of the server (``call`` messages), through their own schedulers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import itertools
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferd.errors import InferdError, InternalError, Unavailable
+from inferd.scheduling.channel import Channel
+from inferd.scheduling.launch import launch, reap, refuse_call, stop_worker
+from inferd.scheduling.recipe import WorkerRecipe
+from inferd.scheduling.spawn import WorkerProcess, describe_exit
+from inferd.scheduling.wire import (
+    Encoder,
+    decode_error,
+    decode_executed,
+    decode_tensors,
+    encode_result,
+    encode_works,
+)
+from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Result, Work, live
+from inferd.types import InferRequest, ModelCaller, RequestedOutput
+
+log = logging.getLogger("inferd.scheduling")
+
+DEPTH = 2  # jobs a worker holds: one running, one waiting, so it never idles between them
+RESTART_BACKOFF_FIRST_S = 0.5
+RESTART_BACKOFF_MAX_S = 30.0
+IDLE_FLUSH_S = 0.01  # a worker left idle gets the releases of its output blocks this soon
+
+_STARTING, _UP, _DOWN, _BROKEN, _CLOSED = "starting", "up", "down", "broken", "closed"
+
+
+@dataclass(eq=False, slots=True)
+class _Job:
+    id: int
+    batch: list[Work]
+    future: asyncio.Future[Executed]
+    works: list[Work] = field(default_factory=list)  # what was sent: the batch less cancelled
+
+
+@dataclass(eq=False, slots=True)
+class _Worker:
+    """One instance: its process, its connection and its jobs, as the server sees them."""
+
+    index: int
+    recipe: WorkerRecipe
+    proc: WorkerProcess | None = None
+    channel: Channel | None = None
+    state: str = _STARTING
+    queue: deque[_Job] = field(default_factory=deque)  # not sent yet
+    sent: dict[int, _Job] = field(default_factory=dict)  # sent, not answered
+    reason: str = ""  # why it is broken
+    backoff_s: float = RESTART_BACKOFF_FIRST_S
+    flush_armed: bool = False
+
+    @property
+    def load(self) -> int:
+        return len(self.queue) + len(self.sent)
+
+
+class ProcessInstances:
+    """One worker process per instance, built from ``recipes`` (one per instance)."""
+
+    def __init__(
+        self,
+        name: str,
+        recipes: Sequence[WorkerRecipe],
+        call_model: ModelCaller | None = None,
+    ) -> None:
+        if not recipes:
+            raise ValueError("instances need at least one recipe")
+        self.name = name
+        self.count = len(recipes)
+        self.restarts = 0
+        self._call_model = call_model
+        self._workers = [_Worker(i, r) for i, r in enumerate(recipes)]
+        self._ids = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self._stopping = False  # closing, and the queues are drained
+        self._drained: asyncio.Future[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._threads: list[threading.Thread] = []
+        self._start_all()
+
+    def _start_all(self) -> None:
+        with concurrent.futures.ThreadPoolExecutor(self.count) as pool:
+            started = [pool.submit(launch, self.name, w.index, w.recipe) for w in self._workers]
+            errors: list[BaseException] = []
+            for worker, future in zip(self._workers, started, strict=True):
+                try:
+                    worker.proc, worker.channel = future.result()
+                    worker.state = _UP
+                except BaseException as exc:
+                    errors.append(exc)
+        if errors:
+            for worker in self._workers:
+                if worker.proc is not None and worker.channel is not None:
+                    stop_worker(self.name, worker.proc, worker.channel)
+            raise errors[0]
+
+    # ------------------------------------------------------------------ submitting
+
+    def submit(self, batch: list[Work], instance: int | None = None) -> asyncio.Future[Executed]:
+        if self._closed:
+            raise Unavailable(f"model '{self.name}' is unloading")
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._attach(loop)
+        if instance is None:
+            worker = self._least_busy()
+        elif 0 <= instance < self.count:
+            worker = self._workers[instance]
+            if worker.state is _BROKEN:
+                raise InstanceFailed(worker.reason)
+        else:
+            raise ValueError(f"model '{self.name}' has no instance {instance}")
+        job = _Job(next(self._ids), batch, loop.create_future())
+        worker.queue.append(job)
+        self._pump(worker)
+        return job.future
+
+    def _least_busy(self) -> _Worker:
+        workers = self._workers
+        first = workers[0]
+        if first.state is _UP and (self.count == 1 or first.load == 0):
+            return first
+        up = [w for w in workers if w.state is _UP]
+        if up:
+            return min(up, key=lambda w: w.load)
+        coming = [w for w in workers if w.state in (_DOWN, _STARTING)]
+        if coming:  # restarting: its queue runs once it is up
+            return min(coming, key=lambda w: w.load)
+        raise InstanceFailed(workers[0].reason or f"model '{self.name}' has no running instance")
+
+    def _pump(self, worker: _Worker) -> None:
+        """Send queued jobs while the worker has room."""
+        channel = worker.channel
+        while worker.state is _UP and len(worker.sent) < DEPTH and worker.queue:
+            assert channel is not None
+            job = worker.queue.popleft()
+            if job.future.done():  # the caller left while it was queued: never run
+                self._settled()
+                continue
+            wanted = live(job.batch)
+            if wanted is not None and not wanted:
+                job.future.set_result(Executed([CANCELLED] * len(job.batch)))
+                self._settled()
+                continue
+            job.works = job.batch if wanted is None else wanted
+            try:
+                payload = encode_works(channel, job.works)
+            except Exception as exc:
+                job.future.set_exception(InternalError(f"cannot send a batch to a worker: {exc}"))
+                self._settled()
+                continue
+            worker.sent[job.id] = job
+            job.future.add_done_callback(functools.partial(self._cancel, worker, job.id))
+            self._send(worker, "job", (job.id, payload))
+
+    def _send(self, worker: _Worker, kind: str, payload: Any) -> None:
+        channel = worker.channel
+        assert channel is not None and self._loop is not None
+        try:
+            if not channel.send_nowait(kind, payload):
+                self._loop.add_writer(channel.fileno(), self._writable, worker)
+        except OSError:
+            pass  # the worker is gone: its reader sees the end and handles it
+
+    def _writable(self, worker: _Worker) -> None:
+        channel = worker.channel
+        assert channel is not None and self._loop is not None
+        try:
+            done = channel.flush()
+        except OSError:
+            done = True
+        if done:
+            self._loop.remove_writer(channel.fileno())
+
+    def _cancel(self, worker: _Worker, job_id: int, future: asyncio.Future[Executed]) -> None:
+        if future.cancelled() and job_id in worker.sent and worker.state is _UP:
+            self._send(worker, "cancel", job_id)
+
+    # ------------------------------------------------------------------ answers
+
+    def _attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Read the workers' sockets on this loop (the first submit's)."""
+        old, self._loop = self._loop, loop
+        for worker in self._workers:
+            if worker.state is _UP and worker.channel is not None:
+                if old is not None and not old.is_closed():
+                    with contextlib.suppress(Exception):
+                        old.remove_reader(worker.channel.fileno())
+                loop.add_reader(worker.channel.fileno(), self._readable, worker)
+
+    def _readable(self, worker: _Worker) -> None:
+        channel = worker.channel
+        assert channel is not None
+        while worker.channel is channel:
+            try:
+                message = channel.recv(block=False)
+            except EOFError:
+                self._lost(worker)
+                return
+            except Exception:
+                log.exception("model '%s': a message from instance %d", self.name, worker.index)
+                self._lost(worker)
+                return
+            if message is None:
+                return
+            kind, payload = message
+            if kind == "done":
+                self._done(worker, *payload)
+            elif kind == "call":
+                self._call(worker, payload)
+
+    def _done(self, worker: _Worker, job_id: int, status: str, data: Any) -> None:
+        job = worker.sent.pop(job_id, None)
+        if job is None:
+            return
+        future = job.future
+        if status == "ok":
+            executed = decode_executed(worker.channel, data)  # type: ignore[arg-type]
+            if job.works is not job.batch:  # some were cancelled before it was sent
+                ran = {id(w) for w in job.works}
+                answers = iter(executed.results)
+                executed.results = [next(answers) if id(w) in ran else CANCELLED for w in job.batch]
+            if not future.done():
+                future.set_result(executed)
+        elif status == "cancelled":
+            if not future.done():
+                future.set_result(Executed([CANCELLED] * len(job.batch)))
+        else:  # the executor broke: the worker exits, and is restarted once it has
+            worker.state = _DOWN
+            if not future.done():
+                future.set_exception(decode_error(*data))
+        self._settled()
+        self._pump(worker)
+        channel = worker.channel
+        idle = not worker.sent and not worker.flush_armed and channel is not None
+        if idle and channel is not None and channel.mapped.outstanding and self._loop is not None:
+            worker.flush_armed = True
+            self._loop.call_later(IDLE_FLUSH_S, self._flush_idle, worker)
+
+    def _flush_idle(self, worker: _Worker) -> None:
+        """Hand an idle worker back the output blocks its answers no longer need."""
+        worker.flush_armed = False
+        channel = worker.channel
+        idle = worker.state is _UP and channel is not None and not worker.sent
+        if idle and channel is not None and channel.mapped.released:
+            self._send(worker, "release", None)
+
+    def _settled(self) -> None:
+        if self._drained is not None and not self._drained.done() and not self._busy():
+            self._drained.set_result(None)
+
+    def _busy(self) -> bool:
+        return any(w.queue or w.sent for w in self._workers)
+
+    # ------------------------------------------------------------------ calls to other models
+
+    def _call(self, worker: _Worker, payload: Any) -> None:
+        call_id, model, version, request_id, outputs, parameters, inputs = payload
+        channel = worker.channel
+        assert channel is not None and self._loop is not None
+        if self._call_model is None:
+            refuse_call(channel, call_id, "not available to this model")
+            return
+        try:
+            tensors = decode_tensors(channel, inputs)
+        except Exception as exc:
+            result: Result = InternalError(f"a call to model '{model}' could not be read: {exc}")
+            self._send(worker, "called", (call_id, encode_result(Encoder(channel), result)))
+            return
+        request = InferRequest(
+            model,
+            tensors,
+            model_version=version,
+            id=request_id,
+            outputs=[RequestedOutput(n) for n in outputs] if outputs else None,
+            parameters=dict(parameters),
+        )
+        task = self._loop.create_task(self._serve_call(worker, channel, call_id, request))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve_call(
+        self, worker: _Worker, channel: Channel, call_id: int, request: InferRequest
+    ) -> None:
+        assert self._call_model is not None
+        result: Result
+        try:
+            result = (await self._call_model(request)).outputs
+        except InferdError as exc:
+            result = exc
+        except Exception as exc:
+            log.exception("model '%s' calling '%s'", self.name, request.model_name)
+            result = InternalError(f"calling model '{request.model_name}' failed: {exc}")
+        del request
+        if worker.channel is not channel or worker.state is not _UP:
+            return  # the worker that asked is gone
+        try:
+            encoded = encode_result(Encoder(channel), result)
+        except Exception as exc:
+            encoded = encode_result(Encoder(channel), InternalError(str(exc)))
+        self._send(worker, "called", (call_id, encoded))
+
+    # ------------------------------------------------------------------ failures and restarts
+
+    def _call_soon(self, callback: Callable[..., None], *args: Any) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(callback, *args)
+
+    def _lost(self, worker: _Worker) -> None:
+        """The worker's socket ended: it died. Reap it off the loop, then restart it."""
+        proc, channel = worker.proc, worker.channel
+        assert proc is not None and channel is not None and self._loop is not None
+        self._loop.remove_reader(channel.fileno())
+        self._loop.remove_writer(channel.fileno())
+        worker.state = _DOWN
+        worker.channel = None
+        self._thread(self._reap_and_report, worker, proc, channel)
+
+    def _thread(self, target: Callable[..., None], *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        self._threads = [t for t in self._threads if t.is_alive()]
+        self._threads.append(thread)
+        thread.start()
+
+    def _reap_and_report(self, worker: _Worker, proc: WorkerProcess, channel: Channel) -> None:
+        how = describe_exit(reap(proc))
+        channel.close()
+        self._call_soon(self._crashed, worker, proc.pid, how)
+
+    def _crashed(self, worker: _Worker, pid: int, how: str) -> None:
+        self.restarts += 1
+        error = InstanceFailed(
+            f"model '{self.name}': the worker process of instance {worker.index} (pid {pid}) "
+            f"{how}; it is being restarted"
+        )
+        if worker.sent:
+            log.error("%s; %d request batch(es) failed", error.message, len(worker.sent))
+        else:
+            log.warning("%s", error.message)
+        for job in worker.sent.values():
+            if not job.future.done():
+                job.future.set_exception(error)
+        worker.sent.clear()
+        if self._closed:
+            self._fail_queue(worker, Unavailable(f"model '{self.name}' is unloading"))
+            worker.state = _CLOSED
+            return
+        self._thread(self._restart, worker)
+
+    def _restart(self, worker: _Worker) -> None:
+        try:
+            proc, channel = launch(self.name, worker.index, worker.recipe)
+        except Exception as exc:
+            reason = exc.message if isinstance(exc, InferdError) else str(exc)
+            self._call_soon(self._restart_failed, worker, reason)
+            return
+        self._call_soon(self._restarted, worker, proc, channel)
+
+    def _restarted(self, worker: _Worker, proc: WorkerProcess, channel: Channel) -> None:
+        if self._stopping:  # closing, past waiting for the queues: too late to serve
+            self._thread(stop_worker, self.name, proc, channel)
+            worker.state = _CLOSED
+            self._fail_queue(worker, Unavailable(f"model '{self.name}' is unloading"))
+            return
+        assert self._loop is not None
+        worker.proc, worker.channel, worker.state = proc, channel, _UP
+        worker.backoff_s = RESTART_BACKOFF_FIRST_S
+        self._loop.add_reader(channel.fileno(), self._readable, worker)
+        log.info("model '%s': instance %d is running again", self.name, worker.index)
+        self._pump(worker)
+
+    def _restart_failed(self, worker: _Worker, reason: str) -> None:
+        assert self._loop is not None
+        worker.state = _BROKEN
+        worker.reason = f"model '{self.name}': instance {worker.index} cannot restart: {reason}"
+        log.error("%s; retrying in %.1f s", worker.reason, worker.backoff_s)
+        self._fail_queue(worker, InstanceFailed(worker.reason))
+        if not self._closed:
+            self._loop.call_later(worker.backoff_s, self._retry, worker)
+            worker.backoff_s = min(RESTART_BACKOFF_MAX_S, worker.backoff_s * 2)
+
+    def _retry(self, worker: _Worker) -> None:
+        if worker.state is _BROKEN and not self._closed:
+            worker.state = _DOWN
+            self._thread(self._restart, worker)
+
+    def _fail_queue(self, worker: _Worker, error: InferdError) -> None:
+        while worker.queue:
+            job = worker.queue.popleft()
+            if not job.future.done():
+                job.future.set_exception(error)
+        self._settled()
+
+    # ------------------------------------------------------------------ warmup and closing
+
+    def run_blocking(self, instance: int, batch: list[Work]) -> Executed:
+        """Execute now, from the calling thread, before the instances serve (warmup)."""
+        worker = self._workers[instance]
+        if worker.state is not _UP or worker.channel is None or worker.proc is None:
+            raise InstanceFailed(f"instance {instance} of model '{self.name}' is not running")
+        channel = worker.channel
+        job_id = next(self._ids)
+        try:
+            channel.send("job", (job_id, encode_works(channel, batch)))
+            while True:
+                message = channel.recv()
+                assert message is not None
+                kind, payload = message
+                if kind == "call":
+                    refuse_call(channel, payload[0], "not during warmup")
+                elif kind == "done" and payload[0] == job_id:
+                    break
+        except (EOFError, OSError):
+            how = describe_exit(reap(worker.proc))
+            channel.close()
+            self.restarts += 1
+            worker.proc, worker.channel = launch(self.name, instance, worker.recipe)
+            raise InstanceFailed(
+                f"model '{self.name}': the worker process of instance {instance} {how}"
+            ) from None
+        _, status, data = payload
+        if status == "ok":
+            return decode_executed(channel, data)
+        if status == "cancelled":
+            return Executed([CANCELLED] * len(batch))
+        raise decode_error(*data)
+
+    async def close(self) -> None:
+        """Let queued and running work finish, then stop the workers (``finalize`` runs)."""
+        if self._closed:
+            return
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            if self._busy():
+                self._drained = loop.create_future()
+                await self._drained
+            for worker in self._workers:
+                if worker.state is _UP and worker.channel is not None:
+                    loop.remove_reader(worker.channel.fileno())
+                    loop.remove_writer(worker.channel.fileno())
+        self._stopping = True
+        await asyncio.to_thread(self._stop)
+
+    def _stop(self) -> None:
+        for thread in self._threads:
+            thread.join()
+        running = [w for w in self._workers if w.state is _UP]
+        for worker in running:
+            worker.state = _CLOSED
+        threads = [
+            threading.Thread(target=stop_worker, args=(self.name, w.proc, w.channel))
+            for w in running
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def pids(self) -> list[int | None]:
+        """The worker process of each instance (None while one restarts)."""
+        return [
+            w.proc.pid if w.proc is not None and w.state is _UP else None for w in self._workers
+        ]

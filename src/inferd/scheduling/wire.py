@@ -1,0 +1,228 @@
+"""What crosses a worker connection: tensors, requests, results and errors as plain tuples.
+
+A numeric tensor is ``(name, dtype name, shape, data)``: ``data`` is a ``bytearray`` for a
+tensor of a few KB (it rides in the message, and arrives writable) or a ``Ref`` to an arena
+block (copied once, read in place). A BYTES tensor travels as Triton's serialization (a 4-byte
+little-endian length before each element), so any bytes survive: NULs, non-UTF-8. Errors
+travel as (class name, message) and come back as the same ``InferdError`` class.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from inferd.errors import (
+    ConfigError,
+    DeadlineExceeded,
+    InferdError,
+    InternalError,
+    InvalidInput,
+    ModelLoadError,
+    NotFound,
+    PayloadTooLarge,
+    Unavailable,
+    Unimplemented,
+)
+from inferd.scheduling.channel import Channel
+from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Result, Work
+from inferd.types import Tensors
+
+INLINE_BYTES = 16 << 10  # a tensor up to this size rides in the message
+INLINE_BUDGET_BYTES = 32 << 10  # inline bytes per message at most
+BYTES = "BYTES"
+
+_LEN = struct.Struct("<I")
+_ERRORS: dict[str, type[InferdError]] = {
+    cls.__name__: cls
+    for cls in (
+        InvalidInput,
+        PayloadTooLarge,
+        NotFound,
+        Unavailable,
+        DeadlineExceeded,
+        Unimplemented,
+        ModelLoadError,
+        ConfigError,
+        InternalError,
+        InstanceFailed,
+    )
+}
+_DTYPES: dict[str, np.dtype[Any]] = {}
+_NAMES: dict[np.dtype[Any], str] = {}  # dtype.name is computed in Python each time: slow
+
+
+def dtype_named(name: str) -> np.dtype[Any]:
+    """A numpy dtype by name (``bfloat16`` comes from ml_dtypes)."""
+    dtype = _DTYPES.get(name)
+    if dtype is None:
+        if name == "bfloat16":
+            import ml_dtypes
+
+            dtype = np.dtype(ml_dtypes.bfloat16)
+        else:
+            dtype = np.dtype(name)
+        _DTYPES[name] = dtype
+    return dtype
+
+
+def serialize_bytes(array: np.ndarray) -> bytes:
+    """Triton's BYTES serialization of an object, bytes or str array (str as UTF-8)."""
+    parts: list[bytes] = []
+    for item in array.ravel().tolist():
+        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        parts.append(_LEN.pack(len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def deserialize_bytes(raw: bytes | bytearray | memoryview, shape: tuple[int, ...]) -> np.ndarray:
+    """An object array of ``bytes`` from Triton's BYTES serialization."""
+    view = memoryview(raw)
+    items: list[bytes] = []
+    offset, end = 0, len(view)
+    while offset < end:
+        (size,) = _LEN.unpack_from(view, offset)
+        offset += 4
+        items.append(bytes(view[offset : offset + size]))
+        offset += size
+    array = np.empty(len(items), dtype=object)
+    array[:] = items
+    return array.reshape(shape)
+
+
+class Encoder:
+    """Encodes the tensors of one message, inline while its budget lasts, else in arenas."""
+
+    __slots__ = ("_budget", "_channel")
+
+    def __init__(self, channel: Channel) -> None:
+        self._channel = channel
+        self._budget = INLINE_BUDGET_BYTES
+
+    def tensors(self, tensors: Tensors) -> list[tuple[Any, ...]]:
+        return [self.tensor(name, array) for name, array in tensors.items()]
+
+    def tensor(self, name: str, array: np.ndarray) -> tuple[Any, ...]:
+        if not isinstance(array, np.ndarray):
+            array = np.asarray(array)
+        dtype = array.dtype
+        token = _NAMES.get(dtype)
+        if token is None:
+            if dtype.kind in "OSU":
+                raw = serialize_bytes(array)
+                return (name, BYTES, array.shape, self._place_bytes(raw))
+            if not dtype.isnative:
+                array = array.astype(dtype.newbyteorder("="))
+                dtype = array.dtype
+            token = _NAMES.setdefault(dtype, dtype.name)
+        nbytes = array.nbytes
+        if nbytes <= INLINE_BYTES and nbytes <= self._budget:
+            self._budget -= nbytes
+            data: Any = bytearray(np.ascontiguousarray(array).data)
+        else:
+            data = self._channel.arenas.put(array)
+        return (name, token, array.shape, data)
+
+    def _place_bytes(self, raw: bytes) -> Any:
+        if len(raw) <= INLINE_BYTES and len(raw) <= self._budget:
+            self._budget -= len(raw)
+            return raw
+        return self._channel.arenas.put_bytes(raw)
+
+
+def decode_tensors(channel: Channel, encoded: Sequence[tuple[Any, ...]]) -> Tensors:
+    tensors: Tensors = {}
+    for name, token, shape, data in encoded:
+        if token == BYTES:
+            raw = data if isinstance(data, bytes | bytearray) else channel.mapped.read(data)
+            tensors[name] = deserialize_bytes(raw, tuple(shape))
+            continue
+        dtype = dtype_named(token)
+        if isinstance(data, bytearray | bytes):
+            tensors[name] = np.frombuffer(data, dtype).reshape(shape)
+        else:
+            tensors[name] = channel.mapped.array(tuple(data), dtype, tuple(shape))
+    return tensors
+
+
+# ---------------------------------------------------------------------- errors
+
+
+def encode_error(exc: InferdError) -> tuple[str, str]:
+    for cls in type(exc).__mro__:
+        if cls.__name__ in _ERRORS and _ERRORS[cls.__name__] is cls:
+            return cls.__name__, exc.message
+    return InternalError.__name__, exc.message
+
+
+def decode_error(name: str, message: str) -> InferdError:
+    return _ERRORS.get(name, InternalError)(message)
+
+
+# ---------------------------------------------------------------------- requests and results
+
+
+def encode_works(channel: Channel, works: Sequence[Work]) -> list[tuple[Any, ...]]:
+    encoder = Encoder(channel)
+    return [
+        (
+            w.request_id,
+            w.rows,
+            w.outputs,
+            w.parameters,
+            w.correlation_id,
+            w.flags,
+            encoder.tensors(w.inputs),
+        )
+        for w in works
+    ]
+
+
+def decode_works(channel: Channel, encoded: Sequence[tuple[Any, ...]]) -> list[Work]:
+    return [
+        Work(
+            decode_tensors(channel, inputs),
+            rows,
+            tuple(outputs),
+            request_id,
+            parameters,
+            correlation_id,
+            flags,
+        )
+        for request_id, rows, outputs, parameters, correlation_id, flags, inputs in encoded
+    ]
+
+
+def encode_result(encoder: Encoder, result: Result) -> tuple[Any, ...]:
+    if result is CANCELLED:
+        return ("C",)
+    if isinstance(result, InferdError):
+        return ("E", *encode_error(result))
+    return ("T", encoder.tensors(result))
+
+
+def decode_result(channel: Channel, encoded: tuple[Any, ...]) -> Result:
+    if encoded[0] == "T":
+        return decode_tensors(channel, encoded[1])
+    if encoded[0] == "C":
+        return CANCELLED
+    return decode_error(encoded[1], encoded[2])
+
+
+def encode_executed(channel: Channel, executed: Executed) -> tuple[Any, ...]:
+    encoder = Encoder(channel)
+    return (
+        [encode_result(encoder, r) for r in executed.results],
+        executed.input_ns,
+        executed.infer_ns,
+        executed.output_ns,
+    )
+
+
+def decode_executed(channel: Channel, encoded: tuple[Any, ...]) -> Executed:
+    results, input_ns, infer_ns, output_ns = encoded
+    return Executed([decode_result(channel, r) for r in results], input_ns, infer_ns, output_ns)

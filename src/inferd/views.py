@@ -1,0 +1,62 @@
+"""Read-only views the data plane hands to protocol adapters: frozen snapshots, never the live
+registry records or model versions behind them.
+
+Field names follow the KServe v2 / Triton documents they answer, so an adapter encodes a view
+field by field (HTTP: ``orjson`` serializes these dataclasses to exactly Triton's JSON).
+Statistics live beside their counters (``inferd.stats.ModelStatistics``) and routing beside its
+policies (``inferd.routing.RoutingView``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ServerMetadata:
+    name: str
+    version: str
+    extensions: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMetadata:
+    """An input or output as metadata reports it: -1 leads the shape when the model batches."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadata:
+    name: str
+    versions: tuple[str, ...]
+    platform: str
+    inputs: tuple[TensorMetadata, ...]
+    outputs: tuple[TensorMetadata, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """One row of the repository index (no version: the model as a whole)."""
+
+    name: str
+    version: str
+    state: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class VersionState:
+    version: int
+    state: str  # a ModelState value: READY, LOADING, UNLOADING, UNAVAILABLE
+    reason: str  # why it is not READY ("unloaded": retired or unloaded)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStatus:
+    """Every known version of a model with its state, highest version first."""
+
+    name: str
+    versions: tuple[VersionState, ...]

@@ -1,0 +1,192 @@
+"""The data plane over echo models: the read-only views it hands out (and their JSON, which is
+Triton's), one routing per request, shadow copies it runs for routing, version swaps."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from inferd import __version__
+from inferd.dataplane import DataPlane
+from inferd.errors import InvalidInput, NotFound, Unavailable, Unimplemented
+from inferd.model import ModelState, ModelVersion
+from inferd.routing import RoutingPolicy, ShadowCounts, ShadowPolicy
+from inferd.stats import ModelStatistics, StatDuration
+from inferd.types import InferRequest
+from inferd.views import ModelMetadata, ModelStatus, ServerMetadata, TensorMetadata, VersionState
+from tests.echo_support import echo_version, registry_with, request, rows
+
+UNBATCHED = """backend: "echo"
+max_batch_size: 0
+input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [-1] }]
+"""
+
+
+@pytest.fixture
+def versions(tmp_path: Path) -> Iterator[list[ModelVersion]]:
+    """Model ``m``, versions 1 and 2 (echo: both answer their input)."""
+    loaded = [echo_version(tmp_path, name="m", version=v) for v in (1, 2)]
+    yield loaded
+    asyncio.run(_close(loaded))
+
+
+async def _close(models: list[ModelVersion]) -> None:
+    for model in models:
+        await model.close()
+
+
+def test_views_are_frozen_snapshots_with_triton_json(versions: list[ModelVersion]) -> None:
+    plane = DataPlane(registry_with(*versions))
+    assert plane.server_metadata() == ServerMetadata(
+        "inferd",
+        __version__,
+        (
+            "schedule_policy",
+            "model_configuration",
+            "binary_tensor_data",
+            "parameters",
+            "statistics",
+        ),
+    )
+    meta = plane.model_metadata("m")
+    tensor = TensorMetadata("INPUT0", "FP32", (-1, 2))
+    assert meta == ModelMetadata(
+        "m", ("1", "2"), "", (tensor,), (TensorMetadata("OUTPUT0", "FP32", (-1, 2)),)
+    )
+    assert orjson.loads(orjson.dumps(meta)) == {
+        "name": "m",
+        "versions": ["1", "2"],
+        "platform": "",
+        "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, 2]}],
+        "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [-1, 2]}],
+    }
+    with pytest.raises(AttributeError):
+        meta.name = "other"  # type: ignore[misc]
+    config = plane.model_config("m", "1")
+    config.max_batch_size = 1  # a copy: the served config is untouched
+    assert plane.model_config("m", "1").max_batch_size == 8
+    assert plane.model_status("m") == ModelStatus(
+        "m", (VersionState(2, "READY", ""), VersionState(1, "READY", ""))
+    )
+
+
+def test_statistics_after_requests(versions: list[ModelVersion]) -> None:
+    plane = DataPlane(registry_with(*versions))
+
+    async def run() -> None:
+        await plane.infer(InferRequest("m", rows(1.0, 2.0), model_version="1"))
+        await plane.infer(InferRequest("m", rows(3.0), model_version="1"))
+        with pytest.raises(InvalidInput):
+            await plane.infer(InferRequest("m", {"nope": np.zeros((1, 2), np.float32)}))
+
+    asyncio.run(run())
+    first, second = plane.statistics("m")
+    assert isinstance(first, ModelStatistics)
+    assert (first.version, first.inference_count, first.execution_count) == ("1", 3, 2)
+    assert first.inference_stats.success.count == 2
+    assert second.inference_stats.fail.count == 1  # the default version: 2
+    assert [b.batch_size for b in first.batch_stats] == [1, 2]
+    assert first.batch_stats[0].compute_infer.count == 1
+    doc = orjson.loads(orjson.dumps({"model_stats": plane.statistics("m", "1")}))
+    (stats,) = doc["model_stats"]
+    assert list(stats) == [
+        "name",
+        "version",
+        "last_inference",
+        "inference_count",
+        "execution_count",
+        "inference_stats",
+        "batch_stats",
+    ]
+    assert list(stats["inference_stats"]) == [
+        "success",
+        "fail",
+        "queue",
+        "compute_input",
+        "compute_infer",
+        "compute_output",
+        "cache_hit",
+        "cache_miss",
+    ]
+    assert stats["inference_stats"]["cache_hit"] == {"count": 0, "ns": 0}
+    assert list(stats["batch_stats"][0]) == [
+        "batch_size",
+        "compute_input",
+        "compute_infer",
+        "compute_output",
+    ]
+    assert StatDuration(0, 0) == first.inference_stats.cache_miss
+
+
+def test_unknown_and_malformed_names(versions: list[ModelVersion]) -> None:
+    plane = DataPlane(registry_with(*versions))
+    with pytest.raises(NotFound, match=r"^Request for unknown model: 'nope' is not found$"):
+        plane.model_metadata("nope")
+    with pytest.raises(NotFound, match=r"^Request for unknown model: 'm' version 7 is not found$"):
+        plane.model_metadata("m", "7")
+    with pytest.raises(InvalidInput, match=r"^failed to get model version from specified"):
+        plane.model_ready("m", "x1")
+    assert plane.model_ready("m", "2") and not plane.model_ready("m", "7")
+    with pytest.raises(Unimplemented):
+        asyncio.run(plane.load_model("m"))
+
+
+def test_one_route_per_request_and_labels(versions: list[ModelVersion]) -> None:
+    plane = DataPlane(registry_with(*versions))
+    asyncio.run(plane.set_labels("m", {"stable": 1}))
+    view = asyncio.run(plane.set_routing("m", {"traffic_split": {"stable": 1}}))
+    assert view.labels == {"stable": 1} and view.traffic_split == (("stable", 1.0),)
+
+    async def run() -> list[str]:
+        answers = [await plane.infer(request(versions[0], float(i), id=str(i))) for i in range(5)]
+        labelled = await plane.infer(
+            InferRequest("m", rows(1.0), parameters={"version_label": "stable"})
+        )
+        return [a.model_version for a in answers] + [labelled.model_version]
+
+    assert asyncio.run(run()) == ["1"] * 6
+    assert plane.version_of("m", label="stable") == "1"
+    with pytest.raises(InvalidInput, match="not ready"):
+        asyncio.run(plane.set_labels("m", {"beta": 9}))
+
+
+def test_shadow_copies_run_in_the_data_plane(versions: list[ModelVersion]) -> None:
+    plane = DataPlane(registry_with(*versions))
+    routing = plane.registry.routing("m")
+    routing.set(RoutingPolicy(split=(("1", 1),), shadow=ShadowPolicy("2", 1.0)))
+
+    async def run() -> None:
+        for i in range(3):
+            answer = await plane.infer(request(versions[0], float(i)))
+            assert answer.model_version == "1"  # the shadow never answers
+        while routing.shadows_in_flight:
+            await asyncio.sleep(0.001)
+
+    asyncio.run(run())
+    assert plane.routing("m").shadow_stats == ShadowCounts(3, 3, 0, 0, 0, 0.0)
+    assert versions[1].stats.success.count == 3
+
+
+def test_a_retired_version_is_routed_again(tmp_path: Path) -> None:
+    old = echo_version(tmp_path, UNBATCHED, name="swap", version=1)
+    new = echo_version(tmp_path, UNBATCHED, name="swap", version=2)
+    registry = registry_with(old)
+    plane = DataPlane(registry)
+
+    async def run() -> str:
+        routed = registry.route("swap")
+        await old.close()  # retired after routing, before running
+        registry.put(registry_with(new).record("swap"))
+        answer = await plane.run(routed, InferRequest("swap", {"INPUT0": np.ones(2, np.float32)}))
+        await new.close()
+        return answer.model_version
+
+    assert asyncio.run(run()) == "2"
+    assert old.state is ModelState.UNAVAILABLE
+    with pytest.raises(Unavailable, match="no ready version"):
+        DataPlane(registry_with(old)).model_metadata("swap")

@@ -1,0 +1,292 @@
+"""Process instances with the echo backend: addressed, least busy first, cancelled work skipped,
+tensors through shared memory, crashed workers failing only their own work and restarted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inferd.backends import get_backend
+from inferd.backends.base import InstancePlacement
+from inferd.config.text import parse_config_text
+from inferd.errors import ModelLoadError
+from inferd.scheduling.processes import ProcessInstances
+from inferd.scheduling.recipe import WorkerRecipe, backend_recipe
+from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Work
+
+
+def _recipes(name: str, count: int, extra: str = "", dims: str = "[1]") -> list[WorkerRecipe]:
+    config = parse_config_text(
+        f'name: "{name}" backend: "echo" max_batch_size: 8\n'
+        f'input [{{ name: "INPUT0" data_type: TYPE_FP32 dims: {dims} }}]\n'
+        f'output [{{ name: "OUTPUT0" data_type: TYPE_FP32 dims: {dims} }}]\n' + extra
+    )
+    return [
+        backend_recipe(
+            get_backend("echo"), Path("."), config, InstancePlacement("CPU", 0, count, i), name
+        )
+        for i in range(count)
+    ]
+
+
+def _params(**values: object) -> str:
+    return "".join(
+        f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in values.items()
+    )
+
+
+def _work(value: float, id: str = "") -> Work:
+    return Work({"INPUT0": np.array([[value]], np.float32)}, 1, ("OUTPUT0",), id)
+
+
+def _log(path: Path) -> list[dict[str, object]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture
+def closing() -> Iterator[list[ProcessInstances]]:
+    """Pools to close at the end, even when a test fails."""
+    pools: list[ProcessInstances] = []
+    yield pools
+    for pool in pools:
+        asyncio.run(pool.close())
+
+
+def test_work_addressed_to_an_instance_runs_in_its_process(
+    tmp_path: Path, closing: list[ProcessInstances]
+) -> None:
+    log = tmp_path / "log"
+    pool = ProcessInstances(
+        "addressed", _recipes("addressed", 3, _params(log_file=log, request_level="true"))
+    )
+    closing.append(pool)
+
+    async def run() -> None:
+        for instance in (2, 0, 1, 2):
+            executed = await pool.submit([_work(instance, f"r{instance}")], instance)
+            assert executed.results[0]["OUTPUT0"].tolist() == [[instance]]
+
+    asyncio.run(run())
+    entries = _log(log)
+    assert [e["instance"] for e in entries] == [2, 0, 1, 2]
+    assert [e["request_ids"] for e in entries] == [["r2"], ["r0"], ["r1"], ["r2"]]
+    pids = pool.pids()
+    assert [e["pid"] for e in entries] == [pids[2], pids[0], pids[1], pids[2]]
+    assert len(set(pids)) == 3 and os.getpid() not in pids
+
+
+def test_unaddressed_work_goes_to_the_least_busy_worker(
+    tmp_path: Path, closing: list[ProcessInstances]
+) -> None:
+    log, gate = tmp_path / "log", tmp_path / "gate"
+    pool = ProcessInstances("spread", _recipes("spread", 2, _params(log_file=log, gate_file=gate)))
+    closing.append(pool)
+
+    async def run() -> list[Executed]:
+        futures = [pool.submit([_work(i, f"r{i}")]) for i in range(4)]
+        await asyncio.sleep(0.05)
+        gate.touch()
+        return list(await asyncio.gather(*futures))
+
+    results = asyncio.run(run())
+    assert [r.results[0]["OUTPUT0"].item() for r in results] == [0, 1, 2, 3]
+    assert sorted(e["instance"] for e in _log(log)) == [0, 0, 1, 1]
+
+
+def test_work_cancelled_while_queued_never_runs(
+    tmp_path: Path, closing: list[ProcessInstances]
+) -> None:
+    log, gate = tmp_path / "log", tmp_path / "gate"
+    pool = ProcessInstances(
+        "cancel", _recipes("cancel", 1, _params(log_file=log, gate_file=gate, request_level="true"))
+    )
+    closing.append(pool)
+
+    async def run() -> None:
+        running = pool.submit([_work(1, "kept")])
+        sent = pool.submit([_work(2, "sent")])  # already in the worker, behind the first
+        queued = pool.submit([_work(3, "queued")])  # still in the server
+        await asyncio.sleep(0.02)
+        sent.cancel()
+        queued.cancel()
+        flagged = _work(4, "flagged")
+        later = pool.submit([flagged, _work(5, "later")])
+        flagged.cancelled = True  # its caller left (the batcher sets this)
+        await asyncio.sleep(0.02)  # the cancel reaches the worker
+        gate.touch()
+        assert (await running).results[0]["OUTPUT0"].item() == 1
+        executed = await later
+        assert executed.results[0] is CANCELLED
+        assert executed.results[1]["OUTPUT0"].item() == 5
+
+    asyncio.run(run())
+    assert [e["request_ids"] for e in _log(log)] == [["kept"], ["later"]]
+
+
+def test_a_large_tensor_crosses_through_shared_memory(closing: list[ProcessInstances]) -> None:
+    pool = ProcessInstances("large", _recipes("large", 1, dims="[-1]"))
+    closing.append(pool)
+    rng = np.random.default_rng(0)
+    big = rng.standard_normal((2, 2_000_000), dtype=np.float32)  # 16 MB
+
+    async def run() -> None:
+        for _ in range(3):
+            executed = await pool.submit([Work({"INPUT0": big}, 2, ("OUTPUT0",))])
+            out = executed.results[0]["OUTPUT0"]
+            assert out.shape == big.shape and np.array_equal(out, big)
+            # Read in place: the array's memory is the worker's arena, not a copy.
+            assert type(out.base).__name__ == "Block"
+            del out, executed
+
+    asyncio.run(run())
+
+
+def test_bytes_tensors_keep_any_bytes(closing: list[ProcessInstances]) -> None:
+    config = _params(request_level="true")
+    name = "bytes"
+    recipes = [
+        backend_recipe(
+            get_backend("echo"),
+            Path("."),
+            parse_config_text(
+                f'name: "{name}" backend: "echo" max_batch_size: 0\n'
+                'input [{ name: "INPUT0" data_type: TYPE_STRING dims: [3] }]\n'
+                'output [{ name: "OUTPUT0" data_type: TYPE_STRING dims: [3] }]\n' + config
+            ),
+            InstancePlacement("CPU", 0, 1, 0),
+            name,
+        )
+    ]
+    pool = ProcessInstances(name, recipes)
+    closing.append(pool)
+    values = np.array([b"a\x00b", bytes(range(256)) * 100, b"\xff\xfe"], dtype=object)
+
+    async def run() -> list[bytes]:
+        executed = await pool.submit([Work({"INPUT0": values}, 0, ("OUTPUT0",))])
+        out: list[bytes] = executed.results[0]["OUTPUT0"].tolist()
+        return out
+
+    assert asyncio.run(run()) == values.tolist()
+
+
+@pytest.mark.parametrize("how", ["segfault", "kill", "exit"])
+def test_a_dead_worker_fails_only_its_work_and_is_restarted(
+    how: str, tmp_path: Path, closing: list[ProcessInstances]
+) -> None:
+    log = tmp_path / "log"
+    pool = ProcessInstances(
+        "dies", _recipes("dies", 2, _params(log_file=log, die_every=2, die_by=how))
+    )
+    closing.append(pool)
+    before = pool.pids()
+
+    async def run() -> None:
+        assert (await pool.submit([_work(1)], 0)).results[0]["OUTPUT0"].item() == 1
+        with pytest.raises(InstanceFailed) as failed:
+            await pool.submit([_work(2)], 0)
+        assert "model 'dies'" in failed.value.message
+        assert "instance 0" in failed.value.message
+        expected = {"segfault": "SIGSEGV", "kill": "SIGKILL", "exit": "exited with code 7"}[how]
+        assert expected in failed.value.message
+        # The other instance never noticed; the dead one serves again once restarted.
+        assert (await pool.submit([_work(3)], 1)).results[0]["OUTPUT0"].item() == 3
+        assert (await pool.submit([_work(4)], 0)).results[0]["OUTPUT0"].item() == 4
+
+    asyncio.run(run())
+    after = pool.pids()
+    assert pool.restarts == 1
+    assert after[1] == before[1] and after[0] not in (None, before[0])
+
+
+def test_an_executor_that_breaks_is_rebuilt_in_a_fresh_process(
+    closing: list[ProcessInstances],
+) -> None:
+    pool = ProcessInstances("crashy", _recipes("crashy", 1, _params(crash_every=2)))
+    closing.append(pool)
+
+    async def run() -> None:
+        assert (await pool.submit([_work(1)], 0)).results[0]["OUTPUT0"].item() == 1
+        with pytest.raises(InstanceFailed, match="crashed \\(execution 2\\)"):
+            await pool.submit([_work(2)], 0)
+        assert (await pool.submit([_work(3)], 0)).results[0]["OUTPUT0"].item() == 3
+
+    asyncio.run(run())
+    assert pool.restarts == 1
+
+
+def test_a_worker_killed_while_idle_is_replaced_before_the_next_request(
+    closing: list[ProcessInstances],
+) -> None:
+    pool = ProcessInstances("idle", _recipes("idle", 1))
+    closing.append(pool)
+
+    async def run() -> None:
+        assert (await pool.submit([_work(1)])).results[0]["OUTPUT0"].item() == 1
+        pid = pool.pids()[0]
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while pool.pids()[0] in (None, pid) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert (await pool.submit([_work(2)])).results[0]["OUTPUT0"].item() == 2
+
+    asyncio.run(run())
+    assert pool.restarts == 1
+
+
+def test_a_worker_that_cannot_start_is_a_load_error() -> None:
+    with pytest.raises(ModelLoadError, match="unknown echo parameter"):
+        ProcessInstances("bad", _recipes("bad", 2, _params(nonsense=1)))
+
+
+def test_warmup_runs_in_the_worker(closing: list[ProcessInstances]) -> None:
+    pool = ProcessInstances("warm", _recipes("warm", 2))
+    closing.append(pool)
+    executed = pool.run_blocking(1, [_work(7)])
+    assert executed.results[0]["OUTPUT0"].item() == 7
+
+
+def test_close_waits_for_work_in_flight(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    pool = ProcessInstances("drain", _recipes("drain", 1, _params(gate_file=gate)))
+
+    async def run() -> None:
+        futures = [pool.submit([_work(i)]) for i in range(3)]
+        closing = asyncio.ensure_future(pool.close())
+        await asyncio.sleep(0.05)
+        assert not closing.done()
+        gate.touch()
+        await closing
+        assert [f.result().results[0]["OUTPUT0"].item() for f in futures] == [0, 1, 2]
+
+    asyncio.run(run())
+    assert pool.pids() == [None]
+
+
+def test_close_during_a_restart_serves_what_was_queued(tmp_path: Path) -> None:
+    pool = ProcessInstances("reborn", _recipes("reborn", 1, _params(die_every=2, die_by="kill")))
+
+    async def run() -> None:
+        assert (await pool.submit([_work(1)])).results[0]["OUTPUT0"].item() == 1
+        dying = pool.submit([_work(2)])
+        queued = [pool.submit([_work(v)]) for v in (3, 4)]  # behind the one that kills it
+        with pytest.raises(InstanceFailed, match="SIGKILL"):
+            await dying
+        await pool.close()  # while the worker restarts: the queue is served first
+        # Job 3 was already in the worker (it holds two jobs) and failed with it; job 4 waited
+        # in the server and ran on the new worker.
+        assert isinstance(queued[0].exception(), InstanceFailed)
+        assert queued[1].result().results[0]["OUTPUT0"].item() == 4
+
+    asyncio.run(run())
+    assert pool.pids() == [None]

@@ -1,0 +1,68 @@
+"""The README's Python models run as written (in this process, through the Python backend)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inferd.backends.base import InstancePlacement
+from inferd.backends.python.backend import PythonBackend
+from inferd.config.model_config_pb2 import ModelConfig
+from inferd.config.text import parse_config_text
+from inferd.scheduling.work import Work
+from inferd.trust import CodePolicy, Origin, granted
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+PLACEMENT = InstancePlacement("CPU", 0, 1, 0)
+
+
+def _snippet(name: str) -> str:
+    found = re.search(
+        rf"<!-- readme-test: {name} -->\n```[a-z]*\n(.*?)```", README.read_text(), re.S
+    )
+    assert found, f"README has no snippet '{name}'"
+    return found.group(1)
+
+
+@pytest.fixture
+def clean() -> Iterator[None]:
+    """Loaded as a model present at start, which the server's default lets run."""
+    path = list(sys.path)
+    with granted(CodePolicy().grants(Origin.STARTUP)):
+        yield
+    sys.modules.pop("model", None)
+    sys.path[:] = path
+
+
+def test_the_triton_form(tmp_path: Path, clean: None) -> None:
+    version = tmp_path / "add_sub" / "1"
+    version.mkdir(parents=True)
+    (version / "model.py").write_text(_snippet("triton"))
+    config = parse_config_text('name: "add_sub"\n' + _snippet("triton-config"))
+    backend = PythonBackend()
+    backend.complete_config(version, config, 64)
+    executor = backend.load_executor(version, config, PLACEMENT)
+    a, b = np.arange(4, dtype=np.float32), np.ones(4, np.float32)
+    (result,) = executor.execute([Work({"INPUT0": a, "INPUT1": b}, 0, ("OUTPUT0",))]).results
+    assert isinstance(result, dict) and result["OUTPUT0"].tolist() == [1, 2, 3, 4]
+    executor.close()
+
+
+def test_the_native_form(tmp_path: Path, clean: None) -> None:
+    version = tmp_path / "scale" / "1"
+    version.mkdir(parents=True)
+    (version / "model.py").write_text(_snippet("native"))
+    config = ModelConfig(name="scale", backend="python")
+    backend = PythonBackend()
+    backend.complete_config(version, config, 64)  # from the type hints, in a process of its own
+    assert config.max_batch_size == 16
+    assert [(t.name, list(t.dims)) for t in config.input] == [("X", [3])]
+    executor = backend.load_executor(version, config, PLACEMENT)
+    x = np.ones((2, 3), np.float32)
+    (result,) = executor.execute([Work({"X": x}, 2, ("Y",))]).results
+    assert isinstance(result, dict) and result["Y"].tolist() == [[3, 3, 3], [3, 3, 3]]
