@@ -229,6 +229,8 @@ def describe(dashboard: bool = True, page: bool = True) -> Schema:
         "required": ["ready"],
         "properties": {"ready": {"type": "boolean"}, "name": {"type": "string"}},
     }
+    # 400: not ready, or a version string that is no number (Triton's words, an error)
+    not_ready: Schema = {"anyOf": [ready_schema, _ERROR]}
     paths: dict[str, Schema] = {
         "/v2": {"get": _op("server metadata", _OBJECT)},
         "/v2/health/live": {
@@ -312,7 +314,7 @@ def describe(dashboard: bool = True, page: bool = True) -> Schema:
         paths,
         _model_paths(
             "/v2/models", "/ready", "get", _op("model readiness", ready_schema,
-                                               extra={"400": ready_schema})
+                                               extra={"400": not_ready})
         ),
     )  # fmt: skip
     _merge(paths, _model_paths("/v2/models", "/config", "get", _op("model config", _OBJECT)))

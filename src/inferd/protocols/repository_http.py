@@ -39,7 +39,7 @@ def rfc3339(unix_s: float | None) -> str:
 
 
 def _body(request: HttpRequest) -> dict[str, Any]:
-    if not request.body.strip():
+    if not request.body.strip(b" \t\r\n"):  # JSON's whitespace only (not \v or \f)
         return {}
     doc = parse_json(request.body)
     if not isinstance(doc, dict):
