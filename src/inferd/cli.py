@@ -1,4 +1,4 @@
-"""The ``inferd`` command line: serve, demo-models, bench, repo, envoy-config."""
+"""The ``inferd`` command line: serve, demo-models, bench, repo, envoy-config, optimize, tune."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from inferd import __version__, settings
 from inferd.bench.options import add_arguments as add_bench_arguments
 from inferd.envoy_config import add_parser as add_envoy_parser
 from inferd.errors import ConfigError
+from inferd.optimize.command import add_parser as add_optimize_parser
 from inferd.repo_cli import add_parser as add_repo_parser
+from inferd.tune.command import add_parser as add_tune_parser
 
 
 def _setup_logging(verbose: int) -> None:
@@ -79,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_bench)
     add_repo_parser(commands)
     add_envoy_parser(commands)
+    add_optimize_parser(commands)
+    add_tune_parser(commands)
     return parser
 
 

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from inferd import datatypes
-from inferd.backends.base import InstancePlacement, model_path
+from inferd.backends import onnxruntime_accelerators as accelerators
+from inferd.backends.base import InstancePlacement, Runtime, model_path
 from inferd.backends.completion import (
     TensorIO,
     check_parameters,
@@ -47,10 +48,12 @@ _KNOWN_PARAMETERS = {
     "graph_optimization_level",
     "allow_spinning",
 }
+NOTE_PREFIX = "optimize."  # config parameters that record how a version was optimized
+METADATA_PREFIX = "inferd.optimize."  # the same notes, in the ONNX file's metadata_props
 
 
-def _read_io(path: Path) -> tuple[list[TensorIO], list[TensorIO]]:
-    """Graph inputs and outputs, read from the file without building a session."""
+def _read_io(path: Path) -> tuple[list[TensorIO], list[TensorIO], dict[str, str]]:
+    """Graph inputs and outputs, and inferd's notes, read from the file without a session."""
     import onnx
     from onnx import helper
 
@@ -58,6 +61,11 @@ def _read_io(path: Path) -> tuple[list[TensorIO], list[TensorIO]]:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:
         raise ModelLoadError(f"cannot read ONNX model {path.name}: {exc}") from None
+    notes = {
+        NOTE_PREFIX + p.key[len(METADATA_PREFIX) :]: p.value
+        for p in model.metadata_props
+        if p.key.startswith(METADATA_PREFIX)
+    }
     initializers = {i.name for i in model.graph.initializer}
 
     def convert(values: Any) -> list[TensorIO]:
@@ -81,7 +89,7 @@ def _read_io(path: Path) -> tuple[list[TensorIO], list[TensorIO]]:
             found.append(TensorIO(v.name, datatype, dims))
         return found
 
-    return convert(model.graph.input), convert(model.graph.output)
+    return convert(model.graph.input), convert(model.graph.output), notes
 
 
 class OnnxRuntimeBackend:
@@ -97,7 +105,10 @@ class OnnxRuntimeBackend:
     def complete_config(
         self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
     ) -> None:
-        inputs, outputs = _read_io(model_path(version_dir, config, self))
+        inputs, outputs, notes = _read_io(model_path(version_dir, config, self))
+        for key, value in notes.items():
+            if key not in config.parameters:
+                config.parameters[key].string_value = value
         complete(
             config,
             inputs,
@@ -107,37 +118,46 @@ class OnnxRuntimeBackend:
             backend=self.name,
         )
 
-    def load(
-        self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
-    ) -> OnnxRuntimeSession:
+    def load(self, version_dir: Path, config: ModelConfig, placement: InstancePlacement) -> Runtime:
         import onnxruntime as ort
 
-        params = string_parameters(config)
+        params = {
+            k: v for k, v in string_parameters(config).items() if not k.startswith(NOTE_PREFIX)
+        }
         check_parameters(params, _KNOWN_PARAMETERS, self.name)
+        acceleration = accelerators.plan(
+            config, placement.kind, placement.device_id, ort.get_available_providers()
+        )
+        if acceleration.openvino_backend:
+            return _load_on_openvino(version_dir, config, placement, params)
         options = ort.SessionOptions()
         options.intra_op_num_threads = int_parameter(
             params, "intra_op_thread_count", placement.cpu_threads()
         )
         options.inter_op_num_threads = int_parameter(params, "inter_op_thread_count", 1)
-        level = params.get("graph_optimization_level", "all").lower()
-        if level not in _OPT_LEVELS:
-            raise ConfigError(
-                f"parameter graph_optimization_level '{level}' is not one of "
-                f"{', '.join(sorted(set(_OPT_LEVELS)))}"
-            )
-        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPT_LEVELS[level])
+        options.graph_optimization_level = getattr(
+            ort.GraphOptimizationLevel, _graph_level(params, acceleration.graph_level)
+        )
         spinning = params.get("allow_spinning", "0")
         options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
         options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
         options.log_severity_level = 3
-        providers: list[Any] = ["CPUExecutionProvider"]
-        if placement.kind == "GPU":
-            providers.insert(0, ("CUDAExecutionProvider", {"device_id": placement.device_id}))
+        providers = list(acceleration.providers)
         path = model_path(version_dir, config, self)
         try:
             session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
         except Exception as exc:
             raise ModelLoadError(f"onnxruntime cannot load {path.name}: {exc}") from None
+        used = session.get_providers()
+        log.info("model '%s': onnxruntime providers %s", config.name, ", ".join(used))
+        missing = [p for p in accelerators.provider_names(providers) if p not in used]
+        if missing and placement.index == 0:
+            log.warning(
+                "model '%s': onnxruntime did not enable %s; running on %s",
+                config.name,
+                ", ".join(missing),
+                ", ".join(used),
+            )
         return OnnxRuntimeSession(session)
 
 
@@ -175,6 +195,45 @@ def _as_bytes(array: np.ndarray) -> np.ndarray:
     return out.reshape(array.shape)
 
 
+def _graph_level(params: dict[str, str], configured: str | None) -> str:
+    """The ORT level: ``optimization.graph.level`` or the parameter (both: they must agree)."""
+    if "graph_optimization_level" not in params:
+        return configured or _OPT_LEVELS["all"]
+    level = params["graph_optimization_level"].lower()
+    if level not in _OPT_LEVELS:
+        raise ConfigError(
+            f"parameter graph_optimization_level '{level}' is not one of "
+            f"{', '.join(sorted(set(_OPT_LEVELS)))}"
+        )
+    if configured is not None and configured != _OPT_LEVELS[level]:
+        raise ConfigError(
+            f"parameter graph_optimization_level '{level}' contradicts config field "
+            "'optimization.graph.level'; set one of them"
+        )
+    return _OPT_LEVELS[level]
+
+
+def _load_on_openvino(
+    version_dir: Path, config: ModelConfig, placement: InstancePlacement, params: dict[str, str]
+) -> Runtime:
+    """``cpu_execution_accelerator openvino`` without ORT's OpenVINO provider: inferd's
+    OpenVINO backend reads the same ONNX file."""
+    from inferd.backends.openvino import OpenVinoBackend
+
+    ov_config = ModelConfig()
+    ov_config.CopyFrom(config)
+    ov_config.ClearField("optimization")
+    ov_config.parameters.clear()
+    ov_config.default_model_filename = model_path(version_dir, config, OnnxRuntimeBackend()).name
+    if "intra_op_thread_count" in params:
+        ov_config.parameters["INFERENCE_NUM_THREADS"].string_value = params["intra_op_thread_count"]
+    runtime = OpenVinoBackend().load(version_dir, ov_config, placement)
+    log.info(
+        "model '%s': cpu_execution_accelerator openvino (inferd's OpenVINO backend)", config.name
+    )
+    return runtime
+
+
 class OnnxRuntimeSession:
     """One InferenceSession; ORT releases the GIL while it runs."""
 
@@ -184,6 +243,8 @@ class OnnxRuntimeSession:
         self._session = session
         self._string_inputs = {i.name for i in session.get_inputs() if i.type == "tensor(string)"}
         self._string_outputs = {o.name for o in session.get_outputs() if o.type == "tensor(string)"}
+        self.providers: tuple[str, ...] = tuple(session.get_providers())
+        self.graph_level: str = session.get_session_options().graph_optimization_level.name
 
     def execute(self, inputs: Tensors, output_names: Sequence[str]) -> Tensors:
         feeds = inputs

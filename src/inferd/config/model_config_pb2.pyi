@@ -222,8 +222,61 @@ class ModelResponseCache(_message.Message):
     enable: bool
     def __init__(self, enable: bool = ...) -> None: ...
 
+class ModelOptimizationPolicy(_message.Message):
+    __slots__ = ("graph", "priority", "execution_accelerators", "input_pinned_memory", "output_pinned_memory")
+    class ModelPriority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        PRIORITY_DEFAULT: _ClassVar[ModelOptimizationPolicy.ModelPriority]
+        PRIORITY_MAX: _ClassVar[ModelOptimizationPolicy.ModelPriority]
+        PRIORITY_MIN: _ClassVar[ModelOptimizationPolicy.ModelPriority]
+    PRIORITY_DEFAULT: ModelOptimizationPolicy.ModelPriority
+    PRIORITY_MAX: ModelOptimizationPolicy.ModelPriority
+    PRIORITY_MIN: ModelOptimizationPolicy.ModelPriority
+    class Graph(_message.Message):
+        __slots__ = ("level",)
+        LEVEL_FIELD_NUMBER: _ClassVar[int]
+        level: int
+        def __init__(self, level: _Optional[int] = ...) -> None: ...
+    class ExecutionAccelerators(_message.Message):
+        __slots__ = ("gpu_execution_accelerator", "cpu_execution_accelerator")
+        class Accelerator(_message.Message):
+            __slots__ = ("name", "parameters")
+            class ParametersEntry(_message.Message):
+                __slots__ = ("key", "value")
+                KEY_FIELD_NUMBER: _ClassVar[int]
+                VALUE_FIELD_NUMBER: _ClassVar[int]
+                key: str
+                value: str
+                def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+            NAME_FIELD_NUMBER: _ClassVar[int]
+            PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+            name: str
+            parameters: _containers.ScalarMap[str, str]
+            def __init__(self, name: _Optional[str] = ..., parameters: _Optional[_Mapping[str, str]] = ...) -> None: ...
+        GPU_EXECUTION_ACCELERATOR_FIELD_NUMBER: _ClassVar[int]
+        CPU_EXECUTION_ACCELERATOR_FIELD_NUMBER: _ClassVar[int]
+        gpu_execution_accelerator: _containers.RepeatedCompositeFieldContainer[ModelOptimizationPolicy.ExecutionAccelerators.Accelerator]
+        cpu_execution_accelerator: _containers.RepeatedCompositeFieldContainer[ModelOptimizationPolicy.ExecutionAccelerators.Accelerator]
+        def __init__(self, gpu_execution_accelerator: _Optional[_Iterable[_Union[ModelOptimizationPolicy.ExecutionAccelerators.Accelerator, _Mapping]]] = ..., cpu_execution_accelerator: _Optional[_Iterable[_Union[ModelOptimizationPolicy.ExecutionAccelerators.Accelerator, _Mapping]]] = ...) -> None: ...
+    class PinnedMemoryBuffer(_message.Message):
+        __slots__ = ("enable",)
+        ENABLE_FIELD_NUMBER: _ClassVar[int]
+        enable: bool
+        def __init__(self, enable: bool = ...) -> None: ...
+    GRAPH_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ACCELERATORS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_PINNED_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_PINNED_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    graph: ModelOptimizationPolicy.Graph
+    priority: ModelOptimizationPolicy.ModelPriority
+    execution_accelerators: ModelOptimizationPolicy.ExecutionAccelerators
+    input_pinned_memory: ModelOptimizationPolicy.PinnedMemoryBuffer
+    output_pinned_memory: ModelOptimizationPolicy.PinnedMemoryBuffer
+    def __init__(self, graph: _Optional[_Union[ModelOptimizationPolicy.Graph, _Mapping]] = ..., priority: _Optional[_Union[ModelOptimizationPolicy.ModelPriority, str]] = ..., execution_accelerators: _Optional[_Union[ModelOptimizationPolicy.ExecutionAccelerators, _Mapping]] = ..., input_pinned_memory: _Optional[_Union[ModelOptimizationPolicy.PinnedMemoryBuffer, _Mapping]] = ..., output_pinned_memory: _Optional[_Union[ModelOptimizationPolicy.PinnedMemoryBuffer, _Mapping]] = ...) -> None: ...
+
 class ModelConfig(_message.Message):
-    __slots__ = ("name", "platform", "backend", "version_policy", "max_batch_size", "input", "output", "dynamic_batching", "instance_group", "default_model_filename", "metric_tags", "parameters", "model_warmup", "response_cache")
+    __slots__ = ("name", "platform", "backend", "version_policy", "max_batch_size", "input", "output", "dynamic_batching", "instance_group", "optimization", "default_model_filename", "metric_tags", "parameters", "model_warmup", "response_cache")
     class MetricTagsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -247,6 +300,7 @@ class ModelConfig(_message.Message):
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     DYNAMIC_BATCHING_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZATION_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_MODEL_FILENAME_FIELD_NUMBER: _ClassVar[int]
     METRIC_TAGS_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
@@ -261,9 +315,10 @@ class ModelConfig(_message.Message):
     output: _containers.RepeatedCompositeFieldContainer[ModelOutput]
     dynamic_batching: ModelDynamicBatching
     instance_group: _containers.RepeatedCompositeFieldContainer[ModelInstanceGroup]
+    optimization: ModelOptimizationPolicy
     default_model_filename: str
     metric_tags: _containers.ScalarMap[str, str]
     parameters: _containers.MessageMap[str, ModelParameter]
     model_warmup: _containers.RepeatedCompositeFieldContainer[ModelWarmup]
     response_cache: ModelResponseCache
-    def __init__(self, name: _Optional[str] = ..., platform: _Optional[str] = ..., backend: _Optional[str] = ..., version_policy: _Optional[_Union[ModelVersionPolicy, _Mapping]] = ..., max_batch_size: _Optional[int] = ..., input: _Optional[_Iterable[_Union[ModelInput, _Mapping]]] = ..., output: _Optional[_Iterable[_Union[ModelOutput, _Mapping]]] = ..., dynamic_batching: _Optional[_Union[ModelDynamicBatching, _Mapping]] = ..., instance_group: _Optional[_Iterable[_Union[ModelInstanceGroup, _Mapping]]] = ..., default_model_filename: _Optional[str] = ..., metric_tags: _Optional[_Mapping[str, str]] = ..., parameters: _Optional[_Mapping[str, ModelParameter]] = ..., model_warmup: _Optional[_Iterable[_Union[ModelWarmup, _Mapping]]] = ..., response_cache: _Optional[_Union[ModelResponseCache, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., platform: _Optional[str] = ..., backend: _Optional[str] = ..., version_policy: _Optional[_Union[ModelVersionPolicy, _Mapping]] = ..., max_batch_size: _Optional[int] = ..., input: _Optional[_Iterable[_Union[ModelInput, _Mapping]]] = ..., output: _Optional[_Iterable[_Union[ModelOutput, _Mapping]]] = ..., dynamic_batching: _Optional[_Union[ModelDynamicBatching, _Mapping]] = ..., instance_group: _Optional[_Iterable[_Union[ModelInstanceGroup, _Mapping]]] = ..., optimization: _Optional[_Union[ModelOptimizationPolicy, _Mapping]] = ..., default_model_filename: _Optional[str] = ..., metric_tags: _Optional[_Mapping[str, str]] = ..., parameters: _Optional[_Mapping[str, ModelParameter]] = ..., model_warmup: _Optional[_Iterable[_Union[ModelWarmup, _Mapping]]] = ..., response_cache: _Optional[_Union[ModelResponseCache, _Mapping]] = ...) -> None: ...

@@ -133,11 +133,31 @@ def check_supported(config: ModelConfig) -> None:
         for fname in _OUTPUT_NOT_IMPLEMENTED:
             if getattr(out, fname):
                 raise ConfigError(f"output '{out.name}': config field '{fname}' is not supported")
+    _check_optimization(config)
     for group in config.instance_group:
         if group.kind == ModelInstanceGroup.KIND_MODEL:
             raise ConfigError("instance_group kind KIND_MODEL is not supported")
         if group.count < 0:
             raise ConfigError(f"instance_group count must be positive, got {group.count}")
+
+
+def _check_optimization(config: ModelConfig) -> None:
+    """``optimization``: graph level and accelerators are the ONNX Runtime backend's; pinned
+    memory buffers are accepted (they matter only for GPU copies, which inferd does not stage)."""
+    if not config.HasField("optimization"):
+        return
+    optimization = config.optimization
+    if optimization.priority != 0:
+        raise ConfigError("config field 'optimization.priority' is not supported")
+    onnx = config.backend == "onnxruntime" or (
+        not config.backend and config.platform == "onnxruntime_onnx"
+    )
+    for fname in ("graph", "execution_accelerators"):
+        if optimization.HasField(fname) and not onnx:
+            raise ConfigError(
+                f"config field 'optimization.{fname}' applies to ONNX Runtime models only "
+                f"(this model's backend is '{config.backend or config.platform}')"
+            )
 
 
 def build_spec(config: ModelConfig) -> ModelSpec:
