@@ -104,7 +104,12 @@ def granian_options(settings: Settings) -> dict[str, Any]:
 
     if settings.http_max_header_bytes < 8192:
         raise ConfigError("--http-max-header-bytes must be at least 8192")
+    from granian.constants import HTTPModes
+
     options: dict[str, Any] = {
+        # HTTP/1.1 only: in granian's auto mode a connection that sends nothing waits for its
+        # protocol to be detected, with no timeout; HTTP/1's header timeout closes it.
+        "http": HTTPModes.http1,
         # granian holds one permit per open connection: idle ones must not use them all up.
         "backpressure": connection_limit(settings.http_max_connections),
         "http1_settings": HTTP1Settings(

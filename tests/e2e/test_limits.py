@@ -123,14 +123,16 @@ def _timed_request(url: str) -> float:
     return time.perf_counter() - started
 
 
-def test_header_timeout_closes_slow_and_idle_keep_alive_connections(
+def test_header_timeout_closes_silent_slow_and_idle_keep_alive_connections(
     limited: ServerProcess,
 ) -> None:
+    silent = _connect(limited.http_port)  # connects, never sends a byte
     dripping = _connect(limited.http_port)
     dripping.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHo")
     kept = _connect(limited.http_port)
     kept.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert kept.recv(100).startswith(b"HTTP/1.1 200")
+    assert _closed_within(silent, 8)
     assert _closed_within(dripping, 8)
     assert _closed_within(kept, 8)  # idle after its answer: closed by the same timeout
 
