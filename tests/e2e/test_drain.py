@@ -1,7 +1,8 @@
 """``inferd serve`` on SIGTERM: not ready at once, requests in flight and queued finish, exit 0.
 
-A slow echo model (one instance, 1 s per request, so four are surely in flight at once on a busy host) holds requests running and queued while
-the server is told to stop; a drain that runs out of ``--drain-timeout-s`` stops anyway.
+A slow echo model (one instance, 1 s per request, so four are in flight together even on a
+busy host) holds requests running and queued while the server is told to stop; a drain that
+runs out of ``--drain-timeout-s`` stops anyway.
 """
 
 from __future__ import annotations
