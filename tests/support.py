@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -35,10 +36,13 @@ class ServerProcess:
     proc: subprocess.Popen[bytes] | None = None
     host: str = "127.0.0.1"  # the loopback address both servers bind
     python: str = sys.executable  # the interpreter that runs `-m inferd`
+    token: str = ""  # sent by the readiness probe (servers started with --auth-health)
+    scheme: str = "http"  # https for servers started with --tls-cert
+    verify: str | bool = True  # the CA file the probe trusts, for https
 
     @property
     def http_url(self) -> str:
-        return f"http://{self.host}:{self.http_port}"
+        return f"{self.scheme}://{self.host}:{self.http_port}"
 
     @property
     def http_address(self) -> str:
@@ -62,6 +66,8 @@ class ServerProcess:
             self.host,
             "--http-port",
             str(self.http_port),
+            "--grpc-address",
+            self.host,
             *self.extra_args,
         ]
         if not any(a.startswith("--http-workers") for a in self.extra_args):
@@ -70,17 +76,24 @@ class ServerProcess:
             args.append("--allow-grpc=false")  # else every server would bind the default 8081
         elif "--grpc-port" not in self.extra_args:
             args += ["--grpc-port", str(self.grpc_port)]
-            if self.host != "127.0.0.1":  # else gRPC keeps its default address
-                args += ["--grpc-address", self.host]
         env = {**os.environ, "RUST_BACKTRACE": "0", **self.env}
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout_s
+        headers = {"authorization": self.token} if self.token else {}
+        verify: ssl.SSLContext | bool = (
+            ssl.create_default_context(cafile=self.verify)
+            if isinstance(self.verify, str)
+            else self.verify
+        )
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"inferd exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                if httpx.get(f"{self.http_url}{until}", timeout=1).status_code == 200:
+                ready = httpx.get(
+                    f"{self.http_url}{until}", timeout=1, headers=headers, verify=verify
+                )
+                if ready.status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass

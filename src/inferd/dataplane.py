@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -213,6 +214,33 @@ class DataPlane:
 
     # ------------------------------------------------------------------ inference
 
+    def admit(self, name: str, version: str = "") -> None:
+        """Unavailable at once when the model's queue is full (checked before a frontend
+        reads and decodes the body); anything else wrong is left to ``infer`` to say."""
+        try:
+            model = self.registry.get(name, version)
+        except InferdError:
+            return
+        queue_full = getattr(model.scheduler, "queue_full", None)
+        error = queue_full() if queue_full is not None else None
+        if error is not None:
+            raise error
+
+    def max_values(self, name: str, version: str = "") -> int | None:
+        """The most numeric values one request to the model can hold (its inputs at
+        ``max_batch_size``), for a frontend's cheap check of a large body before decoding it;
+        None when there is no bound (strings, variable dimensions) or no such model."""
+        try:
+            spec = self.registry.get(name, version).spec
+        except InferdError:
+            return None
+        most = 0
+        for tensor in spec.inputs:
+            if tensor.datatype.is_bytes or any(d < 0 for d in tensor.dims):
+                return None
+            most += math.prod(tensor.dims) * max(spec.max_batch_size, 1)
+        return most
+
     async def infer(self, request: InferRequest) -> InferResponse:
         """Route a request (version, ``version_label`` parameter, or traffic split) and run it."""
         label = request.parameters.get(LABEL_PARAMETER, "")
@@ -334,7 +362,9 @@ class DataPlane:
                 await self.repository.persist_routing(name, policy, keys)
             routing.set(policy)
 
-    async def upload_model(self, name: str, archive: bytes) -> list[IndexEntry]:
+    async def upload_model(
+        self, name: str, archive: bytes | AsyncIterator[bytes]
+    ) -> list[IndexEntry]:
         await self._control().upload(name, archive)
         return [e for e in await self.index() if e.name == name]
 

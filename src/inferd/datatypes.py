@@ -65,6 +65,8 @@ FP32 = BY_NAME["FP32"]
 
 def from_name(name: str) -> DataType:
     """Look up a KServe v2 datatype name; an unknown name is a client error."""
+    if not isinstance(name, str):
+        raise InvalidInput(f'datatype must be a string such as "FP32", not {type(name).__name__}')
     try:
         return BY_NAME[name]
     except KeyError:

@@ -225,11 +225,14 @@ def _cluster(name: str, grpc: bool, options: Options) -> dict[str, Any]:
     else:
         check["http_health_check"] = {"path": "/v2/health/ready"}
     dns = options.strict_dns or not all(_is_ip(u.host) for u in options.upstreams)
+    # Health checks name the node itself (Host / :authority), not the cluster: a node bound to
+    # loopback serves only its own names (inferd's DNS-rebinding guard, --allowed-hosts).
     endpoints = [
         {
             "endpoint": {
                 "address": _socket((u.host, u.grpc_port if grpc else u.http_port)),
                 "hostname": u.host,
+                "health_check_config": {"hostname": u.host},
             }
         }
         for u in options.upstreams

@@ -4,9 +4,16 @@ The tree:
 
     InferdError                    code
     ├── InvalidInput               INVALID_ARGUMENT  (bad request: shape, datatype, JSON ...)
-    │   └── PayloadTooLarge        PAYLOAD_TOO_LARGE (body over the configured limit)
+    │   ├── PayloadTooLarge        PAYLOAD_TOO_LARGE (body over the configured limit)
+    │   └── UnsupportedMediaType   UNSUPPORTED_MEDIA_TYPE (a browser "simple" request type)
     ├── NotFound                   NOT_FOUND         (unknown model, version, label, route)
+    ├── Unauthenticated            UNAUTHENTICATED   (no token, or a token the server does not know)
+    ├── PermissionDenied           PERMISSION_DENIED (a token without the scope; a refused origin,
+    │                                                 host, content type; code the server won't run)
     ├── Unavailable                UNAVAILABLE       (model not ready, queue full, shutting down)
+    │   └── Overloaded             UNAVAILABLE       (server-wide in-flight limit reached)
+    ├── ClientGone                 CANCELLED         (the client hung up; nobody reads the answer)
+    ├── RequestTimeout             REQUEST_TIMEOUT   (the client sent its body too slowly)
     ├── DeadlineExceeded           DEADLINE_EXCEEDED (timed out in the queue)
     ├── Unimplemented              UNIMPLEMENTED     (a feature the server does not offer)
     ├── ModelLoadError             INTERNAL          (a model version failed to load)
@@ -25,7 +32,12 @@ class ErrorCode(enum.Enum):
     INVALID_ARGUMENT = "INVALID_ARGUMENT"
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
     NOT_FOUND = "NOT_FOUND"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
     UNAVAILABLE = "UNAVAILABLE"
+    CANCELLED = "CANCELLED"
+    REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
     UNIMPLEMENTED = "UNIMPLEMENTED"
     INTERNAL = "INTERNAL"
@@ -49,12 +61,38 @@ class PayloadTooLarge(InvalidInput):
     code = ErrorCode.PAYLOAD_TOO_LARGE
 
 
+class UnsupportedMediaType(InvalidInput):
+    code = ErrorCode.UNSUPPORTED_MEDIA_TYPE
+
+
 class NotFound(InferdError):
     code = ErrorCode.NOT_FOUND
 
 
+class Unauthenticated(InferdError):
+    code = ErrorCode.UNAUTHENTICATED
+
+
+class PermissionDenied(InferdError):
+    code = ErrorCode.PERMISSION_DENIED
+
+
 class Unavailable(InferdError):
     code = ErrorCode.UNAVAILABLE
+
+
+class Overloaded(Unavailable):
+    """The server is at its in-flight limit: answered at once, before reading the body."""
+
+
+class ClientGone(InferdError):
+    """The client hung up; nobody reads the answer."""
+
+    code = ErrorCode.CANCELLED
+
+
+class RequestTimeout(InferdError):
+    code = ErrorCode.REQUEST_TIMEOUT
 
 
 class DeadlineExceeded(InferdError):

@@ -161,9 +161,9 @@ def _get(record: ModelRecord, version: str) -> ModelVersion:
 def parse_version(version: str) -> int:
     """A version string as a number; a string that is not one is a client error in Triton's
     words (0 names no version and is not found)."""
-    if version.isdigit():
+    if version.isdecimal():
         return int(version)
-    if version.startswith("-") and version[1:].isdigit():
+    if version.startswith("-") and version[1:].isdecimal():
         raise InvalidInput(
             f"invalid model version specified '{version}' , version should be an integral value > 0"
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import sys
 import tarfile
 import urllib.error
@@ -41,10 +42,14 @@ def _check_folder(folder: Path) -> str | None:
     return None
 
 
-def _call(method: str, url: str, body: bytes | None, content_type: str) -> tuple[int, Any]:
+def _call(
+    method: str, url: str, body: bytes | None, content_type: str, token: str = ""
+) -> tuple[int, Any]:
     request = urllib.request.Request(url, data=body, method=method)
     if body is not None:
         request.add_header("Content-Type", content_type)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
             status, raw = response.status, response.read()
@@ -75,7 +80,7 @@ def _push(args: argparse.Namespace) -> int:
     body = pack(folder)
     url = f"{args.url.rstrip('/')}/v2/repository/models/{name}"
     try:
-        status, doc = _call("PUT", url, body, "application/gzip")
+        status, doc = _call("PUT", url, body, "application/gzip", args.token)
     except (urllib.error.URLError, OSError) as exc:
         print(f"inferd repo push: cannot reach {args.url}: {exc}", file=sys.stderr)
         return 2
@@ -90,7 +95,7 @@ def _simple(args: argparse.Namespace) -> int:
         "unload": f"/v2/repository/models/{getattr(args, 'name', '')}/unload",
     }[args.repo_command]
     try:
-        status, doc = _call("POST", base + path, b"{}", "application/json")
+        status, doc = _call("POST", base + path, b"{}", "application/json", args.token)
     except (urllib.error.URLError, OSError) as exc:
         print(f"inferd repo {args.repo_command}: cannot reach {args.url}: {exc}", file=sys.stderr)
         return 2
@@ -117,4 +122,9 @@ def add_parser(commands: Any) -> None:
     for parser in sub.choices.values():
         parser.add_argument(
             "--url", default=DEFAULT_URL, help=f"server's HTTP address (default {DEFAULT_URL})"
+        )
+        parser.add_argument(
+            "--token",
+            default=os.environ.get("INFERD_ADMIN_TOKEN", ""),
+            help="admin token sent as Authorization: Bearer (default: $INFERD_ADMIN_TOKEN)",
         )

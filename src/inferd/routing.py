@@ -60,7 +60,7 @@ def shadow_document(shadow: ShadowPolicy | None) -> dict[str, Any] | None:
     if shadow is None:
         return None
     target = shadow.target
-    key: dict[str, Any] = {"version": int(target)} if target.isdigit() else {"label": target}
+    key: dict[str, Any] = {"version": int(target)} if target.isdecimal() else {"label": target}
     return key | {"fraction": shadow.fraction, "tolerance": shadow.tolerance}
 
 
@@ -86,7 +86,7 @@ def check_label(label: Any, where: str) -> str:
 
 
 def check_version(value: Any, where: str) -> int:
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and value.isdecimal():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidInput(f"{where}: version {value!r} must be a positive integer")
@@ -94,7 +94,7 @@ def check_version(value: Any, where: str) -> int:
 
 
 def _target(value: Any, where: str) -> str:
-    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+    if isinstance(value, int) or (isinstance(value, str) and value.isdecimal()):
         return str(check_version(value, where))
     return check_label(value, where)
 
@@ -303,7 +303,7 @@ class ModelRouting:
         return labels
 
     def version_of(self, target: str) -> int | None:
-        return int(target) if target.isdigit() else self.policy.labels.get(target)
+        return int(target) if target.isdecimal() else self.policy.labels.get(target)
 
     def label_version(self, label: str) -> int:
         number = self.policy.labels.get(label)

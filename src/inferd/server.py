@@ -14,6 +14,7 @@ from granian.constants import Interfaces
 from granian.server.embed import Server as GranianServer
 from prometheus_client import start_http_server
 
+from inferd import security
 from inferd.dataplane import DataPlane
 from inferd.drain import Drain
 from inferd.errors import ConfigError
@@ -28,6 +29,7 @@ from inferd.protocols.dashboard_http import Dashboard
 from inferd.protocols.generate_http import GenerateHttp
 from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.http import HttpApp, Router
+from inferd.protocols.openapi import OpenApi
 from inferd.protocols.repository_http import RepositoryHttp
 from inferd.protocols.settings_grpc import SettingsGrpc
 from inferd.protocols.settings_http import SettingsHttp
@@ -62,7 +64,10 @@ class Server:
         self.worker = worker  # one of several processes on the port (--http-workers)
         self.registry = Registry()
         cache = ResponseCache(settings.cache_size) if settings.cache_size > 0 else None
-        self.manager = ModelManager.from_settings(settings, self.registry, cache)
+        self.tokens = security.token_store(settings)
+        self.manager = ModelManager.from_settings(
+            settings, self.registry, cache, security.code_policy(settings, self.tokens)
+        )
         peers = Peers(worker) if worker is not None else None
         control = (
             SharedControl(self.manager, self.registry, peers, settings.max_upload_bytes)
@@ -101,7 +106,9 @@ class Server:
         router = Router()
         V2Http(self.plane).register(router)
         TfServingHttp(self.plane).register(router)
-        RepositoryHttp(self.plane, settings.max_upload_bytes).register(router)
+        RepositoryHttp(
+            self.plane, settings.max_upload_bytes, settings.max_concurrent_uploads
+        ).register(router)
         AdminHttp(
             self.metrics if settings.allow_metrics else None,
             self.logs,
@@ -110,6 +117,9 @@ class Server:
         SettingsHttp(self.trace_settings, self.log_settings).register(router)
         SharedMemoryHttp(self.plane.shared_memory).register(router)
         GenerateHttp(self.plane).register(router)
+        OpenApi(settings.allow_dashboard, not settings.dashboard_port).register(router)
+        self.granian_options = security.granian_options(settings)
+        self.grpc_tls = security.grpc_tls(settings)
         self.dashboard = (
             Dashboard(
                 settings,
@@ -127,7 +137,12 @@ class Server:
                 self.node.series = self.dashboard.series
                 self.dashboard.traffic_totals = self.node.traffic
         self.http_app = HttpApp(
-            router, max_body_bytes=settings.http_max_body_bytes, observer=self.observer
+            router,
+            observer=self.observer,
+            guard=security.http_guard(
+                settings, security.access_policy(settings, self.tokens, settings.http_address)
+            ),
+            limits=security.http_limits(settings),
         )
 
     async def _load_models(self) -> None:
@@ -154,6 +169,7 @@ class Server:
             runtime_threads=1,
             backlog=2048,
             log_enabled=False,
+            **self.granian_options,
         )
         loop = asyncio.get_running_loop()
         self.drain = Drain(self.plane, self.registry, self.settings.drain_timeout_s, http.stop)
@@ -161,11 +177,12 @@ class Server:
         loop.add_signal_handler(signal.SIGTERM, self.drain.begin)
         address = f"{self.settings.http_address}:{self.settings.http_port}"
         bound = False
+        scheme = "HTTPS" if "ssl_cert" in self.granian_options else "HTTP"
 
         def listening() -> None:  # granian calls this once its socket is bound
             nonlocal bound
             bound = True
-            log.info("listening: HTTP (KServe v2, TF Serving REST) on %s", address)
+            log.info("listening: %s (KServe v2, TF Serving REST) on %s", scheme, address)
 
         http.on_startup(listening)
         # A worker other than the first, or a replacement, takes connections once it can serve.
@@ -174,6 +191,7 @@ class Server:
             await self.node.start()
             if late:
                 await self._load_models()
+        security.warn_if_open(self.settings, self.tokens)
         grpc_server = await self._start_grpc()
         if self.settings.allow_metrics and self.settings.metrics_port:
             start_http_server(
@@ -187,7 +205,7 @@ class Server:
                 "metrics on %s:%d/metrics", self.settings.http_address, self.settings.metrics_port
             )
         if self.dashboard is not None:
-            await self.dashboard.start(self.http_app, self.observer)
+            await self.dashboard.start(self.http_app, self.observer, self.granian_options)
         loader = asyncio.create_task(asyncio.sleep(0) if late else self._load_models())
         try:
             try:
@@ -218,19 +236,24 @@ class Server:
         if not self.settings.allow_grpc:
             return None
         address = f"{self.settings.grpc_address}:{self.settings.grpc_port}"
+        policy = security.access_policy(self.settings, self.tokens, self.settings.grpc_address)
         server = build_server(
             self.plane,
             address,
             self.settings.grpc_max_message_bytes,
+            tls=self.grpc_tls,
             observer=self.observer,
             kind=self.settings.grpc_server,
+            access=policy,
+            max_concurrent_rpcs=self.settings.max_inflight_requests or None,
             tfserving_tensor_content=self.settings.tfserving_tensor_content,
             reuse_port=self.worker is not None,
             settings=SettingsGrpc(self.trace_settings, self.log_settings),
         )
         await server.start()
         log.info(
-            "listening: gRPC (KServe v2 / Triton, TF Serving) on %s (%s server)",
+            "listening: gRPC (KServe v2 / Triton, TF Serving)%s on %s (%s server)",
+            " over TLS" if self.grpc_tls else "",
             address,
             "native" if isinstance(server, NativeGrpcServer) else "grpcio",
         )

@@ -190,6 +190,96 @@ class Settings:
         default="",
         metadata=_opt("trace link for a request id in the dashboard's logs; {request_id} in it"),
     )
+    # ---- security and limits at the edge (README "Security")
+    auth_token: list[str] = field(
+        default_factory=list,
+        metadata=_opt(
+            "token of the inference scope (repeat); inference then needs one", repeat=True
+        ),
+    )
+    admin_token: list[str] = field(
+        default_factory=list,
+        metadata=_opt("token of the admin scope, which includes inference (repeat)", repeat=True),
+    )
+    auth_token_file: str = field(
+        default="", metadata=_opt("file of inference tokens, one a line (reloaded on change)")
+    )
+    admin_token_file: str = field(
+        default="", metadata=_opt("file of admin tokens, one a line (reloaded on change)")
+    )
+    auth_health: bool = field(
+        default=False, metadata=_opt("health routes and RPCs need an inference token too")
+    )
+    auth_metrics: bool = field(default=False, metadata=_opt("GET /metrics needs a token too"))
+    allow_unauthenticated_admin: bool = field(
+        default=False,
+        metadata=_opt("serve the admin API with no admin token configured, on any address"),
+    )
+    allow_pickle: str = field(
+        default="startup",
+        metadata=_opt(
+            "load pickles/joblib files: never, startup (models present at start) or always",
+            const="always",
+        ),
+    )
+    allow_python_models: str = field(
+        default="startup",
+        metadata=_opt("run Python models: never, startup or always", const="always"),
+    )
+    allow_unsafe_ops: str = field(
+        default="startup",
+        metadata=_opt(
+            "TensorFlow graphs with file-system ops: never, startup or always", const="always"
+        ),
+    )
+    cors_allow_origin: list[str] = field(
+        default_factory=list,
+        metadata=_opt("browser origin allowed to call the API (repeat; '*' for any)", repeat=True),
+    )
+    allowed_hosts: list[str] = field(
+        default_factory=list,
+        metadata=_opt(
+            "Host header values accepted (repeat; default: any, or loopback names "
+            "when bound to loopback)",
+            repeat=True,
+        ),
+    )
+    tls_cert: str = field(default="", metadata=_opt("PEM certificate: HTTPS and gRPC over TLS"))
+    tls_key: str = field(default="", metadata=_opt("PEM private key of --tls-cert"))
+    tls_client_ca: str = field(
+        default="", metadata=_opt("PEM CA: clients must present a certificate it signed (mTLS)")
+    )
+    grpc_use_ssl: bool = field(default=False, metadata=_opt("Triton's name: TLS on gRPC"))
+    grpc_server_cert: str = field(default="", metadata=_opt("Triton's name: gRPC certificate"))
+    grpc_server_key: str = field(default="", metadata=_opt("Triton's name: gRPC private key"))
+    grpc_root_cert: str = field(default="", metadata=_opt("Triton's name: gRPC client CA"))
+    grpc_use_ssl_mutual: bool = field(
+        default=False, metadata=_opt("Triton's name: gRPC clients must present a certificate")
+    )
+    http_header_timeout_s: float = field(
+        default=10.0,
+        metadata=_opt("seconds to receive a request's headers, and idle keep-alive time"),
+    )
+    http_body_timeout_s: float = field(
+        default=60.0, metadata=_opt("seconds a request body may pause between chunks")
+    )
+    http_max_connections: int = field(
+        default=16384, metadata=_opt("open HTTP connections served at once; more wait")
+    )
+    http_max_header_bytes: int = field(
+        default=64 * 1024, metadata=_opt("largest request head (request line and headers)")
+    )
+    max_inflight_requests: int = field(
+        default=1024,
+        metadata=_opt("requests in progress per port; more answer 503 at once (0: no limit)"),
+    )
+    max_inflight_bytes: int = field(
+        default=1 << 30,
+        metadata=_opt("HTTP request bodies in progress, in bytes; more answer 503 (0: no limit)"),
+    )
+    max_concurrent_uploads: int = field(
+        default=2, metadata=_opt("model uploads in progress at once; more answer 503")
+    )
 
     def models_to_load(self) -> list[str] | None:
         """None loads every model in the repository."""
@@ -228,6 +318,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 const="true",
                 default=None,
                 metavar="BOOL",
+                help=help_text,
+            )
+        elif "const" in meta:  # a value, or the bare flag meaning ``const``
+            parser.add_argument(
+                _flag(f.name),
+                dest=f.name,
+                nargs="?",
+                const=meta["const"],
+                default=None,
                 help=help_text,
             )
         elif meta.get("repeat"):

@@ -14,7 +14,6 @@ from tests.e2e.backend_checks import (
     BATCHING,
     check_all_protocols,
     check_batching,
-    unavailable_reason,
     version_dir,
     write_config,
 )
@@ -28,6 +27,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+# The config parameter grants nothing any more (the server decides, see test_security_code):
+# kept on one model to show an old config still loads.
 PICKLE_OK = 'parameters { key: "allow_pickle" value: { string_value: "true" } }\n'
 
 
@@ -53,9 +54,9 @@ def sk_server(fitted: Fitted, tmp_path_factory: pytest.TempPathFactory) -> Itera
     root = tmp_path_factory.mktemp("sklearn") / "models"
     models: dict[str, tuple[Any, str]] = {
         "iris": (fitted.classifier, PICKLE_OK),
-        "iris_batched": (fitted.classifier, PICKLE_OK + BATCHING),
-        "iris_named": (fitted.named, PICKLE_OK),
-        "petal": (fitted.regressor, PICKLE_OK),
+        "iris_batched": (fitted.classifier, BATCHING),
+        "iris_named": (fitted.named, ""),
+        "petal": (fitted.regressor, ""),
         "iris_no_opt_in": (fitted.classifier, ""),
     }
     for name, (estimator, config) in models.items():
@@ -108,9 +109,12 @@ def test_dynamic_batching(sk_server: ServerProcess, fitted: Fitted) -> None:
     check_batching(sk_server, "iris_batched", "input", rows, "probabilities", proba)
 
 
-def test_pickle_needs_opt_in(sk_server: ServerProcess) -> None:
-    reason = unavailable_reason(sk_server, "iris_no_opt_in")
-    assert "allow_pickle" in reason and "runs code" in reason
+def test_a_pickle_present_at_start_loads_by_default(sk_server: ServerProcess) -> None:
+    import httpx
+
+    # --allow-pickle defaults to 'startup': the operator put these files there.
+    r = httpx.get(f"{sk_server.http_url}/v2/models/iris_no_opt_in/ready")
+    assert r.status_code == 200 and r.json()["ready"] is True
 
 
 def test_missing_extra_says_what_to_install(
@@ -119,8 +123,12 @@ def test_missing_extra_says_what_to_install(
     from inferd.backends.sklearn import SklearnBackend
     from inferd.config.text import parse_config_text
     from inferd.errors import ModelLoadError
+    from inferd.trust import CodePolicy, Origin, granted
 
     monkeypatch.setitem(sys.modules, "joblib", None)  # import joblib now fails
-    config = parse_config_text(PICKLE_OK)
-    with pytest.raises(ModelLoadError, match=r"inferd\[sklearn\]"):
+    config = parse_config_text("")
+    with (
+        granted(CodePolicy().grants(Origin.STARTUP)),
+        pytest.raises(ModelLoadError, match=r"inferd\[sklearn\]"),
+    ):
         SklearnBackend().complete_config(tmp_path, config, 8)

@@ -209,8 +209,9 @@ def test_a_dashboard_port_of_its_own(tmp_path: Path) -> None:
         assert HTTP.get(f"{proc.http_url}/").status_code == 404
         cluster = HTTP.get(f"{proc.http_url}/v2/dashboard/cluster").json()
         assert cluster["enabled"] is False and "--envoy-admin" in cluster["hint"]
+        # Mode none, no admin token: the admin API is off on the dashboard's port as well.
         refused = HTTP.post(f"{own}/v2/repository/models/{HPT}/unload")
-        assert refused.status_code == 400 and "control mode is 'none'" in refused.json()["error"]
+        assert refused.status_code == 403 and "admin API is off" in refused.json()["error"]
     finally:
         proc.stop()
     assert "listening: dashboard on 127.0.0.1:" in proc.log()

@@ -1,7 +1,8 @@
 """``inferd serve`` on SIGTERM: not ready at once, requests in flight and queued finish, exit 0.
 
-A slow echo model (one instance, 400 ms per request) holds requests running and queued while
-the server is told to stop; a drain that runs out of ``--drain-timeout-s`` stops anyway.
+A slow echo model (one instance, 1 s per request, so four are in flight together even on a
+busy host) holds requests running and queued while the server is told to stop; a drain that
+runs out of ``--drain-timeout-s`` stops anyway.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _pending(url: str) -> float:
 
 
 def test_sigterm_finishes_running_and_queued_requests_then_exits_0(tmp_path: Path) -> None:
-    server = ServerProcess(_repository(tmp_path, 400)).start()
+    server = ServerProcess(_repository(tmp_path, 1000)).start()
     assert server.proc is not None
     try:
         with ThreadPoolExecutor(4) as pool:

@@ -165,15 +165,16 @@ def test_unknown_model_unload_is_404(explicit: ServerProcess) -> None:
 
 
 def test_mode_none_refuses_repository_changes(server: ServerProcess) -> None:
+    # Mode none with no admin token: the admin API is off altogether (403 / PERMISSION_DENIED).
     r = _post(server, "/models/digits/load")
-    assert r.status_code == 400
-    assert "model control mode is 'none'" in r.json()["error"]
+    assert r.status_code == 403
+    assert "the admin API is off" in r.json()["error"]
     r = _post(server, "/models/digits/unload")
-    assert r.status_code == 400
+    assert r.status_code == 403
     r = HTTP.put(f"{server.http_url}/v2/repository/models/x", content=b"PK\x03\x04")
-    assert r.status_code == 400 and "mode is 'none'" in r.json()["error"]
+    assert r.status_code == 403 and "--admin-token" in r.json()["error"]
     with triton_grpc.InferenceServerClient(server.grpc_address) as client:
         with pytest.raises(InferenceServerException) as info:
             client.unload_model("digits")
-        assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert info.value.status() == "StatusCode.PERMISSION_DENIED"
     assert infer(server, HPT, [1.0]).json()["outputs"][0]["data"] == [2.5]

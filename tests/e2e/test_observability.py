@@ -52,6 +52,7 @@ def observed(demo_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
             "node-a",
             "--metrics-port",
             str(metrics_port),
+            "--allow-unauthenticated-admin",
         ],
     ).start()
     server.metrics_port = metrics_port  # type: ignore[attr-defined]

@@ -52,6 +52,8 @@ def server(paths: dict[str, Path]) -> Iterator[ServerProcess]:
             "--cache-size",
             "1000000",
             "--strict-readiness=false",
+            # versions written after start (a version swap) are code arriving later
+            "--allow-python-models",
         ],
     ).start(timeout_s=180)
     assert proc.proc is not None

@@ -243,7 +243,7 @@ def test_queue_timeout_reject_and_delay(sched_server: ServerProcess) -> None:
 def test_disconnected_client_is_dropped_from_the_queue(sched_server: ServerProcess) -> None:
     body, headers = _image()
     request = (
-        f"POST /v2/models/slow/infer HTTP/1.1\r\nHost: test\r\nContent-Length: {len(body)}\r\n"
+        f"POST /v2/models/slow/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n"
         f"Inference-Header-Content-Length: {headers['Inference-Header-Content-Length']}\r\n\r\n"
     ).encode() + body
     before = _stats(sched_server, "slow")["execution_count"]

@@ -61,7 +61,8 @@ def test_a_port_in_use_is_a_clear_error_and_nothing_claims_to_listen(tmp_path: P
 
 
 def test_listening_is_logged_after_the_bind(demo_repo: Path) -> None:
-    server = ServerProcess(demo_repo).start()
+    # gRPC on its default address (tests/support.py binds it to loopback otherwise)
+    server = ServerProcess(demo_repo, extra_args=["--grpc-address", "0.0.0.0"]).start()
     try:
         log = server.log()
         assert (

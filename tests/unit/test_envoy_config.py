@@ -156,3 +156,12 @@ def test_the_deploy_example_is_what_the_command_prints() -> None:
     assert _inferd(*upstreams).stdout == (example / "envoy.yaml").read_text()
     for flag in upstreams:
         assert f"  --upstream {flag.split('=')[1]}" in (example / "README.md").read_text()
+
+
+def test_health_checks_send_each_nodes_own_host() -> None:
+    """A node bound to loopback answers only Host values that name it (the DNS-rebinding
+    guard): Envoy's checks send the node's host, not the cluster's name."""
+    clusters = _clusters(bootstrap(Options((Upstream("127.0.0.11", 8000, 8001),))))
+    for name in ("inferd_http", "inferd_grpc"):
+        (endpoint,) = clusters[name]["load_assignment"]["endpoints"][0]["lb_endpoints"]  # type: ignore[index]
+        assert endpoint["endpoint"]["health_check_config"] == {"hostname": "127.0.0.11"}

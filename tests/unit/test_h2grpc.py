@@ -232,3 +232,55 @@ def test_a_port_in_use_is_refused() -> None:
         server = NativeGrpcServer(max_message_bytes=1024)
         with pytest.raises(RuntimeError, match="Failed to bind"):
             server.add_insecure_port(f"127.0.0.1:{port}")
+
+
+def test_the_auth_interceptor_answers_its_codes() -> None:
+    """inferd's interceptor refuses with a handler that aborts and has no deserializer: the
+    request is never parsed, and the status reaches the client."""
+    from inferd.protocols.access import AccessPolicy
+    from inferd.protocols.grpc_auth import AuthInterceptor
+    from inferd.tokens import TokenStore
+
+    policy = AccessPolicy(TokenStore(["inference-token"], ["admin-token"]))
+
+    async def body(channel: grpc.aio.Channel, servicer: Servicer, _: Any) -> None:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await _unary(channel)(b"ab")
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "needs a token" in (info.value.details() or "")
+        bidi = channel.stream_stream(f"/{SERVICE}/Bidi")(
+            metadata=(("authorization", "Bearer wrong"),)
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await bidi.read()
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        good = (("authorization", "Bearer inference-token"),)
+        assert await _unary(channel)(b"ab", metadata=good) == b"ba"
+        assert servicer.metadata["authorization"] == "Bearer inference-token"
+
+    asyncio.run(_serve(body, interceptors=[AuthInterceptor(policy)]))
+
+
+def test_calls_past_the_concurrency_limit_are_refused_at_once() -> None:
+    async def run() -> None:
+        servicer = Servicer()
+        server = NativeGrpcServer(max_message_bytes=1 << 20, max_concurrent_rpcs=1)
+        server.add_registered_method_handlers(SERVICE, _handlers(servicer))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                slow = _unary(channel)(b"slow")
+                await asyncio.wait_for(servicer.started.wait(), 5)
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await _unary(channel)(b"ab")
+                assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                slow.cancel()
+                await asyncio.wait_for(servicer.cancelled.wait(), 5)
+                await asyncio.sleep(0.05)
+                assert server.active_calls == 0
+                assert await _unary(channel)(b"ab") == b"ba"  # a place is free again
+        finally:
+            await server.stop(0)
+
+    asyncio.run(run())

@@ -46,3 +46,24 @@ def test_float_val_holds_the_values_and_tensor_content_when_asked() -> None:
     packed = tensorflow_pb2.TensorProto()
     to_tensor(array, packed, as_content=True)
     assert packed.tensor_content == array.tobytes() and not packed.float_val
+
+
+def test_a_hostile_shape_is_refused_before_anything_is_allocated() -> None:
+    from inferd.errors import InvalidInput
+
+    def tensor(dims: list[int], values: list[float]) -> tensorflow_pb2.TensorProto:
+        proto = tensorflow_pb2.TensorProto(dtype=tensorflow_pb2.DT_FLOAT, float_val=values)
+        for size in dims:
+            proto.tensor_shape.dim.add().size = size
+        return proto
+
+    # One value fills the tensor (TensorFlow's rule), within reason.
+    assert to_array(tensor([2, 3], [1.5]), "x").tolist() == [[1.5] * 3] * 2
+    with pytest.raises(InvalidInput, match="would fill shape"):
+        to_array(tensor([1 << 20, 1 << 20], [1.0]), "x")  # 4 TiB from 4 bytes
+    with pytest.raises(InvalidInput, match="would fill shape"):
+        to_array(tensor([1 << 16, 1 << 16], []), "x")  # no values: zeros, 16 GiB of them
+    with pytest.raises(InvalidInput, match="too large"):
+        to_array(tensor([1 << 40, 1 << 40], [1.0]), "x")  # the product overflows int64
+    with pytest.raises(InvalidInput, match="dimensions"):
+        to_array(tensor([1] * 40, [1.0]), "x")

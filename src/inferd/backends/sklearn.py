@@ -1,13 +1,14 @@
 """scikit-learn backend: a fitted estimator or pipeline saved with joblib (``model.joblib``).
 
-Loading a pickle runs code from the file, so a model loads only when its config opts in with
-``parameters { key: "allow_pickle" value: { string_value: "true" } }``. Classifiers (with
+Loading a pickle runs code from the file, so a model loads only when the server allows it for
+the model's origin (``--allow-pickle``, ``inferd.trust``); no config can. Classifiers (with
 ``predict_proba``) serve ``label`` and ``probabilities``; regressors serve ``prediction``
 (see ``inferd.backends.tabular``).
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,6 @@ import numpy as np
 
 from inferd import datatypes
 from inferd.backends.completion import (
-    bool_parameter,
     check_parameters,
     missing_extra,
     model_file,
@@ -23,9 +23,12 @@ from inferd.backends.completion import (
 )
 from inferd.backends.tabular import TabularBackend, TabularModel
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import ConfigError, ModelLoadError
+from inferd.errors import ModelLoadError
+from inferd.trust import Capability, require
 
-_KNOWN_PARAMETERS = {"allow_pickle"}
+log = logging.getLogger("inferd.backends")
+
+_KNOWN_PARAMETERS = {"allow_pickle"}  # accepted, inert: the server decides
 _FILENAMES = ("model.joblib", "model.pkl")
 
 
@@ -38,12 +41,13 @@ def read_model(version_dir: Path, config: ModelConfig, threads: int = 1) -> Tabu
     params = string_parameters(config)
     check_parameters(params, _KNOWN_PARAMETERS, "sklearn")
     path = _path(version_dir, config)
-    if not bool_parameter(params, "allow_pickle"):
-        raise ConfigError(
-            f"{path.name} is a pickle, and loading a pickle runs code from the file: if you "
-            'trust it, add parameters { key: "allow_pickle" value: { string_value: "true" } } '
-            "to the model's config.pbtxt"
+    if "allow_pickle" in params:
+        log.warning(
+            "model '%s': config parameter allow_pickle grants nothing; the server's "
+            "--allow-pickle decides",
+            config.name,
         )
+    require(Capability.PICKLE, f"{path.name} is a pickle")
     try:
         import joblib
         import sklearn  # noqa: F401  (the estimator's classes live there)

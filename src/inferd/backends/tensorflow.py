@@ -41,9 +41,11 @@ from inferd.backends.graphdef import (
     is_graphdef,
     read_graph_def,
 )
+from inferd.backends.tf_graph import graph_def_unsafe_ops, unsafe_ops
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import CLASSIFY_METHOD, REGRESS_METHOD, SignatureSpec, signature_spec
 from inferd.errors import ConfigError, InferdError, InternalError, InvalidInput, ModelLoadError
+from inferd.trust import Capability, allowed, require
 from inferd.types import Tensors
 
 log = logging.getLogger("inferd.backends.tensorflow")
@@ -82,8 +84,9 @@ def signature_name(config: ModelConfig) -> str:
     return params.get("signature_name") or DEFAULT_SIGNATURE
 
 
-def read_meta_graph(path: Path) -> Any:
-    """The serving MetaGraphDef of ``saved_model.pb``, read without loading the model."""
+def _parse(path: Path) -> Any:
+    """The ``SavedModel`` message of ``saved_model.pb`` (every MetaGraph), read without loading
+    the model."""
     _tensorflow()
     from tensorflow.core.protobuf import saved_model_pb2
 
@@ -97,10 +100,40 @@ def read_meta_graph(path: Path) -> Any:
         ) from None
     except Exception as exc:
         raise ModelLoadError(f"cannot read {pb.name}: {exc}") from None
+    return saved
+
+
+def check_ops(path: Path) -> None:
+    """Refuse a graph with file-system or Python ops unless --allow-unsafe-ops grants them."""
+    if allowed(Capability.UNSAFE_OPS):
+        return
+    ops = unsafe_ops(_parse(path))
+    if ops:
+        require(
+            Capability.UNSAFE_OPS,
+            f"the SavedModel holds file-system or process operations ({', '.join(ops)})",
+        )
+
+
+def check_graph_def_ops(graph_def: Any) -> None:
+    """The same refusal for a frozen GraphDef's operations."""
+    if allowed(Capability.UNSAFE_OPS):
+        return
+    ops = graph_def_unsafe_ops(graph_def)
+    if ops:
+        require(
+            Capability.UNSAFE_OPS,
+            f"the GraphDef holds file-system or process operations ({', '.join(ops)})",
+        )
+
+
+def read_meta_graph(path: Path) -> Any:
+    """The serving MetaGraphDef of ``saved_model.pb``, read without loading the model."""
+    saved = _parse(path)
     graphs = [g for g in saved.meta_graphs if _SERVE_TAG in g.meta_info_def.tags]
     graphs = graphs or list(saved.meta_graphs)
     if not graphs:
-        raise ModelLoadError(f"{pb.name} holds no MetaGraph")
+        raise ModelLoadError(f"{SAVED_MODEL_FILE} holds no MetaGraph")
     return graphs[0]
 
 
@@ -235,6 +268,7 @@ class TensorFlowBackend:
             complete_graphdef(_tensorflow(), version_dir, config, self.name)
             return
         path = saved_model_dir(version_dir, config)
+        check_ops(path)
         inputs, outputs = read_signature(path, signature_name(config))
         complete(
             config, inputs, outputs, default_max_batch_size, platform=PLATFORM, backend=self.name
@@ -259,8 +293,10 @@ class TensorFlowBackend:
         device = f"/GPU:{placement.device_id}" if placement.kind == "GPU" else "/CPU:0"
         if is_graphdef(version_dir, config):
             graph_def = read_graph_def(tf, graphdef_path(version_dir, config))
+            check_graph_def_ops(graph_def)
             return GraphDefRuntime(tf, graph_def, device)
         path = saved_model_dir(version_dir, config)
+        check_ops(path)
         name = signature_name(config)
         try:
             with tf.device(device):

@@ -62,7 +62,7 @@ def _read(storage: Storage, name: str, rel: str, stamp: Stamp) -> bytes:
 
 def _version_of(rel: str) -> int | None:
     head, sep, _ = rel.partition("/")
-    return int(head) if sep and head.isdigit() and int(head) > 0 else None
+    return int(head) if sep and head.isdecimal() and int(head) > 0 else None
 
 
 def describe_files(files: ModelFiles) -> dict[str, Any]:

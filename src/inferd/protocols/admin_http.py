@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from inferd.errors import InvalidInput
 from inferd.observability.logging import TAIL_LINES, Logs
 from inferd.observability.metrics import CONTENT_TYPE, render
+from inferd.protocols.access import Access
 from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
 
 
@@ -30,8 +31,8 @@ class AdminHttp:
 
     def register(self, router: Router) -> None:
         if self.metrics is not None:
-            router.add("GET", "/metrics", self.prometheus)
-        router.add("GET", "/v2/logs", self.tail)
+            router.add("GET", "/metrics", self.prometheus, access=Access.METRICS)
+        router.add("GET", "/v2/logs", self.tail, access=Access.ADMIN)
 
     async def prometheus(self, request: HttpRequest) -> HttpResponse:
         assert self.metrics is not None
@@ -44,13 +45,13 @@ class AdminHttp:
         if kind not in ("engine", "access"):
             raise InvalidInput(f"kind must be engine or access, got '{kind}'")
         text = query.get("lines", ["100"])[0]
-        if not text.isdigit():
+        if not (text.isascii() and text.isdigit()):
             raise InvalidInput(f"lines must be a non-negative integer, got '{text}'")
         count = min(int(text), TAIL_LINES)
         after = query.get("after", [""])[0]
         if not after:
             return json_response({"kind": kind, "lines": self.logs.tail(kind, count)})
-        if not after.isdigit():
+        if not (after.isascii() and after.isdigit()):
             raise InvalidInput(f"after must be a non-negative integer, got '{after}'")
         lines, newest = self.logs.since(kind, int(after), count)
         return json_response({"kind": kind, "lines": lines, "next": newest})

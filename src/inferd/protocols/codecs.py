@@ -19,6 +19,8 @@ from inferd.datatypes import DataType
 from inferd.errors import InvalidInput
 
 _LEN = struct.Struct("<I")
+MAX_DIMS = 32  # numpy allows 64; no model takes more
+MAX_ELEMENTS = 1 << 40  # per tensor, counting zero-sized dimensions as 1
 
 
 def check_shape(name: str, shape: Any) -> tuple[int, ...]:
@@ -26,6 +28,13 @@ def check_shape(name: str, shape: Any) -> tuple[int, ...]:
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
     ):
         raise InvalidInput(f"input '{name}': shape must be a list of non-negative integers")
+    if len(shape) > MAX_DIMS:
+        raise InvalidInput(f"input '{name}': shape has {len(shape)} dimensions, at most {MAX_DIMS}")
+    bound = 1
+    for d in shape:  # zero-sized dimensions do not make the others harmless to numpy
+        bound *= max(d, 1)
+    if bound > MAX_ELEMENTS:
+        raise InvalidInput(f"input '{name}': shape {list(shape)} is too large")
     return tuple(shape)
 
 
@@ -47,11 +56,20 @@ def from_json_data(name: str, datatype: DataType, shape: tuple[int, ...], data: 
             raise InvalidInput(
                 f"input '{name}': data is not a (nested) list of {datatype.name} values"
             ) from None
+        check_finite(name, datatype, array)
     if array.size != count:
         raise InvalidInput(
             f"input '{name}': shape {list(shape)} needs {count} values, got {array.size}"
         )
     return array.reshape(shape)
+
+
+def check_finite(name: str, datatype: DataType, array: np.ndarray) -> None:
+    """JSON has no NaN or infinity: one in a float array was a null or out of range."""
+    if array.dtype.kind == "f" and array.size and not np.isfinite(array).all():
+        raise InvalidInput(
+            f"input '{name}': data holds null or a value outside the range of {datatype.name}"
+        )
 
 
 def _bytes_from_json(name: str, data: Any) -> np.ndarray:

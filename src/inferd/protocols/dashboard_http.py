@@ -5,8 +5,11 @@ reads inferd's public APIs (repository index, statistics, ``/metrics``, ``/v2/lo
 routing) and these, which they lack: ``/v2/dashboard/models`` (the models table),
 ``/v2/dashboard/series`` (recent traffic, sampled once a second), ``/v2/dashboard/cluster``
 (Envoy's view of the nodes) and ``/v2/repository/models/{m}/files[/{path}]`` (a model's
-folder). With ``--dashboard-port`` the page moves to a port of its own, which also answers
-every other route, so the page there reaches the same APIs under the same rules.
+folder). The page's files are open to anyone who reaches the port (they hold no data); the
+JSON routes need the inference scope, a model's files the admin scope, like every other route
+(``http_guard``). With ``--dashboard-port`` the page moves to a port of its own, which also
+answers every other route, so the page there reaches the same APIs under the same rules, Host
+checks and TLS included.
 """
 
 from __future__ import annotations
@@ -29,7 +32,15 @@ from inferd.dashboard.series import TrafficSeries
 from inferd.dataplane import DataPlane
 from inferd.errors import ConfigError, InvalidInput, NotFound
 from inferd.observability.requests import RequestObserver
-from inferd.protocols.http import HttpApp, HttpRequest, HttpResponse, Router, json_response
+from inferd.protocols.access import Access
+from inferd.protocols.http import (
+    HttpApp,
+    HttpRequest,
+    HttpResponse,
+    Limits,
+    Router,
+    json_response,
+)
 from inferd.repository.manager import ModelManager
 from inferd.settings import Settings
 
@@ -117,15 +128,16 @@ class Dashboard:
         router.add("GET", "/v2/dashboard/models", self.models)
         router.add("GET", "/v2/dashboard/series", self.traffic)
         router.add("GET", "/v2/dashboard/cluster", self.cluster)
-        router.add("GET", _FILES, self.files)
-        router.add("GET", _FILES + r"/(?P<path>.+)", self.file)
+        router.add("GET", _FILES, self.files, access=Access.ADMIN)
+        router.add("GET", _FILES + r"/(?P<path>.+)", self.file, access=Access.ADMIN)
         if not self.settings.dashboard_port:
             self.register_page(router)
 
     def register_page(self, router: Router) -> None:
-        router.add("GET", "/", self.root)
-        router.add("GET", "/dashboard", self.root)
-        router.add("GET", r"/dashboard/(?P<asset>[A-Za-z0-9_.\-/]*)", self.asset)
+        public = Access.PUBLIC
+        router.add("GET", "/", self.root, access=public)
+        router.add("GET", "/dashboard", self.root, access=public)
+        router.add("GET", r"/dashboard/(?P<asset>[A-Za-z0-9_.\-/]*)", self.asset, access=public)
 
     async def root(self, request: HttpRequest) -> HttpResponse:
         return _redirect(PAGE)
@@ -191,15 +203,26 @@ class Dashboard:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self, main_app: Any, observer: RequestObserver | None) -> None:
-        """Start sampling, and serve the dashboard's own port if it has one."""
+    async def start(
+        self,
+        main_app: HttpApp,
+        observer: RequestObserver | None,
+        server_options: dict[str, Any] | None = None,
+    ) -> None:
+        """Start sampling, and serve the dashboard's own port if it has one: behind the main
+        app's guard, with the HTTP port's ``server_options`` (TLS, connection limits)."""
         self.series.start()
         port = self.settings.dashboard_port
         if not port:
             return
         router = Router()
         self.register_page(router)
-        page = HttpApp(router, max_body_bytes=1024, observer=observer)
+        page = HttpApp(
+            router,
+            observer=observer,
+            guard=main_app.guard,
+            limits=Limits(max_body_bytes=1024, body_timeout_s=main_app.limits.body_timeout_s),
+        )
         address = self.settings.http_address
         server = GranianServer(
             PortApp(page, main_app),
@@ -209,6 +232,7 @@ class Dashboard:
             runtime_threads=1,
             backlog=256,
             log_enabled=False,
+            **(server_options or {}),
         )
         bound = asyncio.Event()
         server.on_startup(bound.set)

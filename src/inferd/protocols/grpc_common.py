@@ -1,18 +1,21 @@
-"""What every gRPC servicer of inferd shares: error codes to gRPC statuses, and the guard that
-answers errors with their status and reports each call to the request observer."""
+"""What every gRPC servicer of inferd shares: error codes to gRPC statuses, the guard that
+answers errors with their status and reports each call (unary or stream) to the request
+observer, and deserializers that turn a malformed message into INVALID_ARGUMENT."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
 
-from inferd.errors import ErrorCode, InferdError
+from inferd.errors import ErrorCode, InferdError, InvalidInput
 from inferd.observability.requests import Finished, RequestObserver, new_request_id
 from inferd.protocols.v2_grpc_codec import EncodedInferResponse, WireInferRequest
+from inferd.redact import redact
 
 log = logging.getLogger("inferd.grpc")
 
@@ -21,12 +24,53 @@ Handler = Callable[[Any], Awaitable[Any]]
 STATUS_OF: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.PAYLOAD_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorCode.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    ErrorCode.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
+    ErrorCode.CANCELLED: grpc.StatusCode.CANCELLED,
+    ErrorCode.REQUEST_TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
     ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
     ErrorCode.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
 }
+
+
+class Malformed:
+    """A request message that did not parse; the guard answers INVALID_ARGUMENT."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def safe_deserializer(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """``parse``, with a malformed message becoming ``Malformed`` (not UNKNOWN and a Python
+    exception name, as grpc answers when a deserializer raises)."""
+
+    def run(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception as exc:
+            return Malformed(f"the request message does not parse ({type(exc).__name__})")
+
+    return run
+
+
+def public_message(exc: InferdError, method: str) -> str:
+    """An error's message for the client: internal ones without paths, with an id to find
+    the full text in the log."""
+    if exc.code is not ErrorCode.INTERNAL:
+        return exc.message
+    request_id = new_request_id()
+    log.error("%s failed (request id %s): %s", method, request_id, exc.message)
+    return f"{redact(exc.message)} (request id {request_id})"
+
+
+def _internal(method: str) -> str:
+    request_id = new_request_id()
+    log.exception("unhandled error in %s (request id %s)", method, request_id)
+    return f"internal error (request id {request_id}); the server log has more"
 
 
 def guarded(
@@ -40,18 +84,53 @@ def guarded(
         status = grpc.StatusCode.OK
         response: Any = None
         try:
+            if isinstance(request, Malformed):
+                raise InvalidInput(request.reason)
             response = await handler(request)
             return response
         except InferdError as exc:
             status = STATUS_OF[exc.code]
-            await context.abort(status, exc.message)
-        except Exception as exc:  # a bug must answer INTERNAL, not hang the call
+            await context.abort(status, public_message(exc, method))
+        except asyncio.CancelledError:  # the client left (or its deadline passed)
+            status = grpc.StatusCode.CANCELLED
+            raise
+        except Exception:  # a bug must answer INTERNAL, not hang the call
             status = grpc.StatusCode.INTERNAL
-            log.exception("unhandled error in %s", method)
-            await context.abort(status, f"internal error: {exc}")
+            await context.abort(status, _internal(method))
         finally:
             if observer is not None:
                 _observe(observer, service, method, status, start_ns, request, response, context)
+
+    return run
+
+
+StreamHandler = Callable[[AsyncIterator[Any], Any], AsyncIterator[Any]]
+
+
+def guarded_stream(
+    service: str, method: str, handler: StreamHandler, observer: RequestObserver | None = None
+) -> Callable[[AsyncIterator[Any], Any], AsyncIterator[Any]]:
+    """The streaming counterpart of ``guarded``: one observation per stream, errors that end
+    the stream answered with their status."""
+
+    async def run(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+        start_ns = time.perf_counter_ns()
+        status = grpc.StatusCode.OK
+        try:
+            async for response in handler(requests, context):
+                yield response
+        except InferdError as exc:
+            status = STATUS_OF[exc.code]
+            await context.abort(status, public_message(exc, method))
+        except asyncio.CancelledError:
+            status = grpc.StatusCode.CANCELLED
+            raise
+        except Exception:
+            status = grpc.StatusCode.INTERNAL
+            await context.abort(status, _internal(method))
+        finally:
+            if observer is not None:
+                _observe(observer, service, method, status, start_ns, None, None, context)
 
     return run
 

@@ -1,6 +1,8 @@
-"""A thin RSGI application (granian's interface): routing, body limits, gzip/deflate, errors.
+"""A thin RSGI application (granian's interface): routing, the edge checks, body limits and
+timeouts, gzip/deflate, the in-flight limit, errors.
 
-No web framework sits on the infer route: one regex match, one body read, one send.
+No web framework sits on the infer route: one regex match, the guard (``http_guard``), one
+body read, one send.
 RSGI rather than ASGI because it halves the per-request cost of the server itself: measured
 on 2 cores, an empty handler answers about 18,700 req/s on granian's RSGI against 11,900 on
 uvicorn's ASGI (wrk, keep-alive, 16 connections).
@@ -9,6 +11,7 @@ uvicorn's ASGI (wrk, keep-alive, 16 connections).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import logging
 import re
@@ -20,8 +23,20 @@ from typing import Any, TypeVar
 
 import orjson
 
-from inferd.errors import ErrorCode, InferdError, InvalidInput, NotFound, PayloadTooLarge
+from inferd.errors import (
+    ClientGone,
+    ErrorCode,
+    InferdError,
+    InvalidInput,
+    NotFound,
+    Overloaded,
+    PayloadTooLarge,
+    RequestTimeout,
+)
 from inferd.observability.requests import Finished, RequestObserver, new_request_id
+from inferd.protocols.access import Access
+from inferd.protocols.http_guard import HttpGuard
+from inferd.redact import redact
 from inferd.types import Timings
 
 log = logging.getLogger("inferd.http")
@@ -32,7 +47,12 @@ T = TypeVar("T")
 STATUS_OF: dict[ErrorCode, int] = {
     ErrorCode.INVALID_ARGUMENT: 400,
     ErrorCode.PAYLOAD_TOO_LARGE: 413,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
     ErrorCode.NOT_FOUND: 404,
+    ErrorCode.UNAUTHENTICATED: 401,
+    ErrorCode.PERMISSION_DENIED: 403,
+    ErrorCode.CANCELLED: 499,  # nginx's "client closed request": counted apart from 5xx
+    ErrorCode.REQUEST_TIMEOUT: 408,
     ErrorCode.UNAVAILABLE: 503,
     ErrorCode.DEADLINE_EXCEEDED: 504,
     ErrorCode.UNIMPLEMENTED: 501,
@@ -40,6 +60,23 @@ STATUS_OF: dict[ErrorCode, int] = {
 }
 
 JSON_TYPE = "application/json"
+# Bodies up to this size are read in one call; larger ones chunk by chunk into one buffer.
+WHOLE_BODY_BYTES = 1 << 20
+RETRY_AFTER_S = "1"
+DEFAULT_MAX_BODY_BYTES = 128 * 1024 * 1024
+# A request refused before its body was read has a body up to this size read and dropped
+# (never held), so its client gets the answer; a larger one's connection is closed instead.
+DRAIN_MAX_BYTES = 8 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the HTTP port lets one request and all of them together take."""
+
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    body_timeout_s: float = 60.0  # a body may pause this long between chunks
+    max_inflight_requests: int = 0  # 0: no limit (health and metrics never count)
+    max_inflight_bytes: int = 0  # declared body bytes of requests in progress; 0: no limit
 
 
 @dataclass(slots=True)
@@ -52,6 +89,8 @@ class HttpRequest:
     query: str = ""
     # Resolves when the client hangs up (RSGI's client_disconnect).
     disconnected: Callable[[], Awaitable[None]] | None = None
+    # A streamed route's body, chunk by chunk, limits and timeouts applied (else None).
+    chunks: AsyncIterator[bytes] | None = None
 
 
 @dataclass(slots=True)
@@ -76,18 +115,41 @@ def json_response(value: Any, status: int = 200) -> HttpResponse:
     return HttpResponse(orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY), status)
 
 
-def error_response(error: InferdError) -> HttpResponse:
-    return json_response({"error": error.message}, STATUS_OF[error.code])
+def error_response(error: InferdError, request_id: str = "") -> HttpResponse:
+    message = error.message
+    if error.code is ErrorCode.INTERNAL:
+        message = f"{redact(message)} (request id {request_id})"
+    response = json_response({"error": message}, STATUS_OF[error.code])
+    if error.code is ErrorCode.UNAUTHENTICATED:
+        response.headers.append(("www-authenticate", 'Bearer realm="inferd"'))
+    elif isinstance(error, Overloaded):
+        response.headers.append(("retry-after", RETRY_AFTER_S))
+    return response
 
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
 
 
+@dataclass(frozen=True, slots=True)
+class Route:
+    """How the app treats a handler's requests before calling it."""
+
+    access: Access = Access.INFERENCE
+    max_body_bytes: int | None = None  # None: --http-max-body-bytes
+    limit_flag: str = "--http-max-body-bytes"
+    stream: bool = False  # the handler reads ``request.chunks`` itself
+    # Checks that need no body (a full queue): run before the body is read.
+    admit: Callable[[dict[str, str]], None] | None = None
+
+    @property
+    def counted(self) -> bool:
+        return self.access not in (Access.PUBLIC, Access.HEALTH, Access.METRICS)
+
+
 class Router:
     def __init__(self) -> None:
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
-        # A handler's own body limit and the flag that sets it (default: --http-max-body-bytes).
-        self.body_limits: dict[Handler, tuple[int, str]] = {}
+        self.routes: dict[Handler, Route] = {}
 
     def add(
         self,
@@ -95,12 +157,18 @@ class Router:
         pattern: str,
         handler: Handler,
         *,
+        access: Access = Access.INFERENCE,
         max_body_bytes: int | None = None,
-        limit_flag: str = "",
+        limit_flag: str = "--http-max-body-bytes",
+        stream: bool = False,
+        admit: Callable[[dict[str, str]], None] | None = None,
     ) -> None:
         self._routes.append((method, re.compile(pattern + r"\Z"), handler))
-        if max_body_bytes is not None:
-            self.body_limits[handler] = (max_body_bytes, limit_flag)
+        self.routes[handler] = Route(access, max_body_bytes, limit_flag, stream, admit)
+
+    def patterns(self) -> list[tuple[str, str, Route]]:
+        """(method, regex, route) of every route, for the API description."""
+        return [(m, r.pattern, self.routes[h]) for m, r, h in self._routes]
 
     def match(self, method: str, path: str) -> tuple[Handler, dict[str, str]]:
         """The handler and path parameters; NotFound, or 405 for a known path."""
@@ -125,11 +193,22 @@ class HttpApp:
     """The RSGI entry point for every HTTP route of the server."""
 
     def __init__(
-        self, router: Router, *, max_body_bytes: int, observer: RequestObserver | None = None
+        self,
+        router: Router,
+        *,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        observer: RequestObserver | None = None,
+        guard: HttpGuard | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.router = router
-        self.max_body_bytes = max_body_bytes
+        self.limits = limits or Limits(max_body_bytes=max_body_bytes)
+        self.max_body_bytes = self.limits.max_body_bytes
         self.observer = observer
+        self.guard = guard
+        self.inflight = 0
+        self.inflight_bytes = 0
+        self.default_route = Route()
 
     async def __rsgi__(self, scope: Any, protocol: Any) -> None:
         if scope.proto != "http":
@@ -139,29 +218,72 @@ class HttpApp:
         headers: Headers = scope.headers
         endpoint = "unmatched"
         body = b""
+        cors: list[tuple[str, str]] = []
+        counted = False
+        declared = 0
+        unread = True  # the body is still on the wire
         try:
+            if method == "OPTIONS" and self.guard is not None:
+                cors = self.guard.preflight(headers)
+                raise _Preflight
             handler, params = self.router.match(method, path)
             endpoint = handler.__qualname__
-            limit = self.router.body_limits.get(
-                handler, (self.max_body_bytes, "--http-max-body-bytes")
-            )
-            body = await self._read_body(headers, protocol, *limit)
+            route = self.router.routes.get(handler, self.default_route)
+            if self.guard is not None:
+                cors = self.guard.check(method, headers, route.access)
+            declared = _declared_length(headers)
+            if route.counted:
+                self._admit(declared)
+                counted = True
+                self.inflight_bytes += declared
+            if route.admit is not None:
+                route.admit(params)
+            limit = route.max_body_bytes or self.limits.max_body_bytes
             request = HttpRequest(
-                method, path, headers, body, params, scope.query_string, protocol.client_disconnect
+                method, path, headers, b"", params, scope.query_string, protocol.client_disconnect
             )
+            unread = False  # from here on, the body is read (or streamed by the handler)
+            if route.stream:
+                if declared > limit:
+                    raise _too_large(declared, limit, route.limit_flag)
+                request.chunks = self._chunks(protocol, limit, route.limit_flag)
+            else:
+                body = request.body = await self._read_body(
+                    headers, protocol, declared, limit, route.limit_flag
+                )
             response = await handler(request)
+        except _Preflight:
+            response = HttpResponse(b"", 204)
         except _MethodNotAllowed as exc:
             response = json_response({"error": exc.message}, 405)
         except InferdError as exc:
-            response = error_response(exc)
-        except Exception as exc:  # a bug must answer 500, not drop the connection
-            log.exception("unhandled error on %s %s", method, path)
-            response = json_response({"error": f"internal error: {exc}"}, 500)
+            if unread and 0 < declared <= DRAIN_MAX_BYTES:
+                await self._discard(protocol)
+            request_id = headers.get("x-request-id") or new_request_id()
+            if exc.code is ErrorCode.INTERNAL:
+                log.error("%s %s failed (request id %s): %s", method, path, request_id, exc.message)
+            response = error_response(exc, request_id)
+            response.request_id = request_id
+        except Exception:  # a bug must answer 500, not drop the connection
+            request_id = headers.get("x-request-id") or new_request_id()
+            log.exception("unhandled error on %s %s (request id %s)", method, path, request_id)
+            response = json_response(
+                {"error": f"internal error (request id {request_id}); the server log has more"},
+                500,
+            )
+            response.request_id = request_id
+        finally:
+            if counted:
+                self.inflight -= 1
+                self.inflight_bytes -= declared
         request_id = headers.get("x-request-id") or response.request_id or new_request_id()
         response.headers.append(("x-request-id", request_id))
+        if cors:
+            response.headers.extend(cors)
+        sent = 0
         if response.stream is not None:
             sent = await _send_stream(protocol, response, response.stream)
-        else:
+        elif response.status != 499:  # nobody is there to read it
             sent = _send(protocol, response)
         observer = self.observer
         if observer is None:
@@ -189,29 +311,120 @@ class HttpApp:
                 headers,
             )
 
-    async def _read_body(self, headers: Headers, protocol: Any, limit: int, flag: str) -> bytes:
-        length = headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > limit:
-            raise PayloadTooLarge(
-                f"request body of {int(length)} bytes exceeds the limit of {limit} bytes ({flag})"
+    async def _discard(self, protocol: Any) -> None:
+        """Read a refused request's (small) body and drop it, chunk by chunk, so that the
+        client, still sending it, reads the answer instead of a reset connection."""
+        with contextlib.suppress(Exception):
+            async for _ in self._chunks(protocol, DRAIN_MAX_BYTES, ""):
+                pass
+
+    def _admit(self, declared: int) -> None:
+        """Count a request in, or answer 503 at once (before its body is read)."""
+        limits = self.limits
+        if limits.max_inflight_requests and self.inflight >= limits.max_inflight_requests:
+            raise Overloaded(
+                f"the server has {self.inflight} requests in progress "
+                f"(--max-inflight-requests {limits.max_inflight_requests}); retry later"
             )
-        if length is not None and length.isdigit():
-            body: bytes = await protocol()
-        else:  # chunked: count as it streams in
-            chunks: list[bytes] = []
+        if (
+            limits.max_inflight_bytes
+            and declared
+            and self.inflight_bytes + declared > limits.max_inflight_bytes
+            and self.inflight > 0
+        ):
+            raise Overloaded(
+                f"the server holds {self.inflight_bytes} bytes of request bodies in progress "
+                f"(--max-inflight-bytes {limits.max_inflight_bytes}); retry later"
+            )
+        self.inflight += 1
+
+    async def _read_body(
+        self, headers: Headers, protocol: Any, declared: int, limit: int, flag: str
+    ) -> bytes:
+        if declared > limit:
+            raise _too_large(declared, limit, flag)
+        if declared == 0 and "transfer-encoding" not in headers:
+            body: bytes = b""
+        elif 0 < declared <= WHOLE_BODY_BYTES:
+            body = await _timed(protocol(), self.limits.body_timeout_s)
+        else:  # large or chunked: into one buffer as it streams in (never held twice)
+            buffer = bytearray(declared) if declared else bytearray()
             size = 0
-            async for chunk in protocol:
-                size += len(chunk)
-                if size > limit:
-                    raise PayloadTooLarge(
-                        f"request body exceeds the limit of {limit} bytes ({flag})"
-                    )
-                chunks.append(chunk)
-            body = b"".join(chunks)
+            async for chunk in self._chunks(protocol, limit, flag):
+                end = size + len(chunk)
+                if declared:
+                    if end > declared:
+                        raise InvalidInput("the request body is longer than its Content-Length")
+                    buffer[size:end] = chunk
+                else:
+                    buffer += chunk
+                size = end
+            if declared and size != declared:
+                raise InvalidInput("the request body is shorter than its Content-Length")
+            body = buffer  # type: ignore[assignment]  # a bytearray reads as bytes
         encoding = headers.get("content-encoding")
         if encoding and body:
             body = _decompress(encoding, body, limit)
         return body
+
+    async def _chunks(self, protocol: Any, limit: int, flag: str) -> AsyncIterator[bytes]:
+        """The body chunk by chunk: each must come within the body timeout, all within limit."""
+        size = 0
+        stream = protocol.__aiter__()
+        timeout_s = self.limits.body_timeout_s
+        while True:
+            try:
+                chunk: bytes = await _timed(stream.__anext__(), timeout_s)
+            except StopAsyncIteration:
+                return
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes ({flag})")
+            yield chunk
+
+
+class _Preflight(Exception):
+    """Answered from the guard's CORS headers, with no route."""
+
+
+def _declared_length(headers: Headers) -> int:
+    length = headers.get("content-length")
+    if length is None:
+        return 0
+    if not length.isascii() or not length.isdigit():
+        raise InvalidInput(f"Content-Length '{length[:40]}' is not a number")
+    return int(length)
+
+
+def _too_large(size: int, limit: int, flag: str) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"request body of {size} bytes exceeds the limit of {limit} bytes ({flag})"
+    )
+
+
+async def _timed(work: Awaitable[T], timeout_s: float) -> T:
+    """Await ``work``; RequestTimeout if it takes longer (a timer, no extra task)."""
+    task = asyncio.current_task()
+    assert task is not None
+    fired = False
+
+    def expire() -> None:
+        nonlocal fired
+        fired = True
+        task.cancel()
+
+    handle = asyncio.get_running_loop().call_later(timeout_s, expire)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if not fired:
+            raise
+        task.uncancel()
+        raise RequestTimeout(
+            f"the request body did not arrive within {timeout_s:g} s (--http-body-timeout-s)"
+        ) from None
+    finally:
+        handle.cancel()
 
 
 async def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> T:
@@ -247,10 +460,6 @@ async def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> T:
             left = True  # the answer is ready: a hang-up from now on cancels nothing
             gone.remove_done_callback(on_gone)
             gone.cancel()
-
-
-class ClientGone(InferdError):
-    """The client hung up; nobody reads the answer."""
 
 
 def _decompress(encoding: str, body: bytes, limit: int) -> bytes:

@@ -17,9 +17,11 @@ import time
 from typing import Any
 
 from inferd.dataplane import DataPlane
-from inferd.errors import InvalidInput
+from inferd.errors import InvalidInput, Unavailable
+from inferd.protocols.access import Access
 from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2_http import json_object, parse_json
+from inferd.redact import redact
 from inferd.routing import RoutingPolicy, RoutingView, policy_document
 from inferd.views import IndexEntry
 
@@ -37,7 +39,7 @@ def rfc3339(unix_s: float | None) -> str:
 
 
 def _body(request: HttpRequest) -> dict[str, Any]:
-    if not request.body.strip():
+    if not request.body.strip(b" \t\r\n"):  # JSON's whitespace only (not \v or \f)
         return {}
     doc = parse_json(request.body)
     if not isinstance(doc, dict):
@@ -66,30 +68,37 @@ def load_parameters(params: dict[str, Any]) -> tuple[str | None, dict[str, bytes
 class RepositoryHttp:
     """Handlers for ``/v2/repository`` and ``/v2/models/{m}/routing``."""
 
-    def __init__(self, plane: DataPlane, max_upload_bytes: int) -> None:
+    def __init__(
+        self, plane: DataPlane, max_upload_bytes: int, max_concurrent_uploads: int = 2
+    ) -> None:
         self.plane = plane
         self.max_upload_bytes = max_upload_bytes
+        self.max_concurrent_uploads = max_concurrent_uploads
+        self.uploads = 0  # in progress
 
     def register(self, router: Router) -> None:
+        admin = Access.ADMIN
         router.add("POST", "/v2/repository/index", self.index)
-        router.add("GET", "/v2/repository/status", self.status)
-        router.add("POST", _REPO_MODEL + "/load", self.load)
-        router.add("POST", _REPO_MODEL + "/unload", self.unload)
+        router.add("GET", "/v2/repository/status", self.status, access=admin)
+        router.add("POST", _REPO_MODEL + "/load", self.load, access=admin)
+        router.add("POST", _REPO_MODEL + "/unload", self.unload, access=admin)
         router.add(
             "PUT",
             _REPO_MODEL,
             self.upload,
+            access=admin,
             max_body_bytes=self.max_upload_bytes,
             limit_flag="--max-upload-bytes",
+            stream=True,
         )
-        router.add("POST", _REPO_MODEL + "/labels", self.labels)
-        router.add("POST", _REPO_MODEL + "/routing", self.set_routing)
+        router.add("POST", _REPO_MODEL + "/labels", self.labels, access=admin)
+        router.add("POST", _REPO_MODEL + "/routing", self.set_routing, access=admin)
         router.add("GET", r"/v2/models/(?P<model>[^/]+)/routing", self.routing)
 
     async def index(self, request: HttpRequest) -> HttpResponse:
         ready_only = bool(_body(request).get("ready", False))
         entries = await self.plane.index(ready_only)
-        response = json_response(entries)
+        response = json_response(_entries(entries))
         if self.plane.repository is not None:
             synced = self.plane.repository_status().synced_unix_s
             response.headers.append((SYNCED_HEADER, rfc3339(synced)))
@@ -141,12 +150,19 @@ class RepositoryHttp:
         return HttpResponse(b"")
 
     async def upload(self, request: HttpRequest) -> HttpResponse:
-        if not request.body:
-            raise InvalidInput("the body is empty: send a .tar.gz or .zip of the model folder")
-        entries: list[IndexEntry] = await self.plane.upload_model(
-            request.params["model"], request.body
-        )
-        return json_response(entries)
+        """The archive streams to a staging file as it arrives (never whole in memory)."""
+        if self.uploads >= self.max_concurrent_uploads:
+            raise Unavailable(
+                f"{self.uploads} uploads are in progress (--max-concurrent-uploads "
+                f"{self.max_concurrent_uploads}); retry later"
+            )
+        assert request.chunks is not None
+        self.uploads += 1
+        try:
+            entries = await self.plane.upload_model(request.params["model"], request.chunks)
+        finally:
+            self.uploads -= 1
+        return json_response(_entries(entries))
 
     async def labels(self, request: HttpRequest) -> HttpResponse:
         doc = _body(request)
@@ -168,3 +184,11 @@ def routing_json(view: RoutingView) -> dict[str, Any]:
     """A model's routing as the repository API writes it, with its shadow counts."""
     policy = RoutingPolicy(view.labels, view.traffic_split, view.shadow)
     return {"name": view.name, **policy_document(policy), "shadow_stats": view.shadow_stats}
+
+
+def _entries(entries: list[IndexEntry]) -> list[dict[str, str]]:
+    """Index rows; a reason never shows a server path (``inferd.redact``)."""
+    return [
+        {"name": e.name, "version": e.version, "state": e.state, "reason": redact(e.reason)}
+        for e in entries
+    ]

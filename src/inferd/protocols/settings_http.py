@@ -9,6 +9,7 @@ from typing import Any
 from inferd.errors import InvalidInput
 from inferd.observability.log_settings import LogSettings
 from inferd.observability.trace_settings import TraceSettings
+from inferd.protocols.access import Access
 from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2_http import parse_json
 
@@ -19,11 +20,13 @@ class SettingsHttp:
         self.logs = logs
 
     def register(self, router: Router) -> None:
+        # The admin scope, as their gRPC twins: a setting can name a file the server writes.
+        admin = Access.ADMIN
         for path in ("/v2/trace/setting", "/v2/models/(?P<model>[^/]+)/trace/setting"):
-            router.add("GET", path, self.get_trace)
-            router.add("POST", path, self.update_trace)
-        router.add("GET", "/v2/logging", self.get_logging)
-        router.add("POST", "/v2/logging", self.update_logging)
+            router.add("GET", path, self.get_trace, access=admin)
+            router.add("POST", path, self.update_trace, access=admin)
+        router.add("GET", "/v2/logging", self.get_logging, access=admin)
+        router.add("POST", "/v2/logging", self.update_logging, access=admin)
 
     async def get_trace(self, request: HttpRequest) -> HttpResponse:
         return json_response(self.trace.get(request.params.get("model", "")))

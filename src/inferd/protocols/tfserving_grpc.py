@@ -25,7 +25,8 @@ from inferd.dataplane import DataPlane
 from inferd.datatypes import DataType
 from inferd.errors import InvalidInput
 from inferd.observability.requests import RequestObserver
-from inferd.protocols.grpc_common import Handler, guarded
+from inferd.protocols import codecs
+from inferd.protocols.grpc_common import Handler, guarded, safe_deserializer
 from inferd.tfexample import Features
 from inferd.tfserving import ModelSignatures, Target, TensorInfo
 
@@ -40,6 +41,9 @@ PREDICTION_SERVICE = "tensorflow.serving.PredictionService"
 MODEL_SERVICE = "tensorflow.serving.ModelService"
 SERVICES = (PREDICTION_SERVICE, MODEL_SERVICE)
 _SIGNATURE_DEF = "signature_def"
+# A tensor filled from one value (TensorFlow's rule) may not grow past this: a few bytes in a
+# request must not allocate gigabytes in the server.
+MAX_FILL_BYTES = 256 << 20
 
 _STATE = {
     "READY": pb.ModelVersionStatus.AVAILABLE,
@@ -87,6 +91,7 @@ def to_array(tensor: Any, name: str) -> np.ndarray:
     shape = tuple(int(d.size) for d in tensor.tensor_shape.dim)
     if any(d < 0 for d in shape):
         raise InvalidInput(f"{where}: shape {list(shape)} has a negative dimension")
+    shape = codecs.check_shape(name, shape)  # bounded rank and size: no overflow below
     count = int(np.prod(shape, dtype=np.int64))
     if datatype.is_bytes:
         values: Any = np.empty(len(tensor.string_val), dtype=object)
@@ -103,6 +108,11 @@ def to_array(tensor: Any, name: str) -> np.ndarray:
         values = _typed_values(tensor, datatype)
     if len(values) == count:
         return np.asarray(values).reshape(shape)
+    if len(values) <= 1 and count * max(datatype.itemsize, 8) > MAX_FILL_BYTES:
+        raise InvalidInput(
+            f"{where}: {len(values)} value(s) would fill shape {list(shape)}, more than "
+            f"{MAX_FILL_BYTES >> 20} MiB; send the values"
+        )
     if len(values) == 1:  # TensorFlow's rule: one value fills the tensor
         return np.full(shape, values[0], dtype=values.dtype)
     if len(values) == 0:
@@ -224,7 +234,9 @@ class TfServingGrpc:
             method = descriptor.methods_by_name[name]
             found[name] = grpc.unary_unary_rpc_method_handler(
                 guarded(descriptor.full_name, name, handler, self.observer),
-                request_deserializer=getattr(pb, method.input_type.name).FromString,
+                request_deserializer=safe_deserializer(
+                    getattr(pb, method.input_type.name).FromString
+                ),
                 response_serializer=_serialize,
             )
         return found

@@ -9,6 +9,7 @@ guide's tokens, accepted in requests too). Tensors are shaped as the model itsel
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -22,7 +23,9 @@ import orjson
 from inferd.config.spec import ModelSpec, TensorSpec
 from inferd.dataplane import DataPlane
 from inferd.errors import InvalidInput
+from inferd.protocols import codecs
 from inferd.protocols.http import HttpRequest, HttpResponse, Router
+from inferd.protocols.v2_http import OFFLOAD_BYTES
 from inferd.tfexample import Features
 from inferd.tfserving import ModelSignatures, TensorInfo
 from inferd.types import InferResponse, Tensors
@@ -51,7 +54,9 @@ class TfServingHttp:
         router.add("GET", _MODEL + "/metadata", self.metadata)
 
     async def call(self, request: HttpRequest) -> HttpResponse:
-        doc = parse_json(request.body)
+        # A large body is parsed on a worker thread: the event loop keeps serving.
+        big = len(request.body) > OFFLOAD_BYTES
+        doc = await asyncio.to_thread(parse_json, request.body) if big else parse_json(request.body)
         if not isinstance(doc, dict):
             raise InvalidInput("the request body must be a JSON object")
         signature = doc.get("signature_name") or ""
@@ -201,11 +206,27 @@ def _array(tensor: TensorSpec, value: Any) -> np.ndarray:
             ) from None
         return array
     try:
-        return np.asarray(value, dtype=tensor.datatype.numpy)
+        array = np.asarray(value, dtype=tensor.datatype.numpy)
     except (ValueError, TypeError, OverflowError):
         raise InvalidInput(
             f"input '{tensor.name}': values are not a (nested) list of {tensor.datatype.tf_name}"
         ) from None
+    if array.dtype.kind == "f" and array.size and not np.isfinite(array).all():
+        _check_non_finite(tensor, value, array)
+    return array
+
+
+def _check_non_finite(tensor: TensorSpec, value: Any, array: np.ndarray) -> None:
+    """TF Serving's ``NaN`` and ``Infinity`` tokens are numbers; a ``null``, or a number
+    beyond the datatype's range, is refused rather than read as NaN or infinity."""
+    if (np.asarray(value, dtype=object) == None).any():  # noqa: E711 (elementwise)
+        raise InvalidInput(f"input '{tensor.name}': data holds null")
+    wide = np.asarray(value, dtype=np.float64)
+    if (np.isfinite(wide) & ~np.isfinite(array)).any():
+        raise InvalidInput(
+            f"input '{tensor.name}': data holds a value outside the range of "
+            f"{tensor.datatype.tf_name}"
+        )
 
 
 def _nested_shape(value: Any) -> tuple[int, ...]:
@@ -218,10 +239,12 @@ def _nested_shape(value: Any) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _decode_bytes(value: Any) -> Any:
+def _decode_bytes(value: Any, depth: int = 0) -> Any:
     """Strings and {"b64": ...} objects into bytes, keeping the nesting."""
     if isinstance(value, list):
-        return [_decode_bytes(v) for v in value]
+        if depth >= codecs.MAX_DIMS:
+            raise InvalidInput(f"bytes values are nested more than {codecs.MAX_DIMS} deep")
+        return [_decode_bytes(v, depth + 1) for v in value]
     if isinstance(value, dict):
         if set(value) != {"b64"} or not isinstance(value["b64"], str):
             raise InvalidInput('a bytes value object must be {"b64": "<base64 string>"}')

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
@@ -23,7 +23,16 @@ from inferd.errors import ConfigError, InferdError, InvalidInput, NotFound, Unim
 from inferd.observability.requests import RequestObserver
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols import shm_tensors
-from inferd.protocols.grpc_common import Handler, guarded
+from inferd.protocols.access import AccessPolicy
+from inferd.protocols.grpc_auth import AuthInterceptor
+from inferd.protocols.grpc_common import (
+    Handler,
+    Malformed,
+    guarded,
+    guarded_stream,
+    public_message,
+    safe_deserializer,
+)
 from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.h2grpc.server import available as native_available
 from inferd.protocols.pool import POOL
@@ -31,6 +40,7 @@ from inferd.protocols.settings_grpc import SettingsGrpc
 from inferd.protocols.shm_grpc import SharedMemoryGrpc
 from inferd.protocols.tfserving_grpc import SERVICES as TFSERVING_SERVICES
 from inferd.protocols.tfserving_grpc import TfServingGrpc
+from inferd.protocols.tls import Tls
 from inferd.protocols.v2_grpc_codec import (
     EncodedInferResponse,
     StreamResponse,
@@ -100,17 +110,19 @@ class V2Grpc:
             method = service.methods_by_name[name]
             handlers[name] = grpc.unary_unary_rpc_method_handler(
                 guarded(SERVICE, name, handler, self.observer),
-                request_deserializer=getattr(pb, method.input_type.name).FromString,
+                request_deserializer=safe_deserializer(
+                    getattr(pb, method.input_type.name).FromString
+                ),
                 response_serializer=_serialize_message,
             )
         handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
             guarded(SERVICE, "ModelInfer", self.model_infer, self.observer),
-            request_deserializer=parse_infer_request,
+            request_deserializer=safe_deserializer(parse_infer_request),
             response_serializer=EncodedInferResponse.serialize,
         )
         handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
-            self.model_stream_infer,
-            request_deserializer=parse_infer_request,
+            guarded_stream(SERVICE, "ModelStreamInfer", self.model_stream_infer, self.observer),
+            request_deserializer=safe_deserializer(parse_infer_request),
             response_serializer=StreamResponse.serialize,
         )
         missing = {m.name for m in service.methods} - set(handlers)
@@ -221,7 +233,7 @@ class V2Grpc:
         slots = asyncio.Semaphore(STREAM_MAX_IN_FLIGHT)
         running: set[asyncio.Task[None]] = set()
 
-        async def answer(wire: WireInferRequest) -> None:
+        async def answer(wire: WireInferRequest | Malformed) -> None:
             try:
                 async for response in self._stream_one(wire):
                     answers.put_nowait(response)
@@ -254,7 +266,12 @@ class V2Grpc:
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
 
-    async def _stream_one(self, wire: WireInferRequest) -> AsyncIterator[StreamResponse]:
+    async def _stream_one(
+        self, wire: WireInferRequest | Malformed
+    ) -> AsyncIterator[StreamResponse]:
+        if isinstance(wire, Malformed):
+            yield StreamResponse(EncodedInferResponse(pb.ModelInferResponse()), wire.reason)
+            return
         try:
             regions = self.plane.shared_memory
             request = decode_request(wire, regions)
@@ -270,10 +287,10 @@ class V2Grpc:
                     written = shm_tensors.write_outputs(regions, response, request.outputs)
                 yield StreamResponse(encode_response(response, written))
         except InferdError as exc:
-            yield StreamResponse(error_header(wire), exc.message)
-        except Exception as exc:
+            yield StreamResponse(error_header(wire), public_message(exc, "ModelStreamInfer"))
+        except Exception:
             log.exception("unhandled error in ModelStreamInfer")
-            yield StreamResponse(error_header(wire), f"internal error: {exc}")
+            yield StreamResponse(error_header(wire), "internal error; the server log has more")
 
 
 class _Done:
@@ -380,43 +397,71 @@ def _add_to_pool(file_descriptor: Any) -> None:
 GRPC_SERVERS = ("auto", "native", "grpcio")
 
 
-def new_server(kind: str, max_message_bytes: int, reuse_port: bool = False) -> Any:
+def new_server(
+    kind: str,
+    max_message_bytes: int,
+    interceptors: Sequence[Any] = (),
+    max_concurrent_rpcs: int | None = None,
+    reuse_port: bool = False,
+) -> Any:
     """An empty gRPC server: ``native`` (HTTP/2 in libnghttp2, calls on our loop; the fast one),
-    ``grpcio``, or ``auto`` (native when libnghttp2 loads, else grpcio). ``reuse_port``: the
-    port is shared with the other workers of the server (SO_REUSEPORT)."""
+    ``grpcio``, or ``auto`` (native when libnghttp2 loads, else grpcio). Both run
+    ``interceptors`` on every call and answer RESOURCE_EXHAUSTED at once beyond
+    ``max_concurrent_rpcs`` calls in progress. ``reuse_port``: the port is shared with the
+    other workers of the server (SO_REUSEPORT)."""
     if kind not in GRPC_SERVERS:
         raise ConfigError(f"--grpc-server must be one of {', '.join(GRPC_SERVERS)}, not '{kind}'")
     if kind == "native" or (kind == "auto" and native_available()):
-        return NativeGrpcServer(max_message_bytes=max_message_bytes, reuse_port=reuse_port)
+        return NativeGrpcServer(
+            max_message_bytes=max_message_bytes,
+            interceptors=interceptors,
+            max_concurrent_rpcs=max_concurrent_rpcs,
+            reuse_port=reuse_port,
+        )
     options = [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         # A port in use is an error, not a silently shared port, unless workers share it.
         ("grpc.so_reuseport", 1 if reuse_port else 0),
     ]
-    return grpc.aio.server(options=options)
+    return grpc.aio.server(
+        options=options,
+        interceptors=list(interceptors) or None,
+        maximum_concurrent_rpcs=max_concurrent_rpcs,
+    )
 
 
 def build_server(
     plane: DataPlane,
     address: str,
     max_message_bytes: int,
-    credentials: Any = None,
+    tls: Tls | None = None,
     observer: RequestObserver | None = None,
     kind: str = "auto",
+    access: AccessPolicy | None = None,
+    max_concurrent_rpcs: int | None = None,
     tfserving_tensor_content: bool = False,
     reuse_port: bool = False,
     settings: SettingsGrpc | None = None,
 ) -> Any:
     """A gRPC server with the inference, health and reflection services on ``address``.
 
-    ``credentials`` serves TLS (``grpc.ssl_server_credentials(...)`` for grpcio, an
-    ``ssl.SSLContext`` for the native server); None serves plaintext.
-    ``tfserving_tensor_content``: TF Serving's Predict answers in tensor_content, not in typed
-    value fields. ``reuse_port``: share the port with the server's other workers.
-    ``settings``: the trace and log settings RPCs (else they answer UNIMPLEMENTED).
+    ``tls`` serves TLS (an ``ssl.SSLContext`` for the native server, grpcio's credentials
+    for grpcio); None serves plaintext. ``access`` (default: open) is checked for every RPC
+    by one interceptor; ``max_concurrent_rpcs`` answers RESOURCE_EXHAUSTED at once beyond
+    that many calls. ``tfserving_tensor_content``: TF Serving's Predict answers in
+    tensor_content, not in typed value fields. ``reuse_port``: share the port with the
+    server's other workers. ``settings``: the trace and log settings RPCs (else they answer
+    UNIMPLEMENTED).
     """
-    server = new_server(kind, max_message_bytes, reuse_port)
+    interceptor = AuthInterceptor(access or AccessPolicy.open())
+    server = new_server(
+        kind,
+        max_message_bytes,
+        [interceptor] if interceptor.active else [],
+        max_concurrent_rpcs,
+        reuse_port,
+    )
     # Registered (not generic) handlers: grpc core matches the method, no Python lookup per call.
     server.add_registered_method_handlers(
         SERVICE, V2Grpc(plane, observer, settings).method_handlers()
@@ -433,10 +478,12 @@ def build_server(
     services = (SERVICE, *TFSERVING_SERVICES, health)
     reflection.enable_server_reflection((*services, reflection.SERVICE_NAME), server, pool=POOL)
     try:
-        if credentials is None:
+        if tls is None:
             server.add_insecure_port(address)
+        elif isinstance(server, NativeGrpcServer):
+            server.add_secure_port(address, tls.ssl_context())
         else:
-            server.add_secure_port(address, credentials)
+            server.add_secure_port(address, tls.grpc_credentials())
     except RuntimeError as exc:
         raise ConfigError(f"cannot serve gRPC on {address}: {exc}") from None
     return server

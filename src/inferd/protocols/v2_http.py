@@ -9,6 +9,7 @@ with Triton's choice among gzip, deflate and identity.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -18,6 +19,7 @@ from inferd.config.text import config_to_dict
 from inferd.dataplane import DataPlane
 from inferd.errors import InvalidInput
 from inferd.protocols import codecs, shm_tensors
+from inferd.protocols.access import Access
 from inferd.protocols.http import (
     HttpRequest,
     HttpResponse,
@@ -30,6 +32,8 @@ from inferd.shared_memory import SystemSharedMemory
 from inferd.types import InferRequest, InferResponse, RequestedOutput, Tensors
 
 HEADER_LENGTH = "inference-header-content-length"
+OFFLOAD_BYTES = 1 << 20  # bodies larger than this are decoded on a worker thread
+COMMA_SLACK = 4096  # commas allowed beyond the values (ids, parameters, names)
 _MODEL = r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+)|/labels/(?P<label>[^/]+))?"
 
 
@@ -70,6 +74,13 @@ def _split_body(request: HttpRequest) -> tuple[Any, memoryview | None]:
         )
     view = memoryview(request.body)
     return parse_json(view[:json_length], "the JSON header"), view[json_length:]
+
+
+def _decode(
+    request: HttpRequest, model: str, version: str, regions: SystemSharedMemory | None = None
+) -> InferRequest:
+    doc, binary = _split_body(request)
+    return decode_request(doc, binary, model, version, regions)
 
 
 def decode_request(
@@ -229,16 +240,29 @@ class V2Http:
         self.plane = plane
 
     def register(self, router: Router) -> None:
-        router.add("POST", _MODEL + "/infer", self.infer)
+        router.add("POST", _MODEL + "/infer", self.infer, admit=self.admit)
         router.add("GET", "/v2", self.server_metadata)
         router.add("GET", "/v2/models/stats", self.statistics)
         router.add("GET", _MODEL + "/stats", self.statistics)
-        router.add("GET", "/v2/health/live", self.live)
-        router.add("GET", "/v2/health/ready", self.ready)
+        router.add("GET", "/v2/health/live", self.live, access=Access.HEALTH)
+        router.add("GET", "/v2/health/ready", self.ready, access=Access.HEALTH)
         router.add("GET", _MODEL, self.model_metadata)
         router.add("GET", _MODEL + "/ready", self.model_ready)
         router.add("GET", _MODEL + "/config", self.model_config)
         # /v2/repository/* lives in repository_http.py.
+
+    def _check_value_count(self, body: bytes, name: str, version: str) -> None:
+        """Refuse a JSON body that holds more values than the model can take, before
+        parsing it: values are at most twice its commas (a comma count is a memchr)."""
+        most = self.plane.max_values(name, version)
+        if most is None:
+            return  # strings may hold commas; variable dims have no bound; or no such model
+        commas = body.count(b",")
+        if commas > 2 * most + COMMA_SLACK:
+            raise InvalidInput(
+                f"the JSON body holds about {commas} values, more than model '{name}' takes "
+                "in one request at its max_batch_size"
+            )
 
     def _version(self, params: dict[str, str]) -> str:
         """The version a route names, by number or by label (/labels/{l})."""
@@ -247,11 +271,20 @@ class V2Http:
             return self.plane.version_of(params["model"], version, params["label"])
         return version
 
+    def admit(self, params: dict[str, str]) -> None:
+        """Before the body is read: 503 at once when the model's queue is full."""
+        if "label" not in params:
+            self.plane.admit(params["model"], params.get("version", ""))
+
     async def infer(self, request: HttpRequest) -> HttpResponse:
-        doc, binary = _split_body(request)
         model, version = request.params["model"], request.params.get("version", "")
         regions = self.plane.shared_memory
-        infer_request = decode_request(doc, binary, model, version, regions)
+        if len(request.body) <= OFFLOAD_BYTES:
+            infer_request = _decode(request, model, version, regions)
+        else:  # a large body: cheap checks first, then decoded off the event loop
+            if HEADER_LENGTH not in request.headers and "label" not in request.params:
+                self._check_value_count(request.body, model, version)
+            infer_request = await asyncio.to_thread(_decode, request, model, version, regions)
         if "label" in request.params:
             infer_request.parameters[LABEL_PARAMETER] = request.params["label"]
         # Every model may queue (behind busy instances, or in its batcher): a client that

@@ -3,7 +3,9 @@
 It lists every store (each on a worker thread, with the store's own short timeouts), keeps the
 last listing and when each store last answered, finds and fetches one model, and stamps each
 version with what it was built from, so a reload keeps every version whose files did not
-change. Nothing here runs on a request path: the index answers from the last listing.
+change. Nothing here runs on a request path: the index answers from the last listing. It also
+remembers each model's files as they were at start, which the code policy trusts more than
+files that arrive later (``inferd.trust``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from inferd.repository.storage import (
     version_files,
 )
 from inferd.repository.upload import check_model_name
+from inferd.trust import Origin
 
 log = logging.getLogger("inferd.repository")
 
@@ -83,6 +86,19 @@ class Catalog:
         self._duplicates: set[str] = set()
         self._fetch_failed: dict[str, ModelFiles] = {}
         self._refresh: asyncio.Task[tuple[Listing, dict[str, StorageError]]] | None = None
+        # Each model's files at start (routing.json left out): what the operator put there.
+        self._startup: dict[str, ModelFiles] | None = None
+
+    def mark_startup(self, listing: Listing) -> None:
+        """Remember the models found at start (the first call counts; a store that did not
+        answer then holds no model 'present at start' except what its cache served)."""
+        if self._startup is None:
+            self._startup = {name: _code_files(files) for name, (_, files) in listing.found.items()}
+
+    def origin(self, name: str, files: ModelFiles) -> Origin:
+        """STARTUP for a model whose files are as they were at start, else REPOSITORY."""
+        at_start = self._startup.get(name) if self._startup is not None else None
+        return Origin.STARTUP if at_start == _code_files(files) else Origin.REPOSITORY
 
     async def scan(self) -> tuple[Listing, dict[str, StorageError]]:
         """Every model folder of every store, and the stores that did not answer."""
@@ -179,6 +195,11 @@ class Catalog:
 
     def forget(self, name: str) -> None:
         self._fetch_failed.pop(name, None)
+
+
+def _code_files(files: ModelFiles) -> ModelFiles:
+    """A model's files but its routing.json, which a routing change rewrites."""
+    return {rel: stamp for rel, stamp in files.items() if rel != ROUTING_FILE}
 
 
 def _consume(task: asyncio.Task[object]) -> None:

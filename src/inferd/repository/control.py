@@ -11,6 +11,7 @@ loads and unloads are this server's own.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import orjson
@@ -18,11 +19,19 @@ import orjson
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import parse_config_json
 from inferd.errors import ConfigError, InvalidInput
+from inferd.redact import redact
 from inferd.registry import ModelRecord
 from inferd.repository import routing_file
 from inferd.repository.manager import ControlMode, ModelManager, Outcome, RepositoryStatus
 from inferd.repository.storage import StorageError
-from inferd.repository.upload import check_model_name, new_staging, remove_tree, stage_archive
+from inferd.repository.upload import (
+    ARCHIVE_FILE,
+    check_model_name,
+    new_staging,
+    remove_tree,
+    spool,
+    stage_archive,
+)
 from inferd.routing import RoutingPolicy
 
 DEFAULT_MAX_UPLOAD_BYTES = 1 << 30
@@ -113,9 +122,10 @@ class RepositoryControl:
             self._require_explicit(f"unload model '{name}'")
         return await self.manager.unload_model(name, unload_dependents)
 
-    async def upload(self, name: str, archive: bytes) -> ModelRecord:
+    async def upload(self, name: str, archive: bytes | AsyncIterator[bytes]) -> ModelRecord:
         """Load a model archive and, once it serves, write it into its store (the one that
-        holds the model, else the first): all of it, or nothing."""
+        holds the model, else the first): all of it, or nothing. A streamed archive is
+        written to a staging file as it arrives."""
         if self.manager.mode is ControlMode.NONE:
             raise InvalidInput(
                 f"cannot upload model '{name}': the model control mode is 'none'; start the "
@@ -128,8 +138,13 @@ class RepositoryControl:
             raise StorageError(f"model repository '{storage.uri}' is not a directory")
         staging = await asyncio.to_thread(new_staging, base)
         try:
+            path = staging / ARCHIVE_FILE
+            if isinstance(archive, bytes):
+                await asyncio.to_thread(path.write_bytes, archive)
+            else:
+                await spool(archive, path)
             staged = await asyncio.to_thread(
-                stage_archive, archive, staging, name, self.max_upload_bytes
+                stage_archive, path, staging, name, self.max_upload_bytes
             )
             async with self.manager.locked(name):
                 outcome = await self.manager.publish(name, storage, staged)
@@ -137,8 +152,8 @@ class RepositoryControl:
             await asyncio.to_thread(remove_tree, staging)
         if not outcome.ok:
             raise InvalidInput(
-                f"the uploaded model '{name}' did not load: {outcome.reason}; the repository "
-                "was left as it was"
+                f"the uploaded model '{name}' did not load: {redact(outcome.reason)}; the "
+                "repository was left as it was"
             )
         return outcome.record
 
@@ -150,5 +165,5 @@ class RepositoryControl:
 
 def _checked(name: str, outcome: Outcome) -> ModelRecord:
     if not outcome.ok:
-        raise InvalidInput(f"failed to load model '{name}': {outcome.reason}")
+        raise InvalidInput(f"failed to load model '{name}': {redact(outcome.reason)}")
     return outcome.record

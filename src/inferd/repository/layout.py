@@ -33,7 +33,7 @@ def version_dirs(model_dir: Path) -> dict[int, Path]:
     """Numbered version folders (positive integers); other entries are ignored."""
     versions: dict[int, Path] = {}
     for entry in model_dir.iterdir():
-        if entry.is_dir() and entry.name.isdigit() and int(entry.name) > 0:
+        if entry.is_dir() and entry.name.isdecimal() and int(entry.name) > 0:
             versions[int(entry.name)] = entry
     return dict(sorted(versions.items()))
 

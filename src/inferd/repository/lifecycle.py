@@ -26,6 +26,7 @@ from inferd.repository.catalog import Key, version_keys
 from inferd.repository.dependencies import Dependencies
 from inferd.repository.loader import LoadOptions, Plan, load_version, plan
 from inferd.repository.storage import ModelFiles, describe
+from inferd.trust import Origin
 
 log = logging.getLogger("inferd.repository")
 
@@ -74,9 +75,11 @@ class Lifecycle:
         origin: str,
         override: ModelConfig | None = None,
         *,
+        trust: Origin = Origin.REPOSITORY,
         all_or_nothing: bool = False,
     ) -> Outcome:
-        """Bring ``model_plan`` up as model ``name`` (hold ``locked(name)``)."""
+        """Bring ``model_plan`` up as model ``name`` (hold ``locked(name)``); ``trust`` (where
+        the files came from) decides what code the new versions may run."""
         old = self.current(name)
         keys = version_keys(model_plan.selected, origin, files, override)
         old_keys = self._keys.get(name, {})
@@ -92,7 +95,7 @@ class Lifecycle:
         to_load = [v for v in model_plan.selected if v not in reused]
         if to_load:
             self.registry.put(records.interim(name, old, to_load))
-        loaded, failed = await self._load(name, model_plan, to_load)
+        loaded, failed = await self._load(name, model_plan, to_load, trust)
         reason = "; ".join(f"version {v}: {r}" for v, r in failed.items())
         if failed and all_or_nothing:
             await asyncio.gather(*(m.close() for m in loaded.values()))
@@ -113,13 +116,15 @@ class Lifecycle:
         return Outcome(record, ok=not failed, took_over=True, reason=reason)
 
     async def _load(
-        self, name: str, model_plan: Plan, versions: list[int]
+        self, name: str, model_plan: Plan, versions: list[int], trust: Origin
     ) -> tuple[dict[int, ModelVersion], dict[int, str]]:
         loaded: dict[int, ModelVersion] = {}
         failed: dict[int, str] = {}
         for v in versions:
             try:
-                loaded[v] = await asyncio.to_thread(load_version, name, v, model_plan, self.options)
+                loaded[v] = await asyncio.to_thread(
+                    load_version, name, v, model_plan, self.options, trust
+                )
             except Exception as exc:
                 failed[v] = describe(exc)
                 log.error("model '%s' version %d is UNAVAILABLE: %s", name, v, failed[v])

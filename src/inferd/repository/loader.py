@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferd.backends import select_backend
@@ -18,11 +18,12 @@ from inferd.backends.completion import bool_parameter
 from inferd.classification import read_labels
 from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from inferd.config.spec import ModelSpec, build_spec
-from inferd.errors import ConfigError
+from inferd.errors import ConfigError, InvalidInput
 from inferd.model import ModelVersion
 from inferd.repository.config import read_config
 from inferd.repository.layout import select_versions, version_dirs
 from inferd.repository.routing_file import read_policy
+from inferd.repository.storage import check_relative
 from inferd.repository.warmup import run_warmup
 from inferd.routing import ROUTING_PARAMETERS, RoutingPolicy, policy_from_config
 from inferd.scheduling.batcher import DirectScheduler, DynamicBatcher, Scheduler
@@ -35,6 +36,7 @@ from inferd.scheduling.sequence import SequenceBatcher
 from inferd.scheduling.sequence_options import SequenceOptions
 from inferd.scheduling.work import Executor
 from inferd.stats import ModelStats
+from inferd.trust import CodePolicy, Grants, Origin, granted
 from inferd.types import ModelCaller
 
 log = logging.getLogger("inferd.repository")
@@ -48,6 +50,7 @@ class LoadOptions:
     default_max_batch_size: int = 64
     auto_complete: bool = True
     cache: ResponseCache | None = None  # the server-wide response cache, if --cache-size > 0
+    code_policy: CodePolicy = field(default_factory=CodePolicy)  # --allow-pickle, ...
     call_model: ModelCaller | None = None  # how a model in a worker process calls others
 
 
@@ -76,6 +79,7 @@ def plan(name: str, folder: Path, override: ModelConfig | None = None) -> Plan:
             raise ConfigError(f"config name '{config.name}' does not match the model '{name}'")
     else:
         config = read_config(folder)
+    check_config_paths(config)
     dirs = version_dirs(folder)
     if not dirs:
         raise ConfigError(f"model '{name}' has no version folder (expected {name}/1/<model file>)")
@@ -90,9 +94,41 @@ def plan(name: str, folder: Path, override: ModelConfig | None = None) -> Plan:
     return Plan(folder, config, dirs, selected, backend, routing, needs)
 
 
-def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions) -> ModelVersion:
-    """Load, warm up and wrap one version (raises on failure; nothing is left open)."""
+def check_config_paths(config: ModelConfig) -> None:
+    """Every file a config names stays inside the model's folder (ConfigError otherwise)."""
+    named: list[tuple[str, str]] = []
+    if config.default_model_filename:
+        named.append(("default_model_filename", config.default_model_filename))
+    for output in config.output:
+        if output.label_filename:
+            named.append((f"output '{output.name}' label_filename", output.label_filename))
+    for sample in config.model_warmup:
+        for input_name, data in sample.inputs.items():
+            if data.input_data_file:
+                where = f"model_warmup '{sample.name}' input '{input_name}' input_data_file"
+                named.append((where, data.input_data_file))
+    for where, path in named:
+        try:
+            check_relative(path, where)
+        except InvalidInput as exc:
+            raise ConfigError(
+                f"{exc.message}: files a config names stay in the model folder"
+            ) from None
+
+
+def load_version(
+    name: str,
+    version: int,
+    model_plan: Plan,
+    options: LoadOptions,
+    origin: Origin = Origin.STARTUP,
+) -> ModelVersion:
+    """Load, warm up and wrap one version (raises on failure; nothing is left open).
+
+    ``origin`` (where the files came from) and the server's code policy decide what the
+    backend may run while it completes the config and builds instances (``inferd.trust``)."""
     started = time.perf_counter()
+    grants = options.code_policy.grants(origin)
     backend = model_plan.backend
     version_dir = model_plan.dirs[version]
     config = ModelConfig()
@@ -104,7 +140,8 @@ def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions
         del config.parameters[key]
     in_processes = uses_processes(backend, kept)
     if options.auto_complete:
-        backend.complete_config(version_dir, config, options.default_max_batch_size)
+        with granted(grants):
+            backend.complete_config(version_dir, config, options.default_max_batch_size)
     elif not config.platform and not config.backend:
         config.backend = backend.name
     spec = build_spec(config)
@@ -127,14 +164,12 @@ def load_version(name: str, version: int, model_plan: Plan, options: LoadOptions
     label = f"{name}/{version}"
     where = placements(config, backend)
     pool: Instances
-    if in_processes:
-        pool = ProcessInstances(
-            label,
-            [worker_recipe(backend, version_dir, config, p, label) for p in where],
-            options.call_model,
-        )
-    else:
-        pool = _thread_instances(backend, version_dir, config, where, label)
+    with granted(grants):  # a worker's recipe carries the grants to its process
+        if in_processes:
+            recipes = [worker_recipe(backend, version_dir, config, p, label) for p in where]
+            pool = ProcessInstances(label, recipes, options.call_model)
+        else:
+            pool = _thread_instances(backend, version_dir, config, where, label, grants)
     try:
         warmups = run_warmup(config, spec, pool, model_plan.folder)
     except Exception:
@@ -235,9 +270,11 @@ def _thread_instances(
     config: ModelConfig,
     where: list[InstancePlacement],
     label: str,
+    grants: Grants,
 ) -> ThreadInstances:
     def build(instance: int) -> Executor:
-        return build_executor(backend, version_dir, config, where[instance], label)
+        with granted(grants):  # also when an instance is rebuilt later, on another thread
+            return build_executor(backend, version_dir, config, where[instance], label)
 
     executors: list[Executor] = []
     try:

@@ -34,6 +34,7 @@ from inferd.repository.schemes import open_storage
 from inferd.repository.storage import ModelFiles, Storage, StorageError, StorageOptions
 from inferd.repository.upload import new_staging, remove_tree, write_files
 from inferd.scheduling.cache import ResponseCache
+from inferd.trust import CodePolicy, Origin
 
 if TYPE_CHECKING:
     from inferd.settings import Settings
@@ -97,11 +98,13 @@ class ModelManager:
         files_dir: Path | None = None,
         unload_max_fraction: float = 0.5,
         unload_grace_s: float = 60.0,
+        code_policy: CodePolicy | None = None,
     ) -> None:
         self.registry = registry
         self.catalog = Catalog([_as_storage(r) for r in roots])
         self.lifecycle = Lifecycle(
-            registry, LoadOptions(default_max_batch_size, auto_complete, cache)
+            registry,
+            LoadOptions(default_max_batch_size, auto_complete, cache, code_policy or CodePolicy()),
         )
         self.guard = UnloadGuard(unload_max_fraction, unload_grace_s)
         self.mode = mode
@@ -114,7 +117,11 @@ class ModelManager:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, registry: Registry, cache: ResponseCache | None
+        cls,
+        settings: Settings,
+        registry: Registry,
+        cache: ResponseCache | None,
+        code_policy: CodePolicy | None = None,
     ) -> ModelManager:
         options = StorageOptions(
             cache_dir=settings.model_cache_dir,
@@ -148,6 +155,7 @@ class ModelManager:
             files_dir=files_dir,
             unload_max_fraction=settings.repository_unload_max_fraction,
             unload_grace_s=float(settings.repository_unload_grace_s),
+            code_policy=code_policy,
         )
 
     # ------------------------------------------------------------------ what the server knows
@@ -215,6 +223,7 @@ class ModelManager:
         if failures:
             for name, place in self._cached(set(failures)).items():
                 listing.found.setdefault(name, place)
+        self.catalog.mark_startup(listing)
         wanted = sorted(listing.found) if names is None else list(names)
         self.wanted.update(wanted)
         for name in wanted:
@@ -340,9 +349,11 @@ class ModelManager:
         config: ModelConfig | None = None,
         chain: tuple[str, ...] = (),
     ) -> Outcome:
-        """Copy the model locally if need be, then reload it (hold ``locked(name)``)."""
+        """Copy the model locally if need be, then reload it (hold ``locked(name)``); what
+        its files may run follows from whether they are as they were at start."""
         folder = await self.catalog.fetch(name, storage, files)
-        outcome = await self._reload(name, folder, files, storage.uri, config, chain=chain)
+        trust = self.catalog.origin(name, files)
+        outcome = await self._reload(name, folder, files, storage.uri, trust, config, chain=chain)
         await self._set_source(name, _Source(storage, files))
         return outcome
 
@@ -352,12 +363,15 @@ class ModelManager:
         folder: Path,
         files: ModelFiles,
         origin: str,
+        trust: Origin,
         config: ModelConfig | None,
         *,
         chain: tuple[str, ...] = (),
         all_or_nothing: bool = False,
     ) -> Outcome:
-        """Plan the folder, load the models it needs, then swap its versions in."""
+        """Plan the folder, load the models it needs, then swap its versions in; ``origin``
+        keys the versions (a store's uri, a folder), ``trust`` says where the files came from
+        for the code policy (``inferd.trust``)."""
         old = self.current(name)
         try:
             model_plan = await self.lifecycle.plan(name, folder, config)
@@ -369,7 +383,7 @@ class ModelManager:
                 return self.lifecycle.restore(name, old, exc.message)
             return self.lifecycle.fail(name, exc.message)
         return await self.lifecycle.reload(
-            name, model_plan, files, origin, config, all_or_nothing=all_or_nothing
+            name, model_plan, files, origin, config, trust=trust, all_or_nothing=all_or_nothing
         )
 
     async def _load_dependencies(self, name: str, chain: tuple[str, ...]) -> None:
@@ -405,7 +419,9 @@ class ModelManager:
             try:
                 await asyncio.to_thread(write_files, files, folder, max_bytes)
                 stamps = await asyncio.to_thread(LocalStorage(owned).scan_model, name) or {}
-                outcome = await self._reload(name, folder, stamps, f"call:{owned}", config)
+                outcome = await self._reload(
+                    name, folder, stamps, f"call:{owned}", Origin.API, config
+                )
             except BaseException:
                 await asyncio.to_thread(remove_tree, owned)
                 raise
@@ -428,7 +444,9 @@ class ModelManager:
                 await asyncio.to_thread(routing.write_bytes, data)
         stamps = await asyncio.to_thread(LocalStorage(staged.parent).scan_model, name) or {}
         origin = f"upload:{staged}"
-        outcome = await self._reload(name, staged, stamps, origin, None, all_or_nothing=True)
+        outcome = await self._reload(
+            name, staged, stamps, origin, Origin.API, None, all_or_nothing=True
+        )
         if not outcome.ok:
             return outcome
         try:

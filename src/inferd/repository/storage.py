@@ -101,7 +101,7 @@ def version_files(files: ModelFiles) -> tuple[dict[int, ModelFiles], ModelFiles]
     shared: ModelFiles = {}
     for rel, stamp in files.items():
         head, sep, tail = rel.partition("/")
-        if sep and head.isdigit() and int(head) > 0:
+        if sep and head.isdecimal() and int(head) > 0:
             versions.setdefault(int(head), {})[tail] = stamp
         else:
             shared[rel] = stamp

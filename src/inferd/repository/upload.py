@@ -3,12 +3,14 @@
 An upload is extracted into a hidden staging folder beside its target (``.upload-*``, which
 the repository scan ignores), checked (paths, file kinds, size, config, versions), and only
 then renamed into place; the folder it replaces moves aside until the new model has loaded,
-so a failed upload can be undone and never leaves anything half-written. Every function
+so a failed upload can be undone and never leaves anything half-written. A streamed upload is
+first written to a file in the staging folder as it arrives (``spool``). Every other function
 blocks: callers run them through ``asyncio.to_thread``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import re
@@ -18,7 +20,7 @@ import tarfile
 import uuid
 import zipfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -31,6 +33,8 @@ MAX_MEMBERS = 100_000  # files and folders in one archive
 _CHUNK_BYTES = 1 << 20
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 STAGING_PREFIX = ".upload-"
+ARCHIVE_FILE = "archive"  # a streamed upload, in its staging folder
+SPOOL_BYTES = 4 << 20  # a streamed upload is written in pieces of about this size
 
 
 def check_model_name(name: str) -> str:
@@ -44,7 +48,7 @@ def check_model_name(name: str) -> str:
 
 
 def archive_kind(data: bytes) -> str:
-    """``zip`` or ``tar`` (plain, gzip, bzip2 or xz), from the first bytes."""
+    """``zip`` or ``tar`` (plain, gzip, bzip2 or xz), from the first bytes (262 suffice)."""
     if data[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
         return "zip"
     if data[:2] == b"\x1f\x8b" or data[:3] == b"BZh" or data[:6] == b"\xfd7zXZ\x00":
@@ -95,8 +99,14 @@ def _copy(src: IO[bytes], target: Path, budget: _Budget, name: str) -> None:
             dst.write(chunk)
 
 
-def _extract_tar(data: bytes, dest: Path, budget: _Budget) -> None:
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
+def _open_tar(data: bytes | Path) -> tarfile.TarFile:
+    if isinstance(data, Path):
+        return tarfile.open(name=data, mode="r:*")
+    return tarfile.open(fileobj=io.BytesIO(data), mode="r:*")
+
+
+def _extract_tar(data: bytes | Path, dest: Path, budget: _Budget) -> None:
+    with _open_tar(data) as tar:
         for member in tar:
             budget.member()
             rel = _member_path(member.name)
@@ -120,8 +130,8 @@ def _extract_tar(data: bytes, dest: Path, budget: _Budget) -> None:
                 _copy(src, dest / rel, budget, member.name)
 
 
-def _extract_zip(data: bytes, dest: Path, budget: _Budget) -> None:
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+def _extract_zip(data: bytes | Path, dest: Path, budget: _Budget) -> None:
+    with zipfile.ZipFile(data if isinstance(data, Path) else io.BytesIO(data)) as archive:
         for info in archive.infolist():
             budget.member()
             mode = info.external_attr >> 16
@@ -146,13 +156,19 @@ def _extract_zip(data: bytes, dest: Path, budget: _Budget) -> None:
                 _copy(src, dest / rel, budget, info.filename)
 
 
-def extract_archive(data: bytes, dest: Path, max_bytes: int) -> None:
-    """Extract a model archive into the empty folder ``dest``; any unsafe entry is an error."""
-    if len(data) > max_bytes:
+def extract_archive(data: bytes | Path, dest: Path, max_bytes: int) -> None:
+    """Extract a model archive (its bytes, or a file holding it) into the empty folder
+    ``dest``; any unsafe entry is an error."""
+    size = data.stat().st_size if isinstance(data, Path) else len(data)
+    if size > max_bytes:
         raise PayloadTooLarge(
-            f"the archive has {len(data)} bytes, over the limit of {max_bytes} (--max-upload-bytes)"
+            f"the archive has {size} bytes, over the limit of {max_bytes} (--max-upload-bytes)"
         )
-    kind = archive_kind(data)
+    if isinstance(data, Path):
+        with open(data, "rb") as f:
+            kind = archive_kind(f.read(512))
+    else:
+        kind = archive_kind(data)
     budget = _Budget(max_bytes)
     try:
         if kind == "zip":
@@ -163,6 +179,28 @@ def extract_archive(data: bytes, dest: Path, max_bytes: int) -> None:
         raise InvalidInput(f"the {kind} archive is corrupt: {exc}") from None
     except (IsADirectoryError, NotADirectoryError, FileExistsError) as exc:
         raise InvalidInput(f"the archive has a file and a folder at the same path: {exc}") from None
+
+
+async def spool(chunks: AsyncIterator[bytes], path: Path) -> int:
+    """Write a streamed body to ``path`` as it arrives, a few MiB at a time on a worker
+    thread (the only async function here); returns the bytes written."""
+    total = 0
+    with open(path, "wb") as f:  # opening is quick; writes go to a thread
+        pending: list[bytes] = []
+        held = 0
+        async for chunk in chunks:
+            pending.append(chunk)
+            held += len(chunk)
+            if held >= SPOOL_BYTES:
+                await asyncio.to_thread(f.writelines, pending)
+                total += held
+                pending, held = [], 0
+        if pending:
+            await asyncio.to_thread(f.writelines, pending)
+            total += held
+    if total == 0:
+        raise InvalidInput("the body is empty: send a .tar.gz or .zip of the model folder")
+    return total
 
 
 def write_files(files: Mapping[str, bytes], dest: Path, max_bytes: int) -> None:
@@ -183,7 +221,7 @@ def model_root(extracted: Path) -> Path:
     """The model folder in an extracted archive: its root, or its one top-level folder when
     the archive was made from the folder itself (``tar czf m.tgz m``)."""
     entries = [e for e in extracted.iterdir() if not e.name.startswith(".")]
-    if len(entries) == 1 and entries[0].is_dir() and not entries[0].name.isdigit():
+    if len(entries) == 1 and entries[0].is_dir() and not entries[0].name.isdecimal():
         return entries[0]
     return extracted
 
@@ -207,7 +245,7 @@ def new_staging(root: Path) -> Path:
     return staging
 
 
-def stage_archive(data: bytes, staging: Path, name: str, max_bytes: int) -> Path:
+def stage_archive(data: bytes | Path, staging: Path, name: str, max_bytes: int) -> Path:
     """Extract and validate an upload; returns the model folder, named ``name``, in staging."""
     extracted = staging / "extracted"
     extracted.mkdir()

@@ -121,6 +121,22 @@ class DynamicBatcher:
         self._timer: asyncio.TimerHandle | None = None  # the oldest request's queue delay
         self._closed = False
 
+    def queue_full(self) -> Unavailable | None:
+        """The error a request at the default priority would get now, if its queue is full:
+        frontends ask before they read and decode a request body."""
+        level = max(self.options.default_level, 1)
+        policy = self.options.policies[level - 1]
+        queue = self._queues[level - 1]
+        if not policy.max_queue_size or len(queue) < policy.max_queue_size:
+            return None
+        _purge(queue)
+        if len(queue) < policy.max_queue_size:
+            return None
+        return Unavailable(
+            f"the queue of model '{self.name}' is full (max_queue_size "
+            f"{policy.max_queue_size}, priority level {level}); retry later"
+        )
+
     async def run(self, work: Work, timings: Timings) -> Tensors:
         if self._closed:
             raise Unavailable(f"model '{self.name}' is unloading")

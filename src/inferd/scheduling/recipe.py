@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from inferd.backends.base import Backend, InstancePlacement
     from inferd.config.model_config_pb2 import ModelConfig
     from inferd.scheduling.work import Executor
+    from inferd.trust import PlainGrants
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +62,22 @@ def backend_recipe(
     placement: InstancePlacement,
     label: str,
 ) -> WorkerRecipe:
-    """A framework backend's model, loaded in the worker by ``backend_executor``."""
+    """A framework backend's model, loaded in the worker by ``backend_executor``, with what
+    the server granted the model's code where the recipe is made (``inferd.trust``)."""
+    from inferd.trust import current
+
     fields = (placement.kind, placement.device_id, placement.instance_count, placement.index)
+    grants = current()
     return WorkerRecipe(
         f"{__name__}:backend_executor",
-        (backend.name, str(version_dir), config.SerializeToString(), fields, label),
+        (
+            backend.name,
+            str(version_dir),
+            config.SerializeToString(),
+            fields,
+            label,
+            grants.plain() if grants is not None else None,
+        ),
     )
 
 
@@ -75,17 +87,19 @@ def backend_executor(
     config_bytes: bytes,
     placement: tuple[str, int, int, int],
     label: str,
+    grants: PlainGrants | None = None,
 ) -> Executor:
-    """Runs in the worker: the backend loads the model here, in this process."""
+    """Runs in the worker: the backend loads the model here, in this process, allowed what
+    the server granted it (nothing when ``grants`` is None)."""
     from inferd.backends import get_backend
     from inferd.backends.base import InstancePlacement
     from inferd.config.model_config_pb2 import ModelConfig
+    from inferd.trust import Grants, granted
 
     config = ModelConfig.FromString(config_bytes)
-    return build_executor(
-        get_backend(backend_name),
-        Path(version_dir),
-        config,
-        InstancePlacement(*placement),
-        label,
-    )
+    backend = get_backend(backend_name)
+    where = InstancePlacement(*placement)
+    if grants is None:
+        return build_executor(backend, Path(version_dir), config, where, label)
+    with granted(Grants.from_plain(grants)):
+        return build_executor(backend, Path(version_dir), config, where, label)

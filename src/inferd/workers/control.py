@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from inferd.errors import InferdError, InternalError
@@ -84,7 +85,7 @@ class SharedControl(RepositoryControl):
         await self._share({"op": "unload", "name": name, "dependents": unload_dependents})
         return order
 
-    async def upload(self, name: str, archive: bytes) -> ModelRecord:
+    async def upload(self, name: str, archive: bytes | AsyncIterator[bytes]) -> ModelRecord:
         record = await super().upload(name, archive)
         await self._share({"op": "sync", "name": name})
         return record

@@ -3,7 +3,8 @@ and says how its worker processes build it. The server itself never imports ``mo
 
 Python models always run in worker processes (``processes_only``), each with the interpreter
 ``EXECUTION_ENV_PATH`` names (default: the server's). Whether the server may run Python models
-at all is the operator's decision; nothing in a model's config or a request enables them.
+at all is the operator's decision (``--allow-python-models``, ``inferd.trust``); nothing in a
+model's config or a request enables them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from inferd.config.text import config_to_dict, parse_config_json
 from inferd.errors import ConfigError
 from inferd.scheduling.recipe import WorkerRecipe
 from inferd.scheduling.work import Executor
+from inferd.trust import Capability, require
 
 FILENAME = "model.py"
 
@@ -37,9 +39,12 @@ class PythonBackend:
         return False
 
     def _path(self, version_dir: Path, config: ModelConfig) -> Path:
+        """The model's code, once the server has granted Python models (``inferd.trust``):
+        every step that runs it (completing the config, building instances) comes here first."""
         path = model_file(version_dir, config, [FILENAME])
         if not path.is_file():
             raise ConfigError(f"python model '{config.name}': {path} does not exist")
+        require(Capability.PYTHON_MODELS, f"{path.name} is a Python model")
         return path
 
     def _interpreter(self, version_dir: Path, config: ModelConfig) -> str:

@@ -126,7 +126,7 @@ def decompress(encoding: str, data: bytes | bytearray, limit: int) -> bytes:
 
 def parse_timeout(value: str) -> float | None:
     """Seconds from a ``grpc-timeout`` header (e.g. ``100m``); None when malformed."""
-    if len(value) < 2 or value[-1] not in _TIMEOUT_UNITS or not value[:-1].isdigit():
+    if len(value) < 2 or value[-1] not in _TIMEOUT_UNITS or not value[:-1].isdecimal():
         return None
     return int(value[:-1]) * _TIMEOUT_UNITS[value[-1]]
 

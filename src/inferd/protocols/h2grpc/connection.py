@@ -39,6 +39,12 @@ _RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc"
 _OK_TRAILERS = nghttp2.Headers([(b"grpc-status", b"0")])
 _OK_HEADERS = nghttp2.Headers(_RESPONSE_HEADERS)
 STREAM_BUFFER_BYTES = 4 * 1024 * 1024  # a streaming call waits when this much is unsent
+_OVER_LIMIT = "Concurrent RPC limit exceeded!"  # grpcio's words
+
+
+def _same(data: Any) -> Any:
+    """A handler without a (de)serializer takes and gives bytes, as in grpcio."""
+    return data
 
 
 class Connection(asyncio.Protocol):
@@ -323,6 +329,10 @@ class Connection(asyncio.Protocol):
             stream.waiting_end = True  # start once the whole request is here
             return
         stream.started = True
+        server = self.server
+        if server.max_concurrent_rpcs and server.active_calls >= server.max_concurrent_rpcs:
+            self._fail(stream, CallError(grpc.StatusCode.RESOURCE_EXHAUSTED, _OVER_LIMIT))
+            return
         if handler is not None and handler.request_streaming:
             incoming = stream.incoming = asyncio.Queue()
             for message in stream.messages:
@@ -330,7 +340,12 @@ class Connection(asyncio.Protocol):
             stream.messages.clear()
             if stream.ended:
                 incoming.put_nowait(None)
+        server.active_calls += 1
         stream.call = self.loop.create_task(self._run(stream, handler))
+        stream.call.add_done_callback(self._call_done)
+
+    def _call_done(self, _: asyncio.Task[None]) -> None:
+        self.server.active_calls -= 1
 
     async def _run(self, stream: Stream, handler: Any) -> None:
         timeout = None
@@ -353,7 +368,8 @@ class Connection(asyncio.Protocol):
                 response = function(request, context)
                 if inspect.isawaitable(response):
                     response = await response
-                self._respond(stream, handler.response_serializer(response), context)
+                serialize = handler.response_serializer or _same
+                self._respond(stream, serialize(response), context)
         except CallError as exc:
             self._fail(stream, exc)
         except asyncio.CancelledError:
@@ -385,7 +401,7 @@ class Connection(asyncio.Protocol):
         return data
 
     async def _request(self, stream: Stream, handler: Any, context: Context) -> Any:
-        deserialize = handler.request_deserializer
+        deserialize = handler.request_deserializer or _same
         if not handler.request_streaming:
             if len(stream.messages) != 1 or stream.reader.partial:
                 raise CallError(
@@ -404,14 +420,14 @@ class Connection(asyncio.Protocol):
             yield deserialize(self._message(stream, item))
 
     async def _stream_out(self, stream: Stream, handler: Any, context: Context) -> None:
-        serialize = handler.response_serializer
+        serialize = handler.response_serializer or _same
 
         async def write(message: Any) -> None:
             await self._send_message(stream, serialize(message))
 
         context._write = write
         if handler.request_streaming:
-            requests = self._requests(stream, handler.request_deserializer, context)
+            requests = self._requests(stream, handler.request_deserializer or _same, context)
             iterator = requests.__aiter__()
 
             async def read() -> Any:

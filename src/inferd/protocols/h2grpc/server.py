@@ -44,6 +44,7 @@ class NativeGrpcServer(grpc.aio.Server):  # type: ignore[misc]
         *,
         max_message_bytes: int,
         interceptors: Sequence[Any] = (),
+        max_concurrent_rpcs: int | None = None,
         max_concurrent_streams: int = 1000,
         max_header_bytes: int = 64 * 1024,
         window_bytes: int = 4 * 1024 * 1024,
@@ -60,6 +61,10 @@ class NativeGrpcServer(grpc.aio.Server):  # type: ignore[misc]
         self.window_bytes = window_bytes
         self.connection_window_bytes = max(window_bytes * 4, 16 * 1024 * 1024)
         self.interceptors = list(interceptors)
+        # Calls in progress on every connection; past the limit a call is refused at once
+        # (RESOURCE_EXHAUSTED, as grpcio's maximum_concurrent_rpcs answers).
+        self.max_concurrent_rpcs = max_concurrent_rpcs or 0
+        self.active_calls = 0
         self.connections: set[Connection] = set()
         self._methods: dict[str, Any] = {}
         self._generic: list[Any] = []

@@ -1,0 +1,91 @@
+"""The gRPC side of access control: one ``grpc.aio.ServerInterceptor`` for every RPC of every
+service on the port (KServe v2 including ModelStreamInfer, TF Serving, health, reflection).
+
+A call without the token its RPC needs gets UNAUTHENTICATED, one with the wrong scope
+PERMISSION_DENIED, before any handler or deserializer runs. The token is the ``authorization``
+metadata (``Bearer <token>`` or the bare token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from inferd.errors import InferdError
+from inferd.protocols.access import Access, AccessPolicy
+from inferd.protocols.grpc_common import STATUS_OF
+
+_HEALTH_SERVICE = "grpc.health.v1.Health"
+_HEALTH_METHODS = frozenset({"ServerLive", "ServerReady"})
+# Changes to the server (trace and log settings name files it writes): the admin scope.
+# Shared-memory registration is part of inference, as in Triton: an inference token.
+_ADMIN_METHODS = frozenset(
+    {
+        "RepositoryModelLoad",
+        "RepositoryModelUnload",
+        "TraceSetting",
+        "LogSettings",
+        "HandleReloadConfigRequest",  # TF Serving's ModelService
+    }
+)
+
+
+def access_of(full_method: str) -> Access:
+    """The access class of ``/package.Service/Method``; inference for anything else."""
+    service, _, method = full_method.lstrip("/").rpartition("/")
+    if service == _HEALTH_SERVICE or method in _HEALTH_METHODS:
+        return Access.HEALTH
+    if method in _ADMIN_METHODS:
+        return Access.ADMIN
+    return Access.INFERENCE
+
+
+def _denial(handler: Any, code: grpc.StatusCode, message: str) -> Any:
+    """A handler of the same kind as ``handler`` that only answers ``code``."""
+
+    async def deny(request: Any, context: Any) -> Any:
+        await context.abort(code, message)
+
+    if handler is None:
+        return None
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(deny)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(deny)
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(deny)
+    return grpc.unary_unary_rpc_method_handler(deny)
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    def __init__(self, policy: AccessPolicy) -> None:
+        self.policy = policy
+        self._checked = {
+            a: policy.needs_token(a) or (a is Access.ADMIN and policy.admin_off()) for a in Access
+        }
+
+    @property
+    def active(self) -> bool:
+        """Whether any call can be refused (else the server runs without the interceptor)."""
+        return any(self._checked.values())
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[Any], Awaitable[Any]],
+        details: Any,
+    ) -> Any:
+        access = access_of(details.method)
+        if not self._checked[access]:
+            return await continuation(details)
+        authorization = None
+        for key, value in details.invocation_metadata or ():
+            if key == "authorization":
+                authorization = value if isinstance(value, str) else value.decode("latin-1")
+                break
+        try:
+            self.policy.check(access, authorization)
+        except InferdError as exc:
+            return _denial(await continuation(details), STATUS_OF[exc.code], exc.message)
+        return await continuation(details)

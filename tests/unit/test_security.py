@@ -1,0 +1,48 @@
+"""Settings -> the edge: safe defaults of the admin API, TLS flag pairs, Triton's gRPC names."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferd import security, settings
+from inferd.errors import ConfigError
+from inferd.protocols.access import Access, AccessPolicy
+
+
+def _policy(*argv: str, address: str) -> AccessPolicy:
+    s = settings.parse(["--model-repository", "m", *argv], environ={})
+    return security.access_policy(s, security.token_store(s), address)
+
+
+def test_admin_api_safe_defaults() -> None:
+    assert _policy(address="0.0.0.0").admin_off()
+    assert _policy(address="127.0.0.1").admin_off()  # mode none
+    assert not _policy("--model-control-mode", "explicit", address="127.0.0.1").admin_off()
+    assert not _policy("--model-control-mode", "poll", address="::1").admin_off()
+    assert _policy("--model-control-mode", "explicit", address="0.0.0.0").admin_off()
+    assert not _policy("--allow-unauthenticated-admin", address="0.0.0.0").admin_off()
+    with_token = _policy("--admin-token", "t", address="0.0.0.0")
+    assert not with_token.admin_off() and with_token.needs_token(Access.ADMIN)
+    assert not with_token.needs_token(Access.INFERENCE)
+
+
+def test_tls_flags() -> None:
+    s = settings.parse(["--model-repository", "m", "--tls-cert", "c.pem"], environ={})
+    with pytest.raises(ConfigError, match="both a certificate and its key"):
+        security.http_tls(s)
+    s = settings.parse(["--model-repository", "m", "--grpc-use-ssl"], environ={})
+    with pytest.raises(ConfigError, match="--grpc-use-ssl needs"):
+        security.grpc_tls(s)
+    s = settings.parse(["--model-repository", "m", "--grpc-use-ssl-mutual"], environ={})
+    with pytest.raises(ConfigError, match="--grpc-root-cert"):
+        security.grpc_tls(s)
+
+
+def test_code_policy_from_flags() -> None:
+    s = settings.parse(
+        ["--model-repository", "m", "--allow-pickle", "--allow-unsafe-ops", "never"],
+        environ={"INFERD_ADMIN_TOKEN": "x"},
+    )
+    policy = security.code_policy(s, security.token_store(s))
+    assert policy.pickle.value == "always" and policy.unsafe_ops.value == "never"
+    assert policy.python_models.value == "startup" and policy.admin_token
