@@ -70,13 +70,13 @@ class ServerProcess:
             self.host,
             *self.extra_args,
         ]
-        if not any(a.startswith("--http-workers") for a in self.extra_args):
-            args += ["--http-workers", "1"]  # the suite's CPU and memory as one process
         if os.environ.get("INFERD_TEST_GRPC", "1") != "1":
             args.append("--allow-grpc=false")  # else every server would bind the default 8081
         elif "--grpc-port" not in self.extra_args:
             args += ["--grpc-port", str(self.grpc_port)]
-        env = {**os.environ, "RUST_BACKTRACE": "0", **self.env}
+        # One serving process unless a test asks for more: the suite's CPU and memory stay those
+        # of one process (a variable, not the flag, so benchmarks can start older trees too).
+        env = {**os.environ, "RUST_BACKTRACE": "0", "INFERD_HTTP_WORKERS": "1", **self.env}
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout_s
