@@ -427,19 +427,22 @@ async def _timed(work: Awaitable[T], timeout_s: float) -> T:
         handle.cancel()
 
 
+WATCH_AFTER_S = 0.002  # a request still running after this long starts watching its client
+
+
 async def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> T:
     """Await ``work``, cancelling it if the client hangs up first (so a queued request is
     dropped, not executed). Granian's disconnect awaitable is a future: a done-callback
-    cancels this task, with no watcher task per request."""
+    cancels this task, with no watcher task per request. It is asked for only once the work
+    has run ``WATCH_AFTER_S`` (a timer): most answers are ready before, and watching a
+    connection costs more than the call of a small model."""
     if request.disconnected is None:
         return await work
-    gone: Any = request.disconnected()
-    if not isinstance(gone, asyncio.Future) and not hasattr(gone, "add_done_callback"):
-        gone = asyncio.ensure_future(gone)  # a plain coroutine (not granian's future)
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
     left = False
+    gone: Any = None
 
     def on_gone(_: Any) -> None:
         nonlocal left
@@ -447,7 +450,15 @@ async def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> T:
             left = True
             loop.call_soon_threadsafe(task.cancel)
 
-    gone.add_done_callback(on_gone)
+    def watch() -> None:
+        nonlocal gone
+        assert request.disconnected is not None
+        gone = request.disconnected()
+        if not isinstance(gone, asyncio.Future) and not hasattr(gone, "add_done_callback"):
+            gone = asyncio.ensure_future(gone)  # a plain coroutine (not granian's future)
+        gone.add_done_callback(on_gone)
+
+    timer = loop.call_later(WATCH_AFTER_S, watch)
     try:
         return await work
     except asyncio.CancelledError:
@@ -456,10 +467,12 @@ async def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> T:
         task.uncancel()
         raise ClientGone(f"client disconnected during {request.method} {request.path}") from None
     finally:
+        timer.cancel()
         if not left:
             left = True  # the answer is ready: a hang-up from now on cancels nothing
-            gone.remove_done_callback(on_gone)
-            gone.cancel()
+            if gone is not None:
+                gone.remove_done_callback(on_gone)
+                gone.cancel()
 
 
 def _decompress(encoding: str, body: bytes, limit: int) -> bytes:
