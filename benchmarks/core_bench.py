@@ -269,6 +269,36 @@ def inprocess_mlp_rows_s(seconds: float) -> float:
     return rows / (time.perf_counter() - start)
 
 
+def plain_vs_batched(
+    server: ServerProcess,
+    pid: int,
+    body: Path,
+    model: str,
+    input_name: str,
+    x: np.ndarray,
+    seconds: float,
+    rate: str,
+) -> dict[str, float]:
+    """``<model>_plain`` and ``<model>_batched`` at concurrency 64, one row per request (HTTP
+    binary): the rate (named ``rate``), CPU-µs/req and errors of each, and the mean batch."""
+    raw, headers = binary_body(input_name, x)
+    body.write_bytes(raw)
+    result: dict[str, float] = {}
+    for name in (f"{model}_plain", f"{model}_batched"):
+        url = f"{server.http_url}/v2/models/{name}/infer"
+        wrk(url, body, headers, 64, 2)
+        with cpu_window(pid) as cpu:
+            r = wrk(url, body, headers, 64, seconds)
+        result[f"{name}_{rate}"] = r["rps"]
+        result[f"{name}_cpu_us"] = cpu["cpu_s"] / max(1, r["requests"]) * 1e6
+        result[f"{name}_errors"] = r["errors"]
+    stats = httpx.get(f"{server.http_url}/v2/models/{model}_batched/stats").json()
+    executed = stats["model_stats"][0]
+    if executed["execution_count"]:
+        result[f"{model}_mean_batch"] = executed["inference_count"] / executed["execution_count"]
+    return result
+
+
 # --------------------------------------------------------------------------- one pass
 
 
@@ -304,38 +334,12 @@ def measure(label: str, tree: Path, repo: Path, seconds: float, only: set[str]) 
             result["resnet_ms"] = resnet_latency_ms(server.http_url, 20)
         if "mlp" in only:
             x = np.random.default_rng(2).standard_normal((1, MLP_DIMS[0]), dtype=np.float32)
-            raw, headers = binary_body("input", x)
             body = work / "mlp.bin"
-            body.write_bytes(raw)
-            for name in ("mlp_plain", "mlp_batched"):
-                url = f"{server.http_url}/v2/models/{name}/infer"
-                wrk(url, body, headers, 64, 2)
-                with cpu_window(pid) as cpu:
-                    r = wrk(url, body, headers, 64, seconds)
-                result[f"{name}_rows_s"] = r["rps"]
-                result[f"{name}_cpu_us"] = cpu["cpu_s"] / max(1, r["requests"]) * 1e6
-                result[f"{name}_errors"] = r["errors"]
-            stats = httpx.get(f"{server.http_url}/v2/models/mlp_batched/stats").json()
-            model = stats["model_stats"][0]
-            if model["execution_count"]:
-                result["mlp_mean_batch"] = model["inference_count"] / model["execution_count"]
+            result |= plain_vs_batched(server, pid, body, "mlp", "input", x, seconds, "rows_s")
         if "digits" in only:
             x = np.random.default_rng(3).random((1, 64), dtype=np.float32) * 16
-            raw, headers = binary_body(DIGITS_INPUT, x)
             body = work / "digits.bin"
-            body.write_bytes(raw)
-            for name in ("digits_plain", "digits_batched"):
-                url = f"{server.http_url}/v2/models/{name}/infer"
-                wrk(url, body, headers, 64, 2)
-                with cpu_window(pid) as cpu:
-                    r = wrk(url, body, headers, 64, seconds)
-                result[f"{name}_rps"] = r["rps"]
-                result[f"{name}_cpu_us"] = cpu["cpu_s"] / max(1, r["requests"]) * 1e6
-                result[f"{name}_errors"] = r["errors"]
-            stats = httpx.get(f"{server.http_url}/v2/models/digits_batched/stats").json()
-            model = stats["model_stats"][0]
-            if model["execution_count"]:
-                result["digits_mean_batch"] = model["inference_count"] / model["execution_count"]
+            result |= plain_vs_batched(server, pid, body, "digits", DIGITS_INPUT, x, seconds, "rps")
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)

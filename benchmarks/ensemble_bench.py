@@ -19,7 +19,6 @@ import io
 import json
 import os
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.batching_bench import bench  # inferd bench at one concurrency, one row
 from inferd.demo import pipeline
 from inferd.demo.models import write_demo_repository
 from tests.e2e.ensemble_support import CHAIN
@@ -58,36 +58,6 @@ def build_repository(root: Path) -> Path:
 
 def pipeline_names() -> list[str]:
     return [pipeline.PREPROCESS, pipeline.POSTPROCESS, pipeline.PIPELINE]
-
-
-def bench(server: ServerProcess, model: str, concurrency: int, interval_ms: int) -> dict[str, Any]:
-    report = Path(tempfile.mkstemp(suffix=".json")[1])
-    args = [
-        sys.executable,
-        "-m",
-        "inferd",
-        "bench",
-        "-m",
-        model,
-        "-u",
-        server.http_address,
-        "--concurrency-range",
-        f"{concurrency}:{concurrency}:1",
-        "-p",
-        str(interval_ms),
-        "--max-windows",
-        "4",
-        "--processes",
-        "1",
-        "--no-progress",
-        "--json-report",
-        str(report),
-    ]
-    subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
-    data = json.loads(report.read_text())
-    report.unlink()
-    rows = data["rows"] if isinstance(data, dict) else data
-    return dict(rows[-1])
 
 
 def _jpeg() -> bytes:
