@@ -56,10 +56,11 @@ class ModelVersion:
             raise InvalidInput(f"model '{self.name}' has no signature '{signature}'")
         return found.spec
 
-    @property
-    def decoupled(self) -> bool:
-        """Whether a request may get 0..N responses (``model_transaction_policy``)."""
-        return self.config.model_transaction_policy.decoupled
+    # Whether a request may get 0..N responses (``model_transaction_policy``), read once.
+    decoupled: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.decoupled = self.config.model_transaction_policy.decoupled
 
     async def infer(self, request: InferRequest, signature: str = "") -> InferResponse:
         """Run a request on the model's own inputs and outputs, or on one of its signatures."""
@@ -75,7 +76,7 @@ class ModelVersion:
             spec = self.spec if not signature else self.signature_spec(signature)
             inputs, rows = validate.check_inputs(spec, request.inputs)
             names = tuple(validate.check_outputs(spec, request.output_names()))
-            counts = class_counts(request.outputs)
+            counts = class_counts(request.outputs) if request.outputs else None
             key = None
             outputs = None
             if self.cache is not None:
@@ -100,7 +101,7 @@ class ModelVersion:
             raise
         finally:
             self.stats.pending -= 1
-        self.stats.success.add(time.perf_counter_ns() - started)
+        self.stats.log_success(time.perf_counter_ns() - started)
         return InferResponse(
             model_name=self.name,
             model_version=str(self.version),

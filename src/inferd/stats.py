@@ -9,9 +9,13 @@ counts executions per batch size.
 
 from __future__ import annotations
 
+import threading
 import time
+from array import array
 from bisect import bisect_left
 from dataclasses import dataclass, field
+
+import numpy as np
 
 # Histogram bucket upper bounds for every duration, in seconds (Prometheus ``le``).
 BUCKETS_S: tuple[float, ...] = (
@@ -81,38 +85,188 @@ class BatchStat:
     compute_output: Total = field(default_factory=Total)
 
 
-@dataclass(slots=True)
+# Hot-path observations wait in a log and are added up together (numpy) when anything reads
+# the figures, or once this many have gathered.
+FLUSH_AT = 512
+# A logged execution: rows, queue_ns, input_ns, infer_ns, output_ns, ended (perf_counter ns).
+EXECUTION_FIELDS = 6
+_BOUNDS = np.array(_BOUNDS_NS, dtype=np.int64)
+
+
 class ModelStats:
-    success: Duration = field(default_factory=Duration)
-    fail: Duration = field(default_factory=Duration)
-    queue: Duration = field(default_factory=Duration)
-    compute_input: Duration = field(default_factory=Duration)
-    compute_infer: Duration = field(default_factory=Duration)
-    compute_output: Duration = field(default_factory=Duration)
-    cache_hit: Duration = field(default_factory=Duration)
-    cache_miss: Duration = field(default_factory=Duration)
-    pending: int = 0  # requests inside the model version right now
-    inference_count: int = 0  # rows inferred (a batch of 8 rows counts 8)
-    execution_count: int = 0  # model executions (one per batch)
-    last_inference_ms: int = 0
-    batches: dict[int, BatchStat] = field(default_factory=dict)
+    """A version's live figures. Readers use the attributes as they are; the request path
+    logs its observations with ``log_execution`` / ``log_success`` (a deque append, where
+    updating seven counters and histograms cost more than a small model's call) and every
+    read of a figure first adds up what the log holds. The log is appended to on the event
+    loop and may be read from another thread (the metrics port): appending to the log, copying
+    its start and deleting that start are each one C call under the GIL, so nothing is lost;
+    adding up holds a lock."""
+
+    __slots__ = (
+        "_batches",
+        "_cache_hit",
+        "_cache_miss",
+        "_compute_infer",
+        "_compute_input",
+        "_compute_output",
+        "_execution_count",
+        "_executions",
+        "_fail",
+        "_inference_count",
+        "_last_inference_ms",
+        "_lock",
+        "_queue",
+        "_success",
+        "_successes",
+        "pending",
+    )
+
+    def __init__(self) -> None:
+        self._success = Duration()
+        self._fail = Duration()
+        self._queue = Duration()
+        self._compute_input = Duration()
+        self._compute_infer = Duration()
+        self._compute_output = Duration()
+        self._cache_hit = Duration()
+        self._cache_miss = Duration()
+        self.pending = 0  # requests inside the model version right now
+        self._inference_count = 0  # rows inferred (a batch of 8 rows counts 8)
+        self._execution_count = 0  # model executions (one per batch)
+        self._last_inference_ms = 0
+        self._batches: dict[int, BatchStat] = {}
+        # EXECUTION_FIELDS per execution of one request; the ns of each successful request.
+        self._executions = array("q")
+        self._successes = array("q")
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ the request path
+
+    def log_execution(
+        self, rows: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int, ended_ns: int
+    ) -> None:
+        """One request executed alone (``rows`` rows; 0 counts as 1), ended at ``ended_ns``
+        (``time.perf_counter_ns``): as ``queue.add`` and ``record_execution`` together."""
+        self._executions.extend((rows or 1, queue_ns, input_ns, infer_ns, output_ns, ended_ns))
+        if len(self._executions) >= FLUSH_AT * EXECUTION_FIELDS:
+            self.flush()
+
+    def log_success(self, ns: int) -> None:
+        """One request answered in ``ns``: as ``success.add``."""
+        self._successes.append(ns)
+        if len(self._successes) >= FLUSH_AT:
+            self.flush()
+
+    def flush(self) -> None:
+        """Add up the logged observations."""
+        if not (self._executions or self._successes):
+            return
+        with self._lock:
+            successes = _drain(self._successes)
+            if len(successes):
+                _merge_array(self._success, successes)
+            executions = _drain(self._executions)
+            if len(executions):
+                self._add_executions(executions.reshape(-1, EXECUTION_FIELDS))
+
+    def _add_executions(self, table: np.ndarray) -> None:
+        sizes, queue_ns, parts, ended_ns = table[:, 0], table[:, 1], table[:, 2:5], table[:, 5]
+        _merge_array(self._queue, queue_ns)
+        for column, each in enumerate(
+            (self._compute_input, self._compute_infer, self._compute_output)
+        ):
+            _merge_array(each, parts[:, column])
+        self._execution_count += len(table)
+        self._inference_count += int(sizes.sum())
+        ago_ns = time.perf_counter_ns() - int(ended_ns.max())
+        self._last_inference_ms = (time.time_ns() - ago_ns) // 1_000_000
+        for size in np.unique(sizes).tolist():
+            chosen = parts[sizes == size]
+            stat = self._batches.get(size)
+            if stat is None:
+                stat = self._batches[size] = BatchStat()
+            for column, total in enumerate(
+                (stat.compute_input, stat.compute_infer, stat.compute_output)
+            ):
+                total.count += len(chosen)
+                total.ns += int(chosen[:, column].sum())
+
+    # ------------------------------------------------------------------ the figures
+
+    @property
+    def success(self) -> Duration:
+        self.flush()
+        return self._success
+
+    @property
+    def fail(self) -> Duration:
+        return self._fail
+
+    @property
+    def queue(self) -> Duration:
+        self.flush()
+        return self._queue
+
+    @property
+    def compute_input(self) -> Duration:
+        self.flush()
+        return self._compute_input
+
+    @property
+    def compute_infer(self) -> Duration:
+        self.flush()
+        return self._compute_infer
+
+    @property
+    def compute_output(self) -> Duration:
+        self.flush()
+        return self._compute_output
+
+    @property
+    def cache_hit(self) -> Duration:
+        return self._cache_hit
+
+    @property
+    def cache_miss(self) -> Duration:
+        return self._cache_miss
+
+    @property
+    def inference_count(self) -> int:
+        self.flush()
+        return self._inference_count
+
+    @property
+    def execution_count(self) -> int:
+        self.flush()
+        return self._execution_count
+
+    @property
+    def last_inference_ms(self) -> int:
+        self.flush()
+        return self._last_inference_ms
+
+    @property
+    def batches(self) -> dict[int, BatchStat]:
+        self.flush()
+        return self._batches
 
     def record_execution(
         self, batch_size: int, requests: int, input_ns: int, infer_ns: int, output_ns: int
     ) -> None:
         """One execution of ``batch_size`` rows on behalf of ``requests`` requests."""
-        self.execution_count += 1
-        self.inference_count += batch_size
-        self.last_inference_ms = time.time_ns() // 1_000_000
-        stat = self.batches.get(batch_size)
+        self.flush()
+        self._execution_count += 1
+        self._inference_count += batch_size
+        self._last_inference_ms = time.time_ns() // 1_000_000
+        stat = self._batches.get(batch_size)
         if stat is None:
-            stat = self.batches[batch_size] = BatchStat()
+            stat = self._batches[batch_size] = BatchStat()
         stat.compute_input.add(input_ns)
         stat.compute_infer.add(infer_ns)
         stat.compute_output.add(output_ns)
-        self.compute_input.add_each(input_ns, requests)
-        self.compute_infer.add_each(infer_ns, requests)
-        self.compute_output.add_each(output_ns, requests)
+        self._compute_input.add_each(input_ns, requests)
+        self._compute_infer.add_each(infer_ns, requests)
+        self._compute_output.add_each(output_ns, requests)
 
     def snapshot(self, name: str, version: str) -> ModelStatistics:
         """A frozen copy of the figures, as Triton's statistics extension reports them."""
@@ -184,3 +338,20 @@ class ModelStatistics:
     execution_count: int
     inference_stats: InferStatistics
     batch_stats: tuple[BatchStatistics, ...]
+
+
+def _drain(log: array[int]) -> np.ndarray:
+    """What the log holds now, taken out (appends from another thread land after)."""
+    taken = log[: len(log)]  # one C call each: a copy of the start, then its removal
+    del log[: len(taken)]
+    return np.frombuffer(taken, dtype=np.int64)
+
+
+def _merge_array(into: Duration, values: np.ndarray) -> None:
+    """Add observations at once: the count, the total and the histogram (``bisect_left``)."""
+    into.count += len(values)
+    into.ns += int(values.sum())
+    counts = np.bincount(np.searchsorted(_BOUNDS, values, side="left"), minlength=len(_BOUNDS) + 1)
+    buckets = into.buckets
+    for index in np.flatnonzero(counts).tolist():
+        buckets[index] += int(counts[index])

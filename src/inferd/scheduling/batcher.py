@@ -51,11 +51,11 @@ class DirectScheduler:
         result = executed.results[0]
         if isinstance(result, InferdError):
             raise result
-        compute_ns = executed.input_ns + executed.infer_ns + executed.output_ns
+        input_ns, infer_ns, output_ns = executed.input_ns, executed.infer_ns, executed.output_ns
+        compute_ns = input_ns + infer_ns + output_ns
         timings.compute_start_ns = ended - compute_ns
-        self.stats.queue.add(ended - started - compute_ns)
-        self.stats.record_execution(
-            work.rows or 1, 1, executed.input_ns, executed.infer_ns, executed.output_ns
+        self.stats.log_execution(
+            work.rows, ended - started - compute_ns, input_ns, infer_ns, output_ns, ended
         )
         return result
 
@@ -120,6 +120,11 @@ class DynamicBatcher:
         self._in_flight: deque[_Batch] = deque()  # submitted, not yet delivered, in order
         self._timer: asyncio.TimerHandle | None = None  # the oldest request's queue delay
         self._closed = False
+
+    @property
+    def queue_limited(self) -> bool:
+        """Whether ``queue_full`` can ever answer: the default level's queue has a limit."""
+        return self.options.policies[max(self.options.default_level, 1) - 1].max_queue_size > 0
 
     def queue_full(self) -> Unavailable | None:
         """The error a request at the default priority would get now, if its queue is full:
