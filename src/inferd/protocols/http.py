@@ -15,9 +15,11 @@ import contextlib
 import gzip
 import logging
 import re
+import sys
 import time
+import types
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -140,10 +142,12 @@ class Route:
     stream: bool = False  # the handler reads ``request.chunks`` itself
     # Checks that need no body (a full queue): run before the body is read.
     admit: Callable[[dict[str, str]], None] | None = None
+    # Counted among the requests in progress (health, metrics and public pages never are).
+    counted: bool = field(init=False)
 
-    @property
-    def counted(self) -> bool:
-        return self.access not in (Access.PUBLIC, Access.HEALTH, Access.METRICS)
+    def __post_init__(self) -> None:
+        counted = self.access not in (Access.PUBLIC, Access.HEALTH, Access.METRICS)
+        object.__setattr__(self, "counted", counted)
 
 
 class Router:
@@ -209,6 +213,8 @@ class HttpApp:
         self.inflight = 0
         self.inflight_bytes = 0
         self.default_route = Route()
+        self._max_requests = self.limits.max_inflight_requests or sys.maxsize
+        self._max_bytes = self.limits.max_inflight_bytes or sys.maxsize
 
     async def __rsgi__(self, scope: Any, protocol: Any) -> None:
         if scope.proto != "http":
@@ -231,11 +237,23 @@ class HttpApp:
             route = self.router.routes.get(handler, self.default_route)
             if self.guard is not None:
                 cors = self.guard.check(method, headers, route.access)
-            declared = _declared_length(headers)
+            length = headers.get("content-length")
+            if length is None:
+                declared = 0
+            elif length.isdigit() and length.isascii():
+                declared = int(length)
+            else:
+                raise InvalidInput(f"Content-Length '{length[:40]}' is not a number")
             if route.counted:
-                self._admit(declared)
-                counted = True
+                if self.inflight >= self._max_requests or (
+                    declared
+                    and self.inflight_bytes + declared > self._max_bytes
+                    and self.inflight > 0
+                ):
+                    self._refuse()
+                self.inflight += 1
                 self.inflight_bytes += declared
+                counted = True
             if route.admit is not None:
                 route.admit(params)
             limit = route.max_body_bytes or self.limits.max_body_bytes
@@ -247,6 +265,12 @@ class HttpApp:
                 if declared > limit:
                     raise _too_large(declared, limit, route.limit_flag)
                 request.chunks = self._chunks(protocol, limit, route.limit_flag)
+            elif (
+                0 < declared <= WHOLE_BODY_BYTES
+                and declared <= limit
+                and ("content-encoding" not in headers)
+            ):  # the usual body, read in one call (as ``_read_body`` would, one frame less)
+                body = request.body = await _timed(protocol(), self.limits.body_timeout_s)
             else:
                 body = request.body = await self._read_body(
                     headers, protocol, declared, limit, route.limit_flag
@@ -318,25 +342,18 @@ class HttpApp:
             async for _ in self._chunks(protocol, DRAIN_MAX_BYTES, ""):
                 pass
 
-    def _admit(self, declared: int) -> None:
-        """Count a request in, or answer 503 at once (before its body is read)."""
+    def _refuse(self) -> None:
+        """Answer 503 at once (before the body is read): too much is in progress."""
         limits = self.limits
         if limits.max_inflight_requests and self.inflight >= limits.max_inflight_requests:
             raise Overloaded(
                 f"the server has {self.inflight} requests in progress "
                 f"(--max-inflight-requests {limits.max_inflight_requests}); retry later"
             )
-        if (
-            limits.max_inflight_bytes
-            and declared
-            and self.inflight_bytes + declared > limits.max_inflight_bytes
-            and self.inflight > 0
-        ):
-            raise Overloaded(
-                f"the server holds {self.inflight_bytes} bytes of request bodies in progress "
-                f"(--max-inflight-bytes {limits.max_inflight_bytes}); retry later"
-            )
-        self.inflight += 1
+        raise Overloaded(
+            f"the server holds {self.inflight_bytes} bytes of request bodies in progress "
+            f"(--max-inflight-bytes {limits.max_inflight_bytes}); retry later"
+        )
 
     async def _read_body(
         self, headers: Headers, protocol: Any, declared: int, limit: int, flag: str
@@ -387,15 +404,6 @@ class _Preflight(Exception):
     """Answered from the guard's CORS headers, with no route."""
 
 
-def _declared_length(headers: Headers) -> int:
-    length = headers.get("content-length")
-    if length is None:
-        return 0
-    if not length.isascii() or not length.isdigit():
-        raise InvalidInput(f"Content-Length '{length[:40]}' is not a number")
-    return int(length)
-
-
 def _too_large(size: int, limit: int, flag: str) -> PayloadTooLarge:
     return PayloadTooLarge(
         f"request body of {size} bytes exceeds the limit of {limit} bytes ({flag})"
@@ -404,6 +412,12 @@ def _too_large(size: int, limit: int, flag: str) -> PayloadTooLarge:
 
 async def _timed(work: Awaitable[T], timeout_s: float) -> T:
     """Await ``work``; RequestTimeout if it takes longer (a timer, no extra task)."""
+    steps = work.__await__()
+    try:  # a body already received needs no timer
+        waiting_on = next(steps)
+    except StopIteration as done:
+        result: T = done.value
+        return result
     task = asyncio.current_task()
     assert task is not None
     fired = False
@@ -415,7 +429,7 @@ async def _timed(work: Awaitable[T], timeout_s: float) -> T:
 
     handle = asyncio.get_running_loop().call_later(timeout_s, expire)
     try:
-        return await work
+        return await _resume(steps, waiting_on)
     except asyncio.CancelledError:
         if not fired:
             raise
@@ -438,6 +452,14 @@ async def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> T:
     connection costs more than the call of a small model."""
     if request.disconnected is None:
         return await work
+    # Run the work up to its first wait: a model that answers inline never waits, and then
+    # needs neither a timer nor a watch.
+    steps = work.__await__()
+    try:
+        waiting_on = next(steps)
+    except StopIteration as done:
+        result: T = done.value
+        return result
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
@@ -460,7 +482,7 @@ async def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> T:
 
     timer = loop.call_later(WATCH_AFTER_S, watch)
     try:
-        return await work
+        return await _resume(steps, waiting_on)
     except asyncio.CancelledError:
         if not left:
             raise
@@ -473,6 +495,36 @@ async def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> T:
             if gone is not None:
                 gone.remove_done_callback(on_gone)
                 gone.cancel()
+
+
+@types.coroutine
+def _resume(steps: Iterator[Any], waiting_on: Any) -> Generator[Any, Any, T]:
+    """Go on with an awaitable already run up to its first wait (``waiting_on``, what it
+    yielded to the task), as ``await`` would have (``yield from`` semantics: a plain iterator,
+    such as granian's futures, takes no sent values and has exceptions raised here)."""
+    while True:
+        try:
+            sent = yield waiting_on
+        except GeneratorExit:
+            close = getattr(steps, "close", None)
+            if close is not None:
+                close()
+            raise
+        except BaseException as exc:  # thrown in by the task: a cancellation
+            throw = getattr(steps, "throw", None)
+            if throw is None:
+                raise
+            try:
+                waiting_on = throw(exc)
+            except StopIteration as done:
+                result: T = done.value
+                return result
+        else:
+            try:
+                waiting_on = next(steps) if sent is None else steps.send(sent)  # type: ignore[attr-defined]
+            except StopIteration as done:
+                result = done.value
+                return result
 
 
 def _decompress(encoding: str, body: bytes, limit: int) -> bytes:

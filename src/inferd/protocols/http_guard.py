@@ -48,9 +48,11 @@ class HttpGuard:
         cors_allow_origin: Sequence[str] = (),
     ) -> None:
         self.policy = policy
-        self._check = {
-            a: policy.needs_token(a) or (a is Access.ADMIN and policy.admin_off()) for a in Access
-        }
+        # A tuple, not a dict: ``in`` compares enum members by identity, in C (an Enum's
+        # hash is Python code).
+        self._check = tuple(
+            a for a in Access if policy.needs_token(a) or (a is Access.ADMIN and policy.admin_off())
+        )
         names = [h.strip().lower() for h in allowed_hosts if h.strip()]
         if "*" in names:
             self._hosts: frozenset[str] | None = None
@@ -80,7 +82,7 @@ class HttpGuard:
                     f"Content-Type '{kind}' is not accepted by the admin API: send "
                     "application/json (or the archive's own type for uploads)"
                 )
-        if self._check[access]:
+        if access in self._check:
             self.policy.check(access, headers.get("authorization"))
         return cors
 
