@@ -14,6 +14,7 @@ import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +94,9 @@ class DataPlane:
         self._shadows: set[asyncio.Task[None]] = set()
         # Regions clients registered (Triton's system shared memory extension).
         self.shared_memory = SystemSharedMemory()
+        # The model names whose queue has a size limit, kept current by the registry: only
+        # these need ``admit`` before a frontend reads a body (read-only here).
+        self.queue_limited: AbstractSet[str] = registry.queue_limited
 
     # ------------------------------------------------------------------ health and metadata
 
@@ -217,6 +221,8 @@ class DataPlane:
     def admit(self, name: str, version: str = "") -> None:
         """Unavailable at once when the model's queue is full (checked before a frontend
         reads and decodes the body); anything else wrong is left to ``infer`` to say."""
+        if name not in self.queue_limited:
+            return
         try:
             model = self.registry.get(name, version)
         except InferdError:

@@ -52,16 +52,25 @@ class Registry:
     def __init__(self) -> None:
         self._models: dict[str, ModelRecord] = {}
         self._routing: dict[str, ModelRouting] = {}
+        # Models with a version whose queue has a size limit: the only ones a frontend must
+        # ask about before it reads a request's body (``DataPlane.admit``).
+        self.queue_limited: set[str] = set()
 
     def put(self, record: ModelRecord) -> None:
         self._models[record.name] = record
+        if any(getattr(v.scheduler, "queue_limited", False) for v in record.versions.values()):
+            self.queue_limited.add(record.name)
+        else:
+            self.queue_limited.discard(record.name)
 
     def remove(self, name: str) -> ModelRecord | None:
+        self.queue_limited.discard(name)
         return self._models.pop(name, None)
 
     def forget(self, name: str) -> ModelRecord | None:
         """Remove a model and its routing state (it left the repository)."""
         self._routing.pop(name, None)
+        self.queue_limited.discard(name)
         return self._models.pop(name, None)
 
     def routing(self, name: str) -> ModelRouting:

@@ -21,19 +21,22 @@ from inferd.errors import InvalidInput
 _LEN = struct.Struct("<I")
 MAX_DIMS = 32  # numpy allows 64; no model takes more
 MAX_ELEMENTS = 1 << 40  # per tensor, counting zero-sized dimensions as 1
+_INT_ONLY = frozenset({int})
+FEW_VALUES = 64  # up to this many values a check runs on Python floats, not numpy calls
 
 
 def check_shape(name: str, shape: Any) -> tuple[int, ...]:
-    if not isinstance(shape, list | tuple) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    # Whole-list checks (no per-dimension Python code): only ints (not bools), none negative.
+    if (
+        not isinstance(shape, list | tuple)
+        or not {*map(type, shape)} <= _INT_ONLY
+        or (shape and min(shape) < 0)
     ):
         raise InvalidInput(f"input '{name}': shape must be a list of non-negative integers")
     if len(shape) > MAX_DIMS:
         raise InvalidInput(f"input '{name}': shape has {len(shape)} dimensions, at most {MAX_DIMS}")
-    bound = 1
-    for d in shape:  # zero-sized dimensions do not make the others harmless to numpy
-        bound *= max(d, 1)
-    if bound > MAX_ELEMENTS:
+    # Zero-sized dimensions do not make the others harmless to numpy: bound the rest.
+    if math.prod(filter(None, shape)) > MAX_ELEMENTS:
         raise InvalidInput(f"input '{name}': shape {list(shape)} is too large")
     return tuple(shape)
 
@@ -56,7 +59,8 @@ def from_json_data(name: str, datatype: DataType, shape: tuple[int, ...], data: 
             raise InvalidInput(
                 f"input '{name}': data is not a (nested) list of {datatype.name} values"
             ) from None
-        check_finite(name, datatype, array)
+        if array.dtype.kind == "f":
+            check_finite(name, datatype, array)
     if array.size != count:
         raise InvalidInput(
             f"input '{name}': shape {list(shape)} needs {count} values, got {array.size}"
@@ -66,7 +70,13 @@ def from_json_data(name: str, datatype: DataType, shape: tuple[int, ...], data: 
 
 def check_finite(name: str, datatype: DataType, array: np.ndarray) -> None:
     """JSON has no NaN or infinity: one in a float array was a null or out of range."""
-    if array.dtype.kind == "f" and array.size and not np.isfinite(array).all():
+    if array.dtype.kind != "f" or not array.size:
+        return
+    if array.size <= FEW_VALUES:  # cheaper than two numpy calls on a handful of values
+        finite = all(map(math.isfinite, array.ravel().tolist()))
+    else:
+        finite = bool(np.isfinite(array).all())
+    if not finite:
         raise InvalidInput(
             f"input '{name}': data holds null or a value outside the range of {datatype.name}"
         )

@@ -238,6 +238,7 @@ class V2Http:
 
     def __init__(self, plane: DataPlane) -> None:
         self.plane = plane
+        self._queue_limited = plane.queue_limited
 
     def register(self, router: Router) -> None:
         router.add("POST", _MODEL + "/infer", self.infer, admit=self.admit)
@@ -273,14 +274,15 @@ class V2Http:
 
     def admit(self, params: dict[str, str]) -> None:
         """Before the body is read: 503 at once when the model's queue is full."""
-        if "label" not in params:
+        if "label" not in params and params["model"] in self._queue_limited:
             self.plane.admit(params["model"], params.get("version", ""))
 
     async def infer(self, request: HttpRequest) -> HttpResponse:
         model, version = request.params["model"], request.params.get("version", "")
         regions = self.plane.shared_memory
         if len(request.body) <= OFFLOAD_BYTES:
-            infer_request = _decode(request, model, version, regions)
+            doc, binary = _split_body(request)
+            infer_request = decode_request(doc, binary, model, version, regions)
         else:  # a large body: cheap checks first, then decoded off the event loop
             if HEADER_LENGTH not in request.headers and "label" not in request.params:
                 self._check_value_count(request.body, model, version)
