@@ -40,6 +40,10 @@ _OK_TRAILERS = nghttp2.Headers([(b"grpc-status", b"0")])
 _OK_HEADERS = nghttp2.Headers(_RESPONSE_HEADERS)
 STREAM_BUFFER_BYTES = 4 * 1024 * 1024  # a streaming call waits when this much is unsent
 _OVER_LIMIT = "Concurrent RPC limit exceeded!"  # grpcio's words
+_FrameHd = nghttp2.FrameHd
+_uint32 = ctypes.c_uint32
+_memmove = ctypes.memmove
+_LAST_DATA = nghttp2.DATA_FLAG_EOF | nghttp2.DATA_FLAG_NO_END_STREAM  # trailers follow
 
 
 def _same(data: Any) -> Any:
@@ -60,28 +64,31 @@ class Connection(asyncio.Protocol):
         self.peer = "unknown"
         self._paused = False
         self._closed = False
+        self._flush_pending = False
         self._session = ctypes.c_void_p()
         # ctypes callbacks must outlive the session: keep them on the connection.
         self._callbacks = (
+            nghttp2.FrameCallback(self._on_begin_headers),
             nghttp2.HeaderCallback(self._on_header),
             nghttp2.FrameCallback(self._on_frame_recv),
             nghttp2.DataChunkCallback(self._on_data_chunk),
             nghttp2.StreamCloseCallback(self._on_stream_close),
         )
+        self._receiving: Stream | None = None  # the stream whose header block is arriving
         self._read_callback = nghttp2.ReadCallback(self._on_read)
         self._provider = nghttp2.DataProvider(nghttp2.DataSource(0), self._read_callback)
         callbacks = ctypes.c_void_p()
         lib.nghttp2_session_callbacks_new(ctypes.byref(callbacks))
         try:
             for name, callback in zip(
-                ("on_header", "on_frame_recv", "on_data_chunk_recv"),
+                ("on_begin_headers", "on_header", "on_frame_recv", "on_data_chunk_recv"),
                 self._callbacks,
                 strict=False,
             ):
                 setter = getattr(lib, f"nghttp2_session_callbacks_set_{name}_callback")
                 setter(callbacks, ctypes.cast(callback, ctypes.c_void_p))
             lib.nghttp2_session_callbacks_set_on_stream_close_callback(
-                callbacks, ctypes.cast(self._callbacks[3], ctypes.c_void_p)
+                callbacks, ctypes.cast(self._callbacks[4], ctypes.c_void_p)
             )
             if lib.nghttp2_session_server_new(ctypes.byref(self._session), callbacks, None) != 0:
                 raise MemoryError("nghttp2_session_server_new failed")
@@ -131,9 +138,11 @@ class Connection(asyncio.Protocol):
         ready, self._ready = self._ready, []
         for stream in ready:
             self._start(stream)
-        self.flush()
         if done < 0:
+            self.flush()
             self._close()
+        else:
+            self._flush_soon()
 
     def eof_received(self) -> bool | None:
         self._close()
@@ -157,8 +166,16 @@ class Connection(asyncio.Protocol):
         self._paused = False
         self.flush()
 
+    def _flush_soon(self) -> None:
+        """Flush once the loop has run what is ready: a call that the bytes just received
+        started, and finishes without waiting, is answered by the same flush."""
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.loop.call_soon(self.flush)
+
     def flush(self) -> None:
         """Write what nghttp2 has serialized, in one write."""
+        self._flush_pending = False
         if self._paused or self._closed or self.transport is None:
             return
         lib, session = self.lib, self._session
@@ -204,30 +221,37 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ nghttp2 callbacks
 
+    def _on_begin_headers(self, session: Any, frame: int, user: Any) -> int:
+        # A header block arrives whole (HTTP/2 interleaves no frames inside one), so the
+        # headers that follow are this stream's.
+        sid = _FrameHd.from_address(frame).stream_id
+        stream = self.streams.get(sid)
+        if stream is None:
+            stream = self.streams[sid] = Stream(sid, self.server.max_message_bytes)
+        self._receiving = stream
+        return 0
+
     def _on_header(
         self,
         session: Any,
         frame: Any,
-        name: int,
+        key: bytes,
         namelen: int,
-        value: int,
+        text: bytes,
         valuelen: int,
         flags: int,
         user: Any,
     ) -> int:
-        sid = frame.contents.stream_id
-        stream = self.streams.get(sid)
-        if stream is None:
-            stream = self.streams[sid] = Stream(sid, self.server.max_message_bytes)
-        key = ctypes.string_at(name, namelen)
-        text = ctypes.string_at(value, valuelen)
+        stream = self._receiving
+        if stream is None or len(key) != namelen or len(text) != valuelen:
+            return nghttp2.ERR_TEMPORAL_CALLBACK_FAILURE  # a NUL inside: nghttp2 refuses those
         if key == b":path":
             stream.path = text.decode("latin-1")
         stream.headers.append((key, text))
         return 0
 
-    def _on_frame_recv(self, session: Any, frame: Any, user: Any) -> int:
-        hd = frame.contents
+    def _on_frame_recv(self, session: Any, frame: int, user: Any) -> int:
+        hd = _FrameHd.from_address(frame)
         if hd.type not in (nghttp2.HEADERS, nghttp2.DATA):
             return 0
         stream = self.streams.get(hd.stream_id)
@@ -270,6 +294,8 @@ class Connection(asyncio.Protocol):
         stream = self.streams.pop(sid, None)
         if stream is None:
             return 0
+        if stream is self._receiving:
+            self._receiving = None
         if stream.deadline is not None:
             stream.deadline.cancel()
         call = stream.call
@@ -282,9 +308,9 @@ class Connection(asyncio.Protocol):
         self,
         session: Any,
         sid: int,
-        buf: Any,
+        buf: int,
         length: int,
-        flags: Any,
+        flags: int,
         source: Any,
         user: Any,
     ) -> int:
@@ -293,13 +319,15 @@ class Connection(asyncio.Protocol):
             return nghttp2.ERR_CALLBACK_FAILURE
         written = 0
         out = stream.out
-        address = ctypes.addressof(buf.contents)
         while out and written < length:
             chunk = out[0]
             offset = stream.out_offset
             take = min(len(chunk) - offset, length - written)
-            source_address = ctypes.cast(ctypes.c_char_p(chunk), ctypes.c_void_p).value or 0
-            ctypes.memmove(address + written, source_address + offset, take)
+            if offset:
+                source = ctypes.cast(ctypes.c_char_p(chunk), ctypes.c_void_p).value or 0
+                _memmove(buf + written, source + offset, take)
+            else:  # ctypes passes the bytes' own buffer
+                _memmove(buf + written, chunk, take)
             written += take
             if offset + take == len(chunk):
                 out.popleft()
@@ -307,7 +335,7 @@ class Connection(asyncio.Protocol):
             else:
                 stream.out_offset = offset + take
         if not out and stream.eof:
-            flags[0] = nghttp2.DATA_FLAG_EOF | nghttp2.DATA_FLAG_NO_END_STREAM
+            _uint32.from_address(flags).value = _LAST_DATA
             trailers = stream.trailers
             if trailers:
                 submitted = nghttp2.Headers(trailers)
@@ -386,7 +414,7 @@ class Connection(asyncio.Protocol):
             if stream.deadline is not None:
                 stream.deadline.cancel()
             context.run_done_callbacks()
-            self.flush()
+            self._flush_soon()
 
     def _check_request(self, stream: Stream) -> None:
         content_type = stream.header(b"content-type")
