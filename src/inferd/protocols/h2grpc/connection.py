@@ -77,6 +77,9 @@ class Connection(asyncio.Protocol):
         self._receiving: Stream | None = None  # the stream whose header block is arriving
         self._read_callback = nghttp2.ReadCallback(self._on_read)
         self._provider = nghttp2.DataProvider(nghttp2.DataSource(0), self._read_callback)
+        self._provider_ref = ctypes.byref(self._provider)
+        self._sent = ctypes.c_void_p()  # where nghttp2_session_mem_send puts its bytes
+        self._sent_ref = ctypes.byref(self._sent)
         callbacks = ctypes.c_void_p()
         lib.nghttp2_session_callbacks_new(ctypes.byref(callbacks))
         try:
@@ -179,10 +182,10 @@ class Connection(asyncio.Protocol):
         if self._paused or self._closed or self.transport is None:
             return
         lib, session = self.lib, self._session
-        pointer = ctypes.c_void_p()
+        pointer = self._sent
         parts = []
         while True:
-            size = lib.nghttp2_session_mem_send(session, ctypes.byref(pointer))
+            size = lib.nghttp2_session_mem_send(session, self._sent_ref)
             if size <= 0:
                 if not self._resets:
                     break
@@ -369,7 +372,8 @@ class Connection(asyncio.Protocol):
             if stream.ended:
                 incoming.put_nowait(None)
         server.active_calls += 1
-        stream.call = self.loop.create_task(self._run(stream, handler))
+        # Named after the method: an unnamed task formats a "Task-<n>" name of its own.
+        stream.call = self.loop.create_task(self._run(stream, handler), name=stream.path)
         stream.call.add_done_callback(self._call_done)
 
     def _call_done(self, _: asyncio.Task[None]) -> None:
@@ -377,17 +381,26 @@ class Connection(asyncio.Protocol):
 
     async def _run(self, stream: Stream, handler: Any) -> None:
         timeout = None
+        content_type = b""
         for key, value in stream.headers:
-            if key == b"grpc-timeout":
+            if key == b"content-type":
+                content_type = value
+            elif key == b"grpc-timeout":
                 timeout = parse_timeout(value.decode("latin-1"))
                 if timeout is not None:
                     stream.deadline = self.loop.call_later(timeout, self._expire, stream)
         context = Context(stream, self.peer, timeout)
         try:
-            handler = await self.server.intercepted(handler, stream, context)
+            server = self.server
+            if server.interceptors and server.intercepts(stream.path):
+                handler = await server.intercepted(handler, stream, context)
             if handler is None:
                 raise CallError(grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {stream.path}")
-            self._check_request(stream)
+            if not content_type.startswith(b"application/grpc"):
+                raise CallError(
+                    grpc.StatusCode.INTERNAL,
+                    f"unexpected content-type '{content_type.decode('latin-1')}'",
+                )
             if handler.response_streaming:
                 await self._stream_out(stream, handler, context)
             else:
@@ -415,11 +428,6 @@ class Connection(asyncio.Protocol):
                 stream.deadline.cancel()
             context.run_done_callbacks()
             self._flush_soon()
-
-    def _check_request(self, stream: Stream) -> None:
-        content_type = stream.header(b"content-type")
-        if not content_type.startswith("application/grpc"):
-            raise CallError(grpc.StatusCode.INTERNAL, f"unexpected content-type '{content_type}'")
 
     def _message(self, stream: Stream, item: tuple[bool, bytes | bytearray]) -> bytes | bytearray:
         compressed, data = item
@@ -499,15 +507,14 @@ class Connection(asyncio.Protocol):
         if stream.responded:
             return
         stream.responded = True
-        provider = self._provider
         if initial:
             headers = nghttp2.Headers(_RESPONSE_HEADERS + initial)
             self.lib.nghttp2_submit_response(
-                self._session, stream.sid, headers.array, headers.count, ctypes.byref(provider)
+                self._session, stream.sid, headers.array, headers.count, self._provider_ref
             )
         else:
             self.lib.nghttp2_submit_response(
-                self._session, stream.sid, _OK_HEADERS.array, 2, ctypes.byref(provider)
+                self._session, stream.sid, _OK_HEADERS.array, 2, self._provider_ref
             )
 
     def _respond(self, stream: Stream, payload: bytes, context: Context) -> None:
