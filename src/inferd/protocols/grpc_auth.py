@@ -71,6 +71,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         """Whether any call can be refused (else the server runs without the interceptor)."""
         return any(self._checked.values())
 
+    def passes(self, method: str) -> bool:
+        """Whether calls to ``method`` pass unchecked (the native server then skips this
+        interceptor for them; it would only call its continuation)."""
+        return not self._checked[access_of(method)]
+
     async def intercept_service(
         self,
         continuation: Callable[[Any], Awaitable[Any]],

@@ -26,6 +26,9 @@ from inferd.types import InferRequest, InferResponse, Parameters, RequestedOutpu
 
 REGION = shm_tensors.REGION
 
+# Repeated fields are read as slices (``field[:]``, a list): iterating one directly ends in
+# an IndexError raised and caught inside protobuf, which costs more than the loop.
+
 # Below this size a request is parsed by protobuf alone: cutting fields out costs more.
 SPLIT_ABOVE_BYTES = 64 * 1024
 
@@ -80,7 +83,7 @@ def parse_infer_request(data: bytes) -> WireInferRequest:
             head, raws = split
             return WireInferRequest(pb.ModelInferRequest.FromString(head), raws)
     message = pb.ModelInferRequest.FromString(data)
-    return WireInferRequest(message, list(message.raw_input_contents))
+    return WireInferRequest(message, [*message.raw_input_contents[:]])
 
 
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -132,12 +135,13 @@ def decode_request(
     message, raws = wire.message, wire.raw_inputs
     if not message.model_name:
         raise InvalidInput("'model_name' is missing")
+    tensors = message.inputs[:]
     in_shm = (
-        [bool(t.parameters) and REGION in t.parameters for t in message.inputs]
+        [bool(t.parameters) and REGION in t.parameters for t in tensors]
         if regions is not None
         else []
     )
-    on_wire = len(message.inputs) - sum(in_shm)
+    on_wire = len(tensors) - sum(in_shm)
     if raws and len(raws) != on_wire:
         raise InvalidInput(
             f"raw_input_contents has {len(raws)} entries but the request has "
@@ -146,14 +150,14 @@ def decode_request(
     inputs: Tensors = {}
     input_parameters: dict[str, Parameters] = {}
     raw_index = 0
-    for index, tensor in enumerate(message.inputs):
+    for index, tensor in enumerate(tensors):
         name = tensor.name
         if not name:
             raise InvalidInput(f"inputs[{index}]: 'name' is missing")
         if name in inputs:
             raise InvalidInput(f"input '{name}' is given twice")
         datatype = _datatype(name, tensor.datatype)
-        shape = codecs.check_shape(name, list(tensor.shape))
+        shape = codecs.check_shape(name, tensor.shape[:])
         if in_shm and in_shm[index]:
             params = parameters_to_dict(tensor.parameters)
             if tensor.HasField("contents"):
@@ -175,7 +179,9 @@ def decode_request(
             inputs[name] = _from_contents(name, datatype, shape, tensor)
         if tensor.parameters:
             input_parameters[name] = parameters_to_dict(tensor.parameters)
-    outputs = [RequestedOutput(o.name, parameters_to_dict(o.parameters)) for o in message.outputs]
+    outputs = [
+        RequestedOutput(o.name, parameters_to_dict(o.parameters)) for o in message.outputs[:]
+    ]
     return InferRequest(
         model_name=message.model_name,
         model_version=message.model_version,

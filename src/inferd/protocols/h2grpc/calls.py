@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 
 _PREFIX = struct.Struct(">BI")
+_string_at = ctypes.string_at
 SMALL_MESSAGE_BYTES = 64 * 1024  # smaller messages are handed over as bytes
 _RESERVED = {b"te", b"content-type", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding"}
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
@@ -59,6 +60,24 @@ class Reader:
 
     def feed(self, pointer: int, length: int, out: list[tuple[bool, bytes | bytearray]]) -> None:
         """Consume ``length`` bytes at ``pointer``; complete messages go to ``out``."""
+        if self._body is None and not self._head and 5 <= length <= SMALL_MESSAGE_BYTES:
+            # The usual chunk: whole small messages. One copy out of nghttp2's buffer.
+            data = _string_at(pointer, length)
+            pos = 0
+            while length - pos >= 5:
+                flag, size = _PREFIX.unpack_from(data, pos)
+                if size > self.limit:
+                    raise CallError(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"Received message larger than max ({size} vs. {self.limit})",
+                    )
+                end = pos + 5 + size
+                if end > length:
+                    break
+                out.append((bool(flag), data[pos + 5 : end]))
+                pos = end
+            pointer += pos
+            length -= pos
         while length:
             body = self._body
             if body is None:

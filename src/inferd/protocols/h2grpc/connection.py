@@ -40,6 +40,10 @@ _OK_TRAILERS = nghttp2.Headers([(b"grpc-status", b"0")])
 _OK_HEADERS = nghttp2.Headers(_RESPONSE_HEADERS)
 STREAM_BUFFER_BYTES = 4 * 1024 * 1024  # a streaming call waits when this much is unsent
 _OVER_LIMIT = "Concurrent RPC limit exceeded!"  # grpcio's words
+_FrameHd = nghttp2.FrameHd
+_uint32 = ctypes.c_uint32
+_memmove = ctypes.memmove
+_LAST_DATA = nghttp2.DATA_FLAG_EOF | nghttp2.DATA_FLAG_NO_END_STREAM  # trailers follow
 
 
 def _same(data: Any) -> Any:
@@ -60,28 +64,34 @@ class Connection(asyncio.Protocol):
         self.peer = "unknown"
         self._paused = False
         self._closed = False
+        self._flush_pending = False
         self._session = ctypes.c_void_p()
         # ctypes callbacks must outlive the session: keep them on the connection.
         self._callbacks = (
+            nghttp2.FrameCallback(self._on_begin_headers),
             nghttp2.HeaderCallback(self._on_header),
             nghttp2.FrameCallback(self._on_frame_recv),
             nghttp2.DataChunkCallback(self._on_data_chunk),
             nghttp2.StreamCloseCallback(self._on_stream_close),
         )
+        self._receiving: Stream | None = None  # the stream whose header block is arriving
         self._read_callback = nghttp2.ReadCallback(self._on_read)
         self._provider = nghttp2.DataProvider(nghttp2.DataSource(0), self._read_callback)
+        self._provider_ref = ctypes.byref(self._provider)
+        self._sent = ctypes.c_void_p()  # where nghttp2_session_mem_send puts its bytes
+        self._sent_ref = ctypes.byref(self._sent)
         callbacks = ctypes.c_void_p()
         lib.nghttp2_session_callbacks_new(ctypes.byref(callbacks))
         try:
             for name, callback in zip(
-                ("on_header", "on_frame_recv", "on_data_chunk_recv"),
+                ("on_begin_headers", "on_header", "on_frame_recv", "on_data_chunk_recv"),
                 self._callbacks,
                 strict=False,
             ):
                 setter = getattr(lib, f"nghttp2_session_callbacks_set_{name}_callback")
                 setter(callbacks, ctypes.cast(callback, ctypes.c_void_p))
             lib.nghttp2_session_callbacks_set_on_stream_close_callback(
-                callbacks, ctypes.cast(self._callbacks[3], ctypes.c_void_p)
+                callbacks, ctypes.cast(self._callbacks[4], ctypes.c_void_p)
             )
             if lib.nghttp2_session_server_new(ctypes.byref(self._session), callbacks, None) != 0:
                 raise MemoryError("nghttp2_session_server_new failed")
@@ -131,9 +141,11 @@ class Connection(asyncio.Protocol):
         ready, self._ready = self._ready, []
         for stream in ready:
             self._start(stream)
-        self.flush()
         if done < 0:
+            self.flush()
             self._close()
+        else:
+            self._flush_soon()
 
     def eof_received(self) -> bool | None:
         self._close()
@@ -157,15 +169,23 @@ class Connection(asyncio.Protocol):
         self._paused = False
         self.flush()
 
+    def _flush_soon(self) -> None:
+        """Flush once the loop has run what is ready: a call that the bytes just received
+        started, and finishes without waiting, is answered by the same flush."""
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.loop.call_soon(self.flush)
+
     def flush(self) -> None:
         """Write what nghttp2 has serialized, in one write."""
+        self._flush_pending = False
         if self._paused or self._closed or self.transport is None:
             return
         lib, session = self.lib, self._session
-        pointer = ctypes.c_void_p()
+        pointer = self._sent
         parts = []
         while True:
-            size = lib.nghttp2_session_mem_send(session, ctypes.byref(pointer))
+            size = lib.nghttp2_session_mem_send(session, self._sent_ref)
             if size <= 0:
                 if not self._resets:
                     break
@@ -204,30 +224,37 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ nghttp2 callbacks
 
+    def _on_begin_headers(self, session: Any, frame: int, user: Any) -> int:
+        # A header block arrives whole (HTTP/2 interleaves no frames inside one), so the
+        # headers that follow are this stream's.
+        sid = _FrameHd.from_address(frame).stream_id
+        stream = self.streams.get(sid)
+        if stream is None:
+            stream = self.streams[sid] = Stream(sid, self.server.max_message_bytes)
+        self._receiving = stream
+        return 0
+
     def _on_header(
         self,
         session: Any,
         frame: Any,
-        name: int,
+        key: bytes,
         namelen: int,
-        value: int,
+        text: bytes,
         valuelen: int,
         flags: int,
         user: Any,
     ) -> int:
-        sid = frame.contents.stream_id
-        stream = self.streams.get(sid)
-        if stream is None:
-            stream = self.streams[sid] = Stream(sid, self.server.max_message_bytes)
-        key = ctypes.string_at(name, namelen)
-        text = ctypes.string_at(value, valuelen)
+        stream = self._receiving
+        if stream is None or len(key) != namelen or len(text) != valuelen:
+            return nghttp2.ERR_TEMPORAL_CALLBACK_FAILURE  # a NUL inside: nghttp2 refuses those
         if key == b":path":
             stream.path = text.decode("latin-1")
         stream.headers.append((key, text))
         return 0
 
-    def _on_frame_recv(self, session: Any, frame: Any, user: Any) -> int:
-        hd = frame.contents
+    def _on_frame_recv(self, session: Any, frame: int, user: Any) -> int:
+        hd = _FrameHd.from_address(frame)
         if hd.type not in (nghttp2.HEADERS, nghttp2.DATA):
             return 0
         stream = self.streams.get(hd.stream_id)
@@ -270,6 +297,8 @@ class Connection(asyncio.Protocol):
         stream = self.streams.pop(sid, None)
         if stream is None:
             return 0
+        if stream is self._receiving:
+            self._receiving = None
         if stream.deadline is not None:
             stream.deadline.cancel()
         call = stream.call
@@ -282,9 +311,9 @@ class Connection(asyncio.Protocol):
         self,
         session: Any,
         sid: int,
-        buf: Any,
+        buf: int,
         length: int,
-        flags: Any,
+        flags: int,
         source: Any,
         user: Any,
     ) -> int:
@@ -293,13 +322,15 @@ class Connection(asyncio.Protocol):
             return nghttp2.ERR_CALLBACK_FAILURE
         written = 0
         out = stream.out
-        address = ctypes.addressof(buf.contents)
         while out and written < length:
             chunk = out[0]
             offset = stream.out_offset
             take = min(len(chunk) - offset, length - written)
-            source_address = ctypes.cast(ctypes.c_char_p(chunk), ctypes.c_void_p).value or 0
-            ctypes.memmove(address + written, source_address + offset, take)
+            if offset:
+                source = ctypes.cast(ctypes.c_char_p(chunk), ctypes.c_void_p).value or 0
+                _memmove(buf + written, source + offset, take)
+            else:  # ctypes passes the bytes' own buffer
+                _memmove(buf + written, chunk, take)
             written += take
             if offset + take == len(chunk):
                 out.popleft()
@@ -307,7 +338,7 @@ class Connection(asyncio.Protocol):
             else:
                 stream.out_offset = offset + take
         if not out and stream.eof:
-            flags[0] = nghttp2.DATA_FLAG_EOF | nghttp2.DATA_FLAG_NO_END_STREAM
+            _uint32.from_address(flags).value = _LAST_DATA
             trailers = stream.trailers
             if trailers:
                 submitted = nghttp2.Headers(trailers)
@@ -341,7 +372,8 @@ class Connection(asyncio.Protocol):
             if stream.ended:
                 incoming.put_nowait(None)
         server.active_calls += 1
-        stream.call = self.loop.create_task(self._run(stream, handler))
+        # Named after the method: an unnamed task formats a "Task-<n>" name of its own.
+        stream.call = self.loop.create_task(self._run(stream, handler), name=stream.path)
         stream.call.add_done_callback(self._call_done)
 
     def _call_done(self, _: asyncio.Task[None]) -> None:
@@ -349,17 +381,26 @@ class Connection(asyncio.Protocol):
 
     async def _run(self, stream: Stream, handler: Any) -> None:
         timeout = None
+        content_type = b""
         for key, value in stream.headers:
-            if key == b"grpc-timeout":
+            if key == b"content-type":
+                content_type = value
+            elif key == b"grpc-timeout":
                 timeout = parse_timeout(value.decode("latin-1"))
                 if timeout is not None:
                     stream.deadline = self.loop.call_later(timeout, self._expire, stream)
         context = Context(stream, self.peer, timeout)
         try:
-            handler = await self.server.intercepted(handler, stream, context)
+            server = self.server
+            if server.interceptors and server.intercepts(stream.path):
+                handler = await server.intercepted(handler, stream, context)
             if handler is None:
                 raise CallError(grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {stream.path}")
-            self._check_request(stream)
+            if not content_type.startswith(b"application/grpc"):
+                raise CallError(
+                    grpc.StatusCode.INTERNAL,
+                    f"unexpected content-type '{content_type.decode('latin-1')}'",
+                )
             if handler.response_streaming:
                 await self._stream_out(stream, handler, context)
             else:
@@ -386,12 +427,7 @@ class Connection(asyncio.Protocol):
             if stream.deadline is not None:
                 stream.deadline.cancel()
             context.run_done_callbacks()
-            self.flush()
-
-    def _check_request(self, stream: Stream) -> None:
-        content_type = stream.header(b"content-type")
-        if not content_type.startswith("application/grpc"):
-            raise CallError(grpc.StatusCode.INTERNAL, f"unexpected content-type '{content_type}'")
+            self._flush_soon()
 
     def _message(self, stream: Stream, item: tuple[bool, bytes | bytearray]) -> bytes | bytearray:
         compressed, data = item
@@ -471,15 +507,14 @@ class Connection(asyncio.Protocol):
         if stream.responded:
             return
         stream.responded = True
-        provider = self._provider
         if initial:
             headers = nghttp2.Headers(_RESPONSE_HEADERS + initial)
             self.lib.nghttp2_submit_response(
-                self._session, stream.sid, headers.array, headers.count, ctypes.byref(provider)
+                self._session, stream.sid, headers.array, headers.count, self._provider_ref
             )
         else:
             self.lib.nghttp2_submit_response(
-                self._session, stream.sid, _OK_HEADERS.array, 2, ctypes.byref(provider)
+                self._session, stream.sid, _OK_HEADERS.array, 2, self._provider_ref
             )
 
     def _respond(self, stream: Stream, payload: bytes, context: Context) -> None:

@@ -40,6 +40,7 @@ FLAG_NONE = 0x0
 DATA_FLAG_EOF = 0x01
 DATA_FLAG_NO_END_STREAM = 0x02
 ERR_DEFERRED = -508
+ERR_TEMPORAL_CALLBACK_FAILURE = -521  # resets the stream, the session goes on
 ERR_CALLBACK_FAILURE = -902
 
 # Settings ids.
@@ -83,15 +84,11 @@ class DataSource(Union):
     _fields_ = [("fd", c_int), ("ptr", c_void_p)]
 
 
+# Callback arguments are plain ints (c_void_p, c_char_p: bytes) rather than POINTER(...) types:
+# ctypes builds a new pointer object for each POINTER argument of each call, which cost more
+# than the rest of a header callback. Frames are read with ``FrameHd.from_address``.
 ReadCallback = CFUNCTYPE(
-    c_ssize_t,
-    c_void_p,
-    c_int32,
-    POINTER(c_uint8),
-    c_size_t,
-    POINTER(c_uint32),
-    POINTER(DataSource),
-    c_void_p,
+    c_ssize_t, c_void_p, c_int32, c_void_p, c_size_t, c_void_p, c_void_p, c_void_p
 )
 
 
@@ -103,9 +100,11 @@ class SettingsEntry(Structure):
     _fields_ = [("settings_id", c_int32), ("value", c_uint32)]
 
 
-FrameCallback = CFUNCTYPE(c_int, c_void_p, POINTER(FrameHd), c_void_p)
+FrameCallback = CFUNCTYPE(c_int, c_void_p, c_void_p, c_void_p)
+# nghttp2 hands each header's name and value NUL-terminated (it rejects NUL inside them unless
+# told not to check headers), so ctypes can make them bytes without a string_at call each.
 HeaderCallback = CFUNCTYPE(
-    c_int, c_void_p, POINTER(FrameHd), c_void_p, c_size_t, c_void_p, c_size_t, c_uint8, c_void_p
+    c_int, c_void_p, c_void_p, c_char_p, c_size_t, c_char_p, c_size_t, c_uint8, c_void_p
 )
 DataChunkCallback = CFUNCTYPE(c_int, c_void_p, c_uint8, c_int32, c_void_p, c_size_t, c_void_p)
 StreamCloseCallback = CFUNCTYPE(c_int, c_void_p, c_int32, c_uint32, c_void_p)

@@ -67,6 +67,7 @@ class NativeGrpcServer(grpc.aio.Server):  # type: ignore[misc]
         self.active_calls = 0
         self.connections: set[Connection] = set()
         self._methods: dict[str, Any] = {}
+        self._intercepts: dict[str, bool] = {}  # registered method -> any interceptor runs
         self._generic: list[Any] = []
         self._sockets: list[tuple[socket.socket, ssl.SSLContext | None]] = []
         self._servers: list[asyncio.AbstractServer] = []
@@ -91,6 +92,19 @@ class NativeGrpcServer(grpc.aio.Server):  # type: ignore[misc]
             if handler is not None:
                 return handler
         return None
+
+    def intercepts(self, path: str) -> bool:
+        """Whether the interceptors must see a call to ``path``. An interceptor with a
+        ``passes(method)`` that answers True for it would only call its continuation."""
+        found = self._intercepts.get(path)
+        if found is None:
+            found = any(
+                not (callable(passes := getattr(i, "passes", None)) and passes(path))
+                for i in self.interceptors
+            )
+            if path in self._methods:  # a bounded set, unlike the paths clients send
+                self._intercepts[path] = found
+        return found
 
     async def intercepted(self, handler: Any, stream: Stream, context: Context) -> Any:
         """The handler after the interceptors had their say (None: no such method)."""
