@@ -35,6 +35,7 @@ from typing import Any
 
 from inferd.errors import InferdError, InternalError, Unavailable
 from inferd.scheduling.channel import Channel
+from inferd.scheduling.eager import run_eagerly
 from inferd.scheduling.launch import launch, reap, refuse_call, stop_worker
 from inferd.scheduling.recipe import WorkerRecipe
 from inferd.scheduling.spawn import WorkerProcess, describe_exit
@@ -324,9 +325,11 @@ class ProcessInstances:
             outputs=[RequestedOutput(n) for n in outputs] if outputs else None,
             parameters=dict(parameters),
         )
-        task = self._loop.create_task(self._serve_call(worker, channel, call_id, request))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        # Most called models answer without suspending: no task, no loop iteration per call.
+        task = run_eagerly(self._serve_call(worker, channel, call_id, request))
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _serve_call(
         self, worker: _Worker, channel: Channel, call_id: int, request: InferRequest
