@@ -246,6 +246,8 @@ class ProcessInstances:
                 self._response(worker, *payload)
             elif kind == "call":
                 self._call(worker, payload)
+            if not channel.waiting():  # mostly one message per wake-up: no receive that fails
+                return
 
     def _done(self, worker: _Worker, job_id: int, status: str, data: Any) -> None:
         job = worker.sent.pop(job_id, None)
