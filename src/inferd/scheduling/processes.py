@@ -35,6 +35,7 @@ from typing import Any
 
 from inferd.errors import InferdError, InternalError, Unavailable
 from inferd.scheduling.channel import Channel
+from inferd.scheduling.eager import run_eagerly
 from inferd.scheduling.launch import launch, reap, refuse_call, stop_worker
 from inferd.scheduling.recipe import WorkerRecipe
 from inferd.scheduling.spawn import WorkerProcess, describe_exit
@@ -245,6 +246,8 @@ class ProcessInstances:
                 self._response(worker, *payload)
             elif kind == "call":
                 self._call(worker, payload)
+            if not channel.waiting():  # mostly one message per wake-up: no receive that fails
+                return
 
     def _done(self, worker: _Worker, job_id: int, status: str, data: Any) -> None:
         job = worker.sent.pop(job_id, None)
@@ -324,9 +327,11 @@ class ProcessInstances:
             outputs=[RequestedOutput(n) for n in outputs] if outputs else None,
             parameters=dict(parameters),
         )
-        task = self._loop.create_task(self._serve_call(worker, channel, call_id, request))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        # Most called models answer without suspending: no task, no loop iteration per call.
+        task = run_eagerly(self._serve_call(worker, channel, call_id, request))
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _serve_call(
         self, worker: _Worker, channel: Channel, call_id: int, request: InferRequest
