@@ -13,6 +13,7 @@ import asyncio
 import ctypes
 import inspect
 import logging
+import types
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +43,8 @@ STREAM_BUFFER_BYTES = 4 * 1024 * 1024  # a streaming call waits when this much i
 _OVER_LIMIT = "Concurrent RPC limit exceeded!"  # grpcio's words
 _FrameHd = nghttp2.FrameHd
 _uint32 = ctypes.c_uint32
-_memmove = ctypes.memmove
+_memmove = nghttp2.memmove
+_Coroutine = types.CoroutineType
 _LAST_DATA = nghttp2.DATA_FLAG_EOF | nghttp2.DATA_FLAG_NO_END_STREAM  # trailers follow
 
 
@@ -371,10 +373,11 @@ class Connection(asyncio.Protocol):
             stream.messages.clear()
             if stream.ended:
                 incoming.put_nowait(None)
-        server.active_calls += 1
         # Named after the method: an unnamed task formats a "Task-<n>" name of its own.
         stream.call = self.loop.create_task(self._run(stream, handler), name=stream.path)
-        stream.call.add_done_callback(self._call_done)
+        if server.max_concurrent_rpcs:  # calls are counted only against a limit
+            server.active_calls += 1
+            stream.call.add_done_callback(self._call_done)
 
     def _call_done(self, _: asyncio.Task[None]) -> None:
         self.server.active_calls -= 1
@@ -404,10 +407,13 @@ class Connection(asyncio.Protocol):
             if handler.response_streaming:
                 await self._stream_out(stream, handler, context)
             else:
-                request = await self._request(stream, handler, context)
+                if handler.request_streaming:
+                    request = self._requests(stream, handler.request_deserializer or _same)
+                else:
+                    request = self._unary_request(stream, handler)
                 function = handler.unary_unary or handler.stream_unary
                 response = function(request, context)
-                if inspect.isawaitable(response):
+                if type(response) is _Coroutine or inspect.isawaitable(response):
                     response = await response
                 serialize = handler.response_serializer or _same
                 self._respond(stream, serialize(response), context)
@@ -436,20 +442,16 @@ class Connection(asyncio.Protocol):
             return decompress(encoding, data, self.server.max_message_bytes)
         return data
 
-    async def _request(self, stream: Stream, handler: Any, context: Context) -> Any:
+    def _unary_request(self, stream: Stream, handler: Any) -> Any:
+        if len(stream.messages) != 1 or stream.reader.partial:
+            raise CallError(
+                grpc.StatusCode.INTERNAL,
+                f"a unary call carries one message, got {len(stream.messages)}",
+            )
         deserialize = handler.request_deserializer or _same
-        if not handler.request_streaming:
-            if len(stream.messages) != 1 or stream.reader.partial:
-                raise CallError(
-                    grpc.StatusCode.INTERNAL,
-                    f"a unary call carries one message, got {len(stream.messages)}",
-                )
-            return deserialize(self._message(stream, stream.messages.pop()))
-        return self._requests(stream, deserialize, context)
+        return deserialize(self._message(stream, stream.messages.pop()))
 
-    async def _requests(
-        self, stream: Stream, deserialize: Any, context: Context
-    ) -> AsyncIterator[Any]:
+    async def _requests(self, stream: Stream, deserialize: Any) -> AsyncIterator[Any]:
         incoming = stream.incoming
         assert incoming is not None
         while (item := await incoming.get()) is not None:
@@ -463,7 +465,7 @@ class Connection(asyncio.Protocol):
 
         context._write = write
         if handler.request_streaming:
-            requests = self._requests(stream, handler.request_deserializer or _same, context)
+            requests = self._requests(stream, handler.request_deserializer or _same)
             iterator = requests.__aiter__()
 
             async def read() -> Any:
@@ -475,8 +477,7 @@ class Connection(asyncio.Protocol):
             context._read = read
             result = handler.stream_stream(requests, context)
         else:
-            request = await self._request(stream, handler, context)
-            result = handler.unary_stream(request, context)
+            result = handler.unary_stream(self._unary_request(stream, handler), context)
         if inspect.isasyncgen(result):
             async for message in result:
                 await write(message)

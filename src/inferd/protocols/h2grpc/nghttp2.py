@@ -138,6 +138,12 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
 }
 
 
+# ctypes.memmove with the GIL kept, for the read callback.
+memmove = ctypes.PYFUNCTYPE(c_void_p, c_void_p, c_void_p, c_size_t)(
+    ctypes.cast(ctypes.memmove, c_void_p).value or 0  # never NULL: ctypes' own memmove
+)
+
+
 def load() -> Any | None:
     """The library with its prototypes set, or None when it cannot be loaded."""
     names = ["libnghttp2.so.14"]
@@ -146,7 +152,10 @@ def load() -> Any | None:
         names.append(found)
     for name in names:
         try:
-            lib = ctypes.CDLL(name)
+            # PyDLL: calls keep the GIL. Each is a few microseconds of C that never blocks, so
+            # releasing the GIL around it (and taking it back in every callback it makes)
+            # only cost time.
+            lib = ctypes.PyDLL(name)
         except OSError:
             continue
         try:
