@@ -79,9 +79,9 @@ class Connection(asyncio.Protocol):
         self._receiving: Stream | None = None  # the stream whose header block is arriving
         self._read_callback = nghttp2.ReadCallback(self._on_read)
         self._provider = nghttp2.DataProvider(nghttp2.DataSource(0), self._read_callback)
-        self._provider_ref = ctypes.byref(self._provider)
+        self._provider_address = ctypes.addressof(self._provider)
         self._sent = ctypes.c_void_p()  # where nghttp2_session_mem_send puts its bytes
-        self._sent_ref = ctypes.byref(self._sent)
+        self._sent_address = ctypes.addressof(self._sent)
         callbacks = ctypes.c_void_p()
         lib.nghttp2_session_callbacks_new(ctypes.byref(callbacks))
         try:
@@ -187,7 +187,7 @@ class Connection(asyncio.Protocol):
         pointer = self._sent
         parts = []
         while True:
-            size = lib.nghttp2_session_mem_send(session, self._sent_ref)
+            size = lib.nghttp2_session_mem_send(session, self._sent_address)
             if size <= 0:
                 if not self._resets:
                     break
@@ -344,9 +344,9 @@ class Connection(asyncio.Protocol):
             trailers = stream.trailers
             if trailers:
                 submitted = nghttp2.Headers(trailers)
-                self.lib.nghttp2_submit_trailer(session, sid, submitted.array, submitted.count)
+                self.lib.nghttp2_submit_trailer(session, sid, submitted.address, submitted.count)
             else:
-                self.lib.nghttp2_submit_trailer(session, sid, _OK_TRAILERS.array, 1)
+                self.lib.nghttp2_submit_trailer(session, sid, _OK_TRAILERS.address, 1)
             return written
         if written == 0:
             return nghttp2.ERR_DEFERRED
@@ -511,11 +511,11 @@ class Connection(asyncio.Protocol):
         if initial:
             headers = nghttp2.Headers(_RESPONSE_HEADERS + initial)
             self.lib.nghttp2_submit_response(
-                self._session, stream.sid, headers.array, headers.count, self._provider_ref
+                self._session, stream.sid, headers.address, headers.count, self._provider_address
             )
         else:
             self.lib.nghttp2_submit_response(
-                self._session, stream.sid, _OK_HEADERS.array, 2, self._provider_ref
+                self._session, stream.sid, _OK_HEADERS.address, 2, self._provider_address
             )
 
     def _respond(self, stream: Stream, payload: bytes, context: Context) -> None:
@@ -555,7 +555,7 @@ class Connection(asyncio.Protocol):
             stream.responded = True
             headers = nghttp2.Headers(_RESPONSE_HEADERS + status)
             self.lib.nghttp2_submit_response(
-                self._session, stream.sid, headers.array, headers.count, None
+                self._session, stream.sid, headers.address, headers.count, None
             )
         if not stream.ended:  # the client is still sending: tell it to stop
             self._resets.append(stream.sid)
