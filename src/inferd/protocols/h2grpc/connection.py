@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from inferd.protocols.h2grpc import nghttp2
+from inferd.protocols.h2grpc import eager, nghttp2
 from inferd.protocols.h2grpc.calls import (
     CallError,
     Context,
@@ -140,14 +140,16 @@ class Connection(asyncio.Protocol):
                 if stream.call is not None and not stream.call.done():
                     stream.cancelled = True
                     stream.call.cancel()
-        ready, self._ready = self._ready, []
-        for stream in ready:
-            self._start(stream)
-        if done < 0:
+        # Calls started here mostly answer at once (see eager.py): one flush after them all.
+        self._flush_pending = True
+        try:
+            ready, self._ready = self._ready, []
+            for stream in ready:
+                self._start(stream)
+        finally:
             self.flush()
+        if done < 0:
             self._close()
-        else:
-            self._flush_soon()
 
     def eof_received(self) -> bool | None:
         self._close()
@@ -172,8 +174,8 @@ class Connection(asyncio.Protocol):
         self.flush()
 
     def _flush_soon(self) -> None:
-        """Flush once the loop has run what is ready: a call that the bytes just received
-        started, and finishes without waiting, is answered by the same flush."""
+        """Flush once the loop has run what is ready (calls that finish in the same loop
+        iteration share one flush)."""
         if not self._flush_pending:
             self._flush_pending = True
             self.loop.call_soon(self.flush)
@@ -373,11 +375,18 @@ class Connection(asyncio.Protocol):
             stream.messages.clear()
             if stream.ended:
                 incoming.put_nowait(None)
-        # Named after the method: an unnamed task formats a "Task-<n>" name of its own.
-        stream.call = self.loop.create_task(self._run(stream, handler), name=stream.path)
-        if server.max_concurrent_rpcs:  # calls are counted only against a limit
+        counted = bool(server.max_concurrent_rpcs)  # calls are counted only against a limit
+        if counted:
             server.active_calls += 1
-            stream.call.add_done_callback(self._call_done)
+        # Named after the method: an unnamed task formats a "Task-<n>" name of its own.
+        call = eager.start(self.loop, self._run(stream, handler), stream.path)
+        if call is None:  # answered without waiting
+            if counted:
+                server.active_calls -= 1
+            return
+        stream.call = call
+        if counted:
+            call.add_done_callback(self._call_done)
 
     def _call_done(self, _: asyncio.Task[None]) -> None:
         self.server.active_calls -= 1
