@@ -44,6 +44,7 @@ _OVER_LIMIT = "Concurrent RPC limit exceeded!"  # grpcio's words
 _FrameHd = nghttp2.FrameHd
 _uint32 = ctypes.c_uint32
 _memmove = nghttp2.memmove
+_bytes_at = nghttp2.bytes_at
 _Coroutine = types.CoroutineType
 _LAST_DATA = nghttp2.DATA_FLAG_EOF | nghttp2.DATA_FLAG_NO_END_STREAM  # trailers follow
 
@@ -198,7 +199,7 @@ class Connection(asyncio.Protocol):
                     lib.nghttp2_submit_rst_stream(session, nghttp2.FLAG_NONE, sid, nghttp2.NO_ERROR)
                 self._resets.clear()
                 continue
-            parts.append(ctypes.string_at(pointer, size))
+            parts.append(_bytes_at(pointer, size))
         if parts:
             self.transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
         for stream in self.streams.values():

@@ -138,6 +138,11 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
 }
 
 
+# bytes from a pointer and a length: what ctypes.string_at calls, without its Python wrapper.
+bytes_at = ctypes.PYFUNCTYPE(ctypes.py_object, c_void_p, c_ssize_t)(
+    ("PyBytes_FromStringAndSize", ctypes.pythonapi)
+)
+
 # ctypes.memmove with the GIL kept, for the read callback.
 memmove = ctypes.PYFUNCTYPE(c_void_p, c_void_p, c_void_p, c_size_t)(
     ctypes.cast(ctypes.memmove, c_void_p).value or 0  # never NULL: ctypes' own memmove
