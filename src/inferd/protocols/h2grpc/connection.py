@@ -1,10 +1,11 @@
 """One HTTP/2 connection of the native gRPC server: an asyncio protocol driving an nghttp2 session.
 
 Bytes received go to nghttp2, whose callbacks collect each stream's headers and messages; once a
-unary-request call has its whole request (usually within the same read) it starts as one task,
-and a streaming-request call starts at its headers and reads messages from a queue. Answers are
-handed to nghttp2 (headers, a data provider reading the framed messages, trailers) and what it
-serializes is written in one write per flush.
+unary-request call has its whole request (usually within the same read) it starts at once
+(eager.py: a task carries on only a call that waits), and a streaming-request call starts at its
+headers and reads messages from a queue. Answers are handed to nghttp2 (headers, a data
+provider reading the framed messages, trailers) and what it serializes is written in one write
+per flush.
 """
 
 from __future__ import annotations
