@@ -7,7 +7,8 @@ change are compared under the same host load:
 1. ``half_plus_two`` v2 JSON at concurrency 16 (wrk, keep-alive): req/s and server CPU-µs per
    request (the server's process CPU over the requests it answered: the noise-robust figure);
 2. ``half_plus_two`` over gRPC at concurrency 16 (h2load, pre-encoded ModelInfer): req/s and
-   CPU-µs/req;
+   CPU-µs/req, and the same tensor over HTTP binary (Inference-Header-Content-Length) with the
+   same client (h2load --h1), so gRPC's ratio to HTTP comes from one client and one run;
 3. ``resnet50``, batch 1, concurrency 1, HTTP binary tensors: median latency;
 4. a wide MLP (1024-4096-4096-1024 FP32, fixed-seed random weights, ~100 MB) at concurrency 64,
    one row per request, HTTP binary tensors, with and without dynamic batching: rows/s, and
@@ -216,6 +217,20 @@ def h2load_grpc(address: str, payload: bytes, conns: int, seconds: float) -> dic
     return {"requests": int(done.group(1)), "rps": int(done.group(2)) / seconds}
 
 
+def h2load_http(
+    url: str, body: Path, headers: dict[str, str], conns: int, seconds: float
+) -> dict[str, float]:
+    heads = [arg for k, v in headers.items() for arg in ("-H", f"{k}: {v}")]
+    out = subprocess.run(
+        ["h2load", "--h1", "-c", str(conns), "-D", str(int(seconds)), "--warm-up-time=1",
+         "-d", str(body), *heads, url],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out.stdout)
+    assert done, out.stdout
+    return {"requests": int(done.group(1)), "rps": int(done.group(2)) / seconds}
+
+
 def grpc_payload() -> bytes:
     from tritonclient.grpc import service_pb2 as pb
 
@@ -324,6 +339,15 @@ def measure(label: str, tree: Path, repo: Path, seconds: float, only: set[str]) 
             result["json_cpu_us"] = cpu["cpu_s"] / max(1, r["requests"]) * 1e6
             result["json_errors"] = r["errors"]
         if "grpc" in only:
+            raw, headers = binary_body("x", np.array([[1.0]], np.float32))
+            body = work / "hpt.bin"
+            body.write_bytes(raw)
+            url = f"{server.http_url}/v2/models/half_plus_two/infer"
+            h2load_http(url, body, headers, 16, 2)
+            with cpu_window(pid) as cpu:
+                r = h2load_http(url, body, headers, 16, seconds)
+            result["http_binary_rps"] = r["rps"]
+            result["http_binary_cpu_us"] = cpu["cpu_s"] / max(1, r["requests"]) * 1e6
             payload = grpc_payload()
             h2load_grpc(server.grpc_address, payload, 16, 2)
             with cpu_window(pid) as cpu:
@@ -396,6 +420,12 @@ def main() -> int:
                 f"{label}: batched/unbatched {ratio:.2f}x, batched/in-process {share:.2f} "
                 "(medians of per-pass ratios)"
             )
+    if "grpc" in only:
+        for label, _ in trees:
+            mine = [r for r in rows if r["tree"] == label]
+            rps = statistics.median(r["grpc_rps"] / r["http_binary_rps"] for r in mine)
+            cpu = statistics.median(r["grpc_cpu_us"] / r["http_binary_cpu_us"] for r in mine)
+            print(f"{label}: gRPC/HTTP binary req/s {rps:.2f}x, CPU-us/req {cpu:.2f}x")
     if "digits" in only:
         for label, _ in trees:
             mine = [r for r in rows if r["tree"] == label]

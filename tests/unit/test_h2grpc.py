@@ -284,3 +284,43 @@ def test_calls_past_the_concurrency_limit_are_refused_at_once() -> None:
             await server.stop(0)
 
     asyncio.run(run())
+
+
+def test_an_interceptor_is_skipped_only_for_the_methods_it_passes() -> None:
+    """With no tokens and the admin API off, inferd's interceptor passes inference calls
+    (the server skips it for them) and still refuses admin ones."""
+    from inferd.protocols.access import AccessPolicy
+    from inferd.protocols.grpc_auth import AuthInterceptor
+    from inferd.tokens import TokenStore
+
+    auth = AuthInterceptor(AccessPolicy(TokenStore()))
+    assert auth.active
+    assert auth.passes(f"/{SERVICE}/Unary")
+    assert not auth.passes(f"/{SERVICE}/RepositoryModelLoad")
+
+    async def run() -> None:
+        servicer = Servicer()
+        server = NativeGrpcServer(max_message_bytes=1 << 20, interceptors=[auth])
+        handlers = _handlers(servicer)
+        handlers["RepositoryModelLoad"] = handlers["Unary"]
+        server.add_registered_method_handlers(SERVICE, handlers)
+        assert not server.intercepts(f"/{SERVICE}/Unary")
+        assert server.intercepts(f"/{SERVICE}/RepositoryModelLoad")
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                assert await _unary(channel)(b"ab") == b"ba"
+                load = channel.unary_unary(f"/{SERVICE}/RepositoryModelLoad")
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await load(b"ab")
+                assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+                assert "admin API is off" in (info.value.details() or "")
+        finally:
+            await server.stop(0)
+
+    asyncio.run(run())
+
+    counting = NativeGrpcServer(max_message_bytes=1 << 20, interceptors=[auth, Counting()])
+    counting.add_registered_method_handlers(SERVICE, _handlers(Servicer()))
+    assert counting.intercepts(f"/{SERVICE}/Unary")  # an interceptor without passes() runs

@@ -37,6 +37,9 @@ STATUS_OF: dict[ErrorCode, grpc.StatusCode] = {
 }
 
 
+_OK = grpc.StatusCode.OK
+
+
 class Malformed:
     """A request message that did not parse; the guard answers INVALID_ARGUMENT."""
 
@@ -147,7 +150,8 @@ def _observe(
 ) -> None:
     if not observer.detailed:
         ns = time.perf_counter_ns() - start_ns
-        observer.endpoints.observe("grpc", method, status.name, ns)
+        name = "OK" if status is _OK else status.name  # an Enum's .name is a Python property
+        observer.endpoints.observe("grpc", method, name, ns)
         return
     model = version = request_id = ""
     bytes_in = bytes_out = 0

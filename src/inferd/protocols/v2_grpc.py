@@ -209,9 +209,6 @@ class V2Grpc:
         return pb.ModelStatisticsResponse(model_stats=[_statistics(s) for s in stats])
 
     async def model_infer(self, wire: WireInferRequest) -> EncodedInferResponse:
-        return await self._infer(wire)
-
-    async def _infer(self, wire: WireInferRequest) -> EncodedInferResponse:
         regions = self.plane.shared_memory
         request = decode_request(wire, regions)
         response = await self.plane.infer(request)

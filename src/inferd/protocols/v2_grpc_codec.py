@@ -36,6 +36,7 @@ _RAW_INPUT_FIELD = 7  # ModelInferRequest.raw_input_contents
 _RAW_OUTPUT_TAG = bytes([6 << 3 | 2])  # ModelInferResponse.raw_output_contents, length-delimited
 _STREAM_RESPONSE_TAG = bytes([2 << 3 | 2])  # ModelStreamInferResponse.infer_response
 _INT64_MAX = 2**63 - 1
+_SMALL_VARINTS = [bytes((n,)) for n in range(0x80)]
 
 # The typed contents field that carries each datatype (FP16 and BF16 have none: raw only).
 _CONTENTS_FIELD: dict[str, str] = {
@@ -356,6 +357,8 @@ class StreamResponse:
 
 
 def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return _SMALL_VARINTS[value]
     out = bytearray()
     while value > 0x7F:
         out.append(value & 0x7F | 0x80)

@@ -20,8 +20,10 @@ from typing import Any
 
 import grpc
 
+from inferd.protocols.h2grpc import nghttp2
+
 _PREFIX = struct.Struct(">BI")
-_string_at = ctypes.string_at
+_string_at = nghttp2.bytes_at
 SMALL_MESSAGE_BYTES = 64 * 1024  # smaller messages are handed over as bytes
 _RESERVED = {b"te", b"content-type", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding"}
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
@@ -82,7 +84,7 @@ class Reader:
             body = self._body
             if body is None:
                 take = min(5 - len(self._head), length)
-                self._head += ctypes.string_at(pointer, take)
+                self._head += _string_at(pointer, take)
                 pointer += take
                 length -= take
                 if len(self._head) < 5:

@@ -1,10 +1,11 @@
 """One HTTP/2 connection of the native gRPC server: an asyncio protocol driving an nghttp2 session.
 
 Bytes received go to nghttp2, whose callbacks collect each stream's headers and messages; once a
-unary-request call has its whole request (usually within the same read) it starts as one task,
-and a streaming-request call starts at its headers and reads messages from a queue. Answers are
-handed to nghttp2 (headers, a data provider reading the framed messages, trailers) and what it
-serializes is written in one write per flush.
+unary-request call has its whole request (usually within the same read) it starts at once
+(eager.py: a task carries on only a call that waits), and a streaming-request call starts at its
+headers and reads messages from a queue. Answers are handed to nghttp2 (headers, a data
+provider reading the framed messages, trailers) and what it serializes is written in one write
+per flush.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import asyncio
 import ctypes
 import inspect
 import logging
+import types
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from inferd.protocols.h2grpc import nghttp2
+from inferd.protocols.h2grpc import eager, nghttp2
 from inferd.protocols.h2grpc.calls import (
     CallError,
     Context,
@@ -42,7 +44,9 @@ STREAM_BUFFER_BYTES = 4 * 1024 * 1024  # a streaming call waits when this much i
 _OVER_LIMIT = "Concurrent RPC limit exceeded!"  # grpcio's words
 _FrameHd = nghttp2.FrameHd
 _uint32 = ctypes.c_uint32
-_memmove = ctypes.memmove
+_memmove = nghttp2.memmove
+_bytes_at = nghttp2.bytes_at
+_Coroutine = types.CoroutineType
 _LAST_DATA = nghttp2.DATA_FLAG_EOF | nghttp2.DATA_FLAG_NO_END_STREAM  # trailers follow
 
 
@@ -77,9 +81,9 @@ class Connection(asyncio.Protocol):
         self._receiving: Stream | None = None  # the stream whose header block is arriving
         self._read_callback = nghttp2.ReadCallback(self._on_read)
         self._provider = nghttp2.DataProvider(nghttp2.DataSource(0), self._read_callback)
-        self._provider_ref = ctypes.byref(self._provider)
+        self._provider_address = ctypes.addressof(self._provider)
         self._sent = ctypes.c_void_p()  # where nghttp2_session_mem_send puts its bytes
-        self._sent_ref = ctypes.byref(self._sent)
+        self._sent_address = ctypes.addressof(self._sent)
         callbacks = ctypes.c_void_p()
         lib.nghttp2_session_callbacks_new(ctypes.byref(callbacks))
         try:
@@ -138,14 +142,16 @@ class Connection(asyncio.Protocol):
                 if stream.call is not None and not stream.call.done():
                     stream.cancelled = True
                     stream.call.cancel()
-        ready, self._ready = self._ready, []
-        for stream in ready:
-            self._start(stream)
-        if done < 0:
+        # Calls started here mostly answer at once (see eager.py): one flush after them all.
+        self._flush_pending = True
+        try:
+            ready, self._ready = self._ready, []
+            for stream in ready:
+                self._start(stream)
+        finally:
             self.flush()
+        if done < 0:
             self._close()
-        else:
-            self._flush_soon()
 
     def eof_received(self) -> bool | None:
         self._close()
@@ -170,8 +176,8 @@ class Connection(asyncio.Protocol):
         self.flush()
 
     def _flush_soon(self) -> None:
-        """Flush once the loop has run what is ready: a call that the bytes just received
-        started, and finishes without waiting, is answered by the same flush."""
+        """Flush once the loop has run what is ready (calls that finish in the same loop
+        iteration share one flush)."""
         if not self._flush_pending:
             self._flush_pending = True
             self.loop.call_soon(self.flush)
@@ -185,7 +191,7 @@ class Connection(asyncio.Protocol):
         pointer = self._sent
         parts = []
         while True:
-            size = lib.nghttp2_session_mem_send(session, self._sent_ref)
+            size = lib.nghttp2_session_mem_send(session, self._sent_address)
             if size <= 0:
                 if not self._resets:
                     break
@@ -194,7 +200,7 @@ class Connection(asyncio.Protocol):
                     lib.nghttp2_submit_rst_stream(session, nghttp2.FLAG_NONE, sid, nghttp2.NO_ERROR)
                 self._resets.clear()
                 continue
-            parts.append(ctypes.string_at(pointer, size))
+            parts.append(_bytes_at(pointer, size))
         if parts:
             self.transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
         for stream in self.streams.values():
@@ -342,9 +348,9 @@ class Connection(asyncio.Protocol):
             trailers = stream.trailers
             if trailers:
                 submitted = nghttp2.Headers(trailers)
-                self.lib.nghttp2_submit_trailer(session, sid, submitted.array, submitted.count)
+                self.lib.nghttp2_submit_trailer(session, sid, submitted.address, submitted.count)
             else:
-                self.lib.nghttp2_submit_trailer(session, sid, _OK_TRAILERS.array, 1)
+                self.lib.nghttp2_submit_trailer(session, sid, _OK_TRAILERS.address, 1)
             return written
         if written == 0:
             return nghttp2.ERR_DEFERRED
@@ -371,10 +377,18 @@ class Connection(asyncio.Protocol):
             stream.messages.clear()
             if stream.ended:
                 incoming.put_nowait(None)
-        server.active_calls += 1
+        counted = bool(server.max_concurrent_rpcs)  # calls are counted only against a limit
+        if counted:
+            server.active_calls += 1
         # Named after the method: an unnamed task formats a "Task-<n>" name of its own.
-        stream.call = self.loop.create_task(self._run(stream, handler), name=stream.path)
-        stream.call.add_done_callback(self._call_done)
+        call = eager.start(self.loop, self._run(stream, handler), stream.path)
+        if call is None:  # answered without waiting
+            if counted:
+                server.active_calls -= 1
+            return
+        stream.call = call
+        if counted:
+            call.add_done_callback(self._call_done)
 
     def _call_done(self, _: asyncio.Task[None]) -> None:
         self.server.active_calls -= 1
@@ -404,10 +418,13 @@ class Connection(asyncio.Protocol):
             if handler.response_streaming:
                 await self._stream_out(stream, handler, context)
             else:
-                request = await self._request(stream, handler, context)
+                if handler.request_streaming:
+                    request = self._requests(stream, handler.request_deserializer or _same)
+                else:
+                    request = self._unary_request(stream, handler)
                 function = handler.unary_unary or handler.stream_unary
                 response = function(request, context)
-                if inspect.isawaitable(response):
+                if type(response) is _Coroutine or inspect.isawaitable(response):
                     response = await response
                 serialize = handler.response_serializer or _same
                 self._respond(stream, serialize(response), context)
@@ -436,20 +453,16 @@ class Connection(asyncio.Protocol):
             return decompress(encoding, data, self.server.max_message_bytes)
         return data
 
-    async def _request(self, stream: Stream, handler: Any, context: Context) -> Any:
+    def _unary_request(self, stream: Stream, handler: Any) -> Any:
+        if len(stream.messages) != 1 or stream.reader.partial:
+            raise CallError(
+                grpc.StatusCode.INTERNAL,
+                f"a unary call carries one message, got {len(stream.messages)}",
+            )
         deserialize = handler.request_deserializer or _same
-        if not handler.request_streaming:
-            if len(stream.messages) != 1 or stream.reader.partial:
-                raise CallError(
-                    grpc.StatusCode.INTERNAL,
-                    f"a unary call carries one message, got {len(stream.messages)}",
-                )
-            return deserialize(self._message(stream, stream.messages.pop()))
-        return self._requests(stream, deserialize, context)
+        return deserialize(self._message(stream, stream.messages.pop()))
 
-    async def _requests(
-        self, stream: Stream, deserialize: Any, context: Context
-    ) -> AsyncIterator[Any]:
+    async def _requests(self, stream: Stream, deserialize: Any) -> AsyncIterator[Any]:
         incoming = stream.incoming
         assert incoming is not None
         while (item := await incoming.get()) is not None:
@@ -463,7 +476,7 @@ class Connection(asyncio.Protocol):
 
         context._write = write
         if handler.request_streaming:
-            requests = self._requests(stream, handler.request_deserializer or _same, context)
+            requests = self._requests(stream, handler.request_deserializer or _same)
             iterator = requests.__aiter__()
 
             async def read() -> Any:
@@ -475,8 +488,7 @@ class Connection(asyncio.Protocol):
             context._read = read
             result = handler.stream_stream(requests, context)
         else:
-            request = await self._request(stream, handler, context)
-            result = handler.unary_stream(request, context)
+            result = handler.unary_stream(self._unary_request(stream, handler), context)
         if inspect.isasyncgen(result):
             async for message in result:
                 await write(message)
@@ -510,11 +522,11 @@ class Connection(asyncio.Protocol):
         if initial:
             headers = nghttp2.Headers(_RESPONSE_HEADERS + initial)
             self.lib.nghttp2_submit_response(
-                self._session, stream.sid, headers.array, headers.count, self._provider_ref
+                self._session, stream.sid, headers.address, headers.count, self._provider_address
             )
         else:
             self.lib.nghttp2_submit_response(
-                self._session, stream.sid, _OK_HEADERS.array, 2, self._provider_ref
+                self._session, stream.sid, _OK_HEADERS.address, 2, self._provider_address
             )
 
     def _respond(self, stream: Stream, payload: bytes, context: Context) -> None:
@@ -554,7 +566,7 @@ class Connection(asyncio.Protocol):
             stream.responded = True
             headers = nghttp2.Headers(_RESPONSE_HEADERS + status)
             self.lib.nghttp2_submit_response(
-                self._session, stream.sid, headers.array, headers.count, None
+                self._session, stream.sid, headers.address, headers.count, None
             )
         if not stream.ended:  # the client is still sending: tell it to stop
             self._resets.append(stream.sid)

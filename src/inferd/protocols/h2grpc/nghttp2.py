@@ -120,22 +120,33 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "nghttp2_session_server_new": (c_int, [POINTER(c_void_p), c_void_p, c_void_p]),
     "nghttp2_session_del": (None, [c_void_p]),
     "nghttp2_session_mem_recv": (c_ssize_t, [c_void_p, c_char_p, c_size_t]),
-    "nghttp2_session_mem_send": (c_ssize_t, [c_void_p, POINTER(c_void_p)]),
+    # Pointers the calls of every request take are declared c_void_p and given as addresses:
+    # ctypes checks a POINTER(...) argument against its type each call, at a cost of about
+    # a whole call more.
+    "nghttp2_session_mem_send": (c_ssize_t, [c_void_p, c_void_p]),
     "nghttp2_session_want_read": (c_int, [c_void_p]),
     "nghttp2_session_want_write": (c_int, [c_void_p]),
     "nghttp2_session_resume_data": (c_int, [c_void_p, c_int32]),
     "nghttp2_session_set_local_window_size": (c_int, [c_void_p, c_uint8, c_int32, c_int32]),
     "nghttp2_session_get_last_proc_stream_id": (c_int32, [c_void_p]),
     "nghttp2_submit_settings": (c_int, [c_void_p, c_uint8, POINTER(SettingsEntry), c_size_t]),
-    "nghttp2_submit_response": (
-        c_int,
-        [c_void_p, c_int32, POINTER(NV), c_size_t, POINTER(DataProvider)],
-    ),
-    "nghttp2_submit_trailer": (c_int, [c_void_p, c_int32, POINTER(NV), c_size_t]),
+    "nghttp2_submit_response": (c_int, [c_void_p, c_int32, c_void_p, c_size_t, c_void_p]),
+    "nghttp2_submit_trailer": (c_int, [c_void_p, c_int32, c_void_p, c_size_t]),
     "nghttp2_submit_rst_stream": (c_int, [c_void_p, c_uint8, c_int32, c_uint32]),
     "nghttp2_submit_goaway": (c_int, [c_void_p, c_uint8, c_int32, c_uint32, c_char_p, c_size_t]),
     "nghttp2_strerror": (c_char_p, [c_int]),
 }
+
+
+# bytes from a pointer and a length: what ctypes.string_at calls, without its Python wrapper.
+bytes_at = ctypes.PYFUNCTYPE(ctypes.py_object, c_void_p, c_ssize_t)(
+    ("PyBytes_FromStringAndSize", ctypes.pythonapi)
+)
+
+# ctypes.memmove with the GIL kept, for the read callback.
+memmove = ctypes.PYFUNCTYPE(c_void_p, c_void_p, c_void_p, c_size_t)(
+    ctypes.cast(ctypes.memmove, c_void_p).value or 0  # never NULL: ctypes' own memmove
+)
 
 
 def load() -> Any | None:
@@ -146,7 +157,10 @@ def load() -> Any | None:
         names.append(found)
     for name in names:
         try:
-            lib = ctypes.CDLL(name)
+            # PyDLL: calls keep the GIL. Each is a few microseconds of C that never blocks, so
+            # releasing the GIL around it (and taking it back in every callback it makes)
+            # only cost time.
+            lib = ctypes.PyDLL(name)
         except OSError:
             continue
         try:
@@ -163,7 +177,7 @@ def load() -> Any | None:
 class Headers:
     """A header list kept alive for as long as nghttp2 may read it (it copies on submit)."""
 
-    __slots__ = ("_keep", "array", "count")
+    __slots__ = ("_keep", "address", "array", "count")
 
     def __init__(self, pairs: list[tuple[bytes, bytes]]) -> None:
         self.count = len(pairs)
@@ -174,3 +188,4 @@ class Headers:
             v = ctypes.create_string_buffer(value, len(value))
             self._keep += (n, v)
             self.array[i] = NV(ctypes.addressof(n), ctypes.addressof(v), len(name), len(value), 0)
+        self.address = ctypes.addressof(self.array)

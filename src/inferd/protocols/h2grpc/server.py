@@ -5,7 +5,7 @@ generic handlers, with ``grpc.aio.ServerInterceptor``s), so the KServe and TF Se
 health and reflection plug in unchanged. Why it exists, measured: a grpc.aio call costs more CPU
 than inferd's whole HTTP request path; here a call costs about what an HTTP request does, since
 HTTP/2 framing, HPACK and flow control run in nghttp2's C code and the rest is one protocol
-callback, one task and one write per call.
+callback and one write per call, with a task only for calls that wait (eager.py).
 """
 
 from __future__ import annotations
