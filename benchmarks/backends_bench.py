@@ -8,6 +8,18 @@ fresh process per framework) on the same random rows, one row per call and 8 row
 at concurrency 8, one row per request, HTTP v2 binary (infer/s). The ratio is inferd's infer/s
 over the in-process rows/s at batch 8: what the batcher can reach at best.
 
+Both sides run the framework alike: the same thread count (what ``inferd serve`` gives one
+instance: every core), and OpenMP threads that sleep when idle (``OMP_WAIT_POLICY=PASSIVE``,
+which ``inferd serve`` sets unless the environment says otherwise; spinning OpenMP threads
+made in-process torch 5x slower than served on a loaded 2-core host). In process, the
+scikit-learn forest gives labels and probabilities from one ``predict_proba``, as inferd does.
+
+The last row serves the echo backend (no compute) the same way: at concurrency 8 each batch of
+8 waits for all 8 requests, so the served rate is about 8 / (batch compute + 8 x inferd's cost
+per request, client included), and a ratio of 0.8 needs a batch that computes in at least four
+times what inferd spends on its 8 requests: in-process rows/s at batch 8 at most a quarter of
+the echo row's infer/s.
+
     .venv/bin/python benchmarks/backends_bench.py [--interval-ms 2000] [--only torch,xgboost]
 """
 
@@ -28,6 +40,7 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from inferd.backends.base import available_cpus
 from tests.support import ServerProcess
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -38,7 +51,7 @@ BATCHING = (
     "dynamic_batching { preferred_batch_size: [8] max_queue_delay_microseconds: 20000 }\n"
 )
 PICKLE_OK = 'parameters { key: "allow_pickle" value: { string_value: "true" } }\n'
-THREADS = 2
+THREADS = available_cpus()  # what inferd gives a model's one instance
 Predict = Callable[[np.ndarray], Any]
 
 
@@ -138,7 +151,12 @@ def build_sklearn(model_dir: Path) -> tuple[str, Predict]:
     x, y = _tree_data()
     forest = RandomForestClassifier(n_estimators=100, max_depth=10, random_state=0).fit(x, y)
     joblib.dump(forest, model_dir / "1" / "model.joblib")
-    return PICKLE_OK, lambda rows: (forest.predict(rows), forest.predict_proba(rows))
+
+    def run(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        proba = forest.predict_proba(rows)  # forest.predict is this pass plus an argmax
+        return forest.classes_.take(np.argmax(proba, axis=1)), proba
+
+    return PICKLE_OK, run
 
 
 def build_xgboost(model_dir: Path) -> tuple[str, Predict]:
@@ -239,7 +257,8 @@ def run_backend(name: str, root: Path, interval_ms: int, seconds: float) -> str:
     # Each framework alone in its process, as in the server: no other framework's threads.
     args = [sys.executable, __file__, "--in-process", name, "--root", str(root)]
     args += ["--seconds", str(seconds)]
-    done = subprocess.run(args, check=True, capture_output=True, text=True)
+    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    done = subprocess.run(args, check=True, capture_output=True, text=True, env=env)
     local = json.loads(done.stdout.strip().splitlines()[-1])
     one, eight = local["batch1"], local["batch8"]
     server = ServerProcess(root / name, extra_args=["--allow-grpc=false"]).start(timeout_s=180)
@@ -251,6 +270,27 @@ def run_backend(name: str, root: Path, interval_ms: int, seconds: float) -> str:
     served = float(row["throughput_infer_per_s"])
     return (
         f"| {name} | {one:.0f} | {eight:.0f} | {served:.0f} | {served / eight:.2f} | "
+        f"{batch:.1f} | {row['latency_p50_ms']:.2f} | "
+        f"{'yes' if row.get('client_cpu_saturated') else 'no'} |"
+    )
+
+
+def run_echo(root: Path, interval_ms: int) -> str:
+    """inferd alone: the echo backend (output = input, no compute), tree-sized rows."""
+    model_dir = root / "echo" / "echo"
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.pbtxt").write_text(
+        'name: "echo"\nbackend: "echo"\n'
+        f'input [{{ name: "INPUT0" data_type: TYPE_FP32 dims: [{TREE_FEATURES}] }}]\n{BATCHING}'
+    )
+    server = ServerProcess(root / "echo", extra_args=["--allow-grpc=false"]).start(timeout_s=60)
+    try:
+        row = bench(server, "echo", interval_ms)
+        batch = mean_batch(server, "echo")
+    finally:
+        server.stop()
+    return (
+        f"| inferd alone (echo, no compute) | | | {float(row['throughput_infer_per_s']):.0f} | | "
         f"{batch:.1f} | {row['latency_p50_ms']:.2f} | "
         f"{'yes' if row.get('client_cpu_saturated') else 'no'} |"
     )
@@ -268,6 +308,7 @@ def main() -> None:
         print(json.dumps(measure_in_process(args.in_process, Path(args.root), args.seconds)))
         return
     root = Path(tempfile.mkdtemp(prefix="inferd-backends-bench-"))
+    load_before = os.getloadavg()[0]
     print(
         "| backend | in-process rows/s, batch 1 | in-process rows/s, batch 8 | "
         "inferd infer/s, concurrency 8 | ratio to batch 8 | mean executed batch | "
@@ -276,6 +317,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for name in args.only.split(","):
         print(run_backend(name.strip(), root, args.interval_ms, args.seconds), flush=True)
+    print(run_echo(root, args.interval_ms), flush=True)
+    print(
+        f"load average (1 min) {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; "
+        f"{available_cpus()} cores"
+    )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from tests.support import ServerProcess
 pytest.importorskip("sklearn")
 import joblib
 from sklearn.datasets import load_iris
-from sklearn.ensemble import RandomForestRegressor
+from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
@@ -40,6 +40,11 @@ class Fitted:
         self.classifier.fit(self.x, y)
         names = np.array(["setosa", "versicolor", "virginica"])
         self.named = LogisticRegression(max_iter=500).fit(self.x, names[y])
+        # A forest serves its label from the probabilities' pass: classes that are not indices.
+        forest = RandomForestClassifier(n_estimators=7, max_depth=3, random_state=0)
+        self.forest = forest.fit(self.x, y * 10 + 3)
+        self.named_forest = RandomForestClassifier(n_estimators=7, max_depth=3, random_state=0)
+        self.named_forest.fit(self.x, names[y])
         self.regressor = RandomForestRegressor(n_estimators=5, max_depth=4, random_state=0)
         self.regressor.fit(self.x[:, :3], self.x[:, 3])
 
@@ -56,6 +61,9 @@ def sk_server(fitted: Fitted, tmp_path_factory: pytest.TempPathFactory) -> Itera
         "iris": (fitted.classifier, PICKLE_OK),
         "iris_batched": (fitted.classifier, BATCHING),
         "iris_named": (fitted.named, ""),
+        "iris_forest": (fitted.forest, ""),
+        "iris_forest_batched": (fitted.forest, BATCHING),
+        "iris_named_forest": (fitted.named_forest, ""),
         "petal": (fitted.regressor, ""),
         "iris_no_opt_in": (fitted.classifier, ""),
     }
@@ -95,6 +103,19 @@ def test_string_classes_are_bytes(sk_server: ServerProcess, fitted: Fitted) -> N
     rows = fitted.x[::30]
     expected = {"label": fitted.named.predict(rows).astype(np.bytes_).astype(object)}
     check_all_protocols(sk_server, "iris_named", {"input": rows}, expected)
+
+
+def test_forest_labels_are_its_classes(sk_server: ServerProcess, fitted: Fitted) -> None:
+    rows = fitted.x[::19]  # eight rows, all three classes
+    expected = {
+        "label": fitted.forest.predict(rows).astype(np.int64),
+        "probabilities": fitted.forest.predict_proba(rows).astype(np.float32),
+    }
+    assert set(expected["label"].tolist()) == {3, 13, 23}
+    check_all_protocols(sk_server, "iris_forest", {"input": rows}, expected)
+    named = {"label": fitted.named_forest.predict(rows).astype(np.bytes_).astype(object)}
+    check_all_protocols(sk_server, "iris_named_forest", {"input": rows}, named)
+    check_batching(sk_server, "iris_forest_batched", "input", rows, "label", expected["label"])
 
 
 def test_regressor_prediction(sk_server: ServerProcess, fitted: Fitted) -> None:

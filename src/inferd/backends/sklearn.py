@@ -3,7 +3,9 @@
 Loading a pickle runs code from the file, so a model loads only when the server allows it for
 the model's origin (``--allow-pickle``, ``inferd.trust``); no config can. Classifiers (with
 ``predict_proba``) serve ``label`` and ``probabilities``; regressors serve ``prediction``
-(see ``inferd.backends.tabular``).
+(see ``inferd.backends.tabular``). A forest classifier (random forest, extra trees; one
+output), whose ``predict`` is by scikit-learn's own code the class of highest
+``predict_proba``, runs once per batch for both outputs, not twice.
 """
 
 from __future__ import annotations
@@ -62,6 +64,20 @@ def read_model(version_dir: Path, config: ModelConfig, threads: int = 1) -> Tabu
     return _adapt(estimator, path.name)
 
 
+def _label_is_argmax(estimator: Any) -> bool:
+    """Whether ``predict`` is ``classes_[argmax(predict_proba)]`` by scikit-learn's own code
+    (a forest classifier with one output, methods not overridden): one pass serves both."""
+    if int(getattr(estimator, "n_outputs_", 0)) != 1:
+        return False
+    from sklearn.ensemble import ExtraTreesClassifier, RandomForestClassifier
+
+    kind = type(estimator)
+    for base in (RandomForestClassifier, ExtraTreesClassifier):
+        if issubclass(kind, base):
+            return kind.predict is base.predict and kind.predict_proba is base.predict_proba
+    return False
+
+
 def _adapt(estimator: Any, filename: str) -> TabularModel:
     if not callable(getattr(estimator, "predict", None)):
         raise ModelLoadError(
@@ -85,6 +101,8 @@ def _adapt(estimator: Any, filename: str) -> TabularModel:
             predict_proba=proba,
             n_classes=len(classes),
             label_type=label_type,
+            label_from_proba=_label_is_argmax(estimator),
+            classes=classes,
         )
     n_targets = int(getattr(estimator, "n_outputs_", 1))
     return TabularModel(n_features=n_features, predict=estimator.predict, n_targets=n_targets)

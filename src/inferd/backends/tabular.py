@@ -48,6 +48,7 @@ class TabularModel:
     label_type: DataType = datatypes.BY_NAME["INT64"]
     n_targets: int = 1  # regressor outputs per row
     label_from_proba: bool = False  # label = argmax of predict_proba (trees): compute once
+    classes: np.ndarray | None = None  # with label_from_proba: the label of each column
 
     @property
     def is_classifier(self) -> bool:
@@ -133,7 +134,8 @@ class TabularRuntime:
                 if name == PROBABILITIES and proba is not None:
                     outputs[name] = proba
                 elif name == LABEL and model.label_from_proba and proba is not None:
-                    outputs[name] = labels_from_proba(proba)
+                    labels = labels_from_proba(proba)
+                    outputs[name] = labels if model.classes is None else model.classes[labels]
                 else:
                     outputs[name] = model.predict(x)
         except Exception as exc:
