@@ -119,3 +119,41 @@ def test_a_refresh_waits_no_longer_than_asked(tmp_path: Path) -> None:
         assert catalog.names == {"a", "b", "c"}
 
     asyncio.run(run())
+
+
+class SlowFailingStore(LocalStorage):
+    """The first listing blocks until ``release`` is set and then fails (a store call that
+    began during an outage and answers late); later ones answer at once."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.release = threading.Event()
+        self.calls = 0
+
+    def scan(self) -> dict[str, ModelFiles]:
+        self.calls += 1
+        if self.calls == 1:
+            self.release.wait(10)
+            raise StorageError("model repository: NoSuchBucket")
+        return super().scan()
+
+
+def test_a_late_failing_scan_does_not_overwrite_a_later_answer(tmp_path: Path) -> None:
+    write_version(tmp_path / "a", 1)
+    store = SlowFailingStore(tmp_path)
+    catalog = Catalog([store])
+
+    async def overlap() -> tuple[set[str], set[str]]:
+        early = asyncio.create_task(catalog.scan())
+        while store.calls == 0:
+            await asyncio.sleep(0.01)
+        later, _ = await catalog.scan()  # begins after, answers first
+        store.release.set()
+        _, failed = await early
+        return set(later.found), set(failed)
+
+    found, failed = asyncio.run(overlap())
+    assert found == {"a"} and failed == {str(tmp_path)}  # each caller gets its own answer
+    state = catalog.stores[str(tmp_path)]
+    assert state.ok and state.error == ""  # the newer answer stands
+    assert catalog.names == {"a"} and catalog.synced_unix_s is not None

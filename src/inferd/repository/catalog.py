@@ -83,6 +83,10 @@ class Catalog:
         self.names: set[str] = set()  # model names the stores held at the last scan
         self.synced_unix_s: float | None = None  # the last scan every store answered
         self.stores = {s.uri: StoreState(s.uri, False, None) for s in storages}
+        # Scans may overlap (the poller's, an index call's): a slow one that began earlier
+        # must not overwrite what a later one found. Each scan is numbered when it starts.
+        self._scans_started = 0
+        self._scan_applied = 0
         self._duplicates: set[str] = set()
         self._fetch_failed: dict[str, ModelFiles] = {}
         self._refresh: asyncio.Task[tuple[Listing, dict[str, StorageError]]] | None = None
@@ -102,12 +106,17 @@ class Catalog:
 
     async def scan(self) -> tuple[Listing, dict[str, StorageError]]:
         """Every model folder of every store, and the stores that did not answer."""
+        self._scans_started += 1
+        number = self._scans_started
         results = await asyncio.gather(
             *(asyncio.to_thread(s.scan) for s in self.storages), return_exceptions=True
         )
         listing = Listing()
         failures: dict[str, StorageError] = {}
         now = time.time()
+        newest = number > self._scan_applied  # no later scan has reported yet
+        if newest:
+            self._scan_applied = number
         for storage, result in zip(self.storages, results, strict=True):
             if isinstance(result, asyncio.CancelledError):
                 raise result
@@ -118,10 +127,12 @@ class Catalog:
                     else StorageError(f"model repository '{storage.uri}': {describe(result)}")
                 )
                 failures[storage.uri] = error
-                last = self.stores[storage.uri].last_ok_unix_s
-                self.stores[storage.uri] = StoreState(storage.uri, False, last, error.message)
+                if newest:
+                    last = self.stores[storage.uri].last_ok_unix_s
+                    self.stores[storage.uri] = StoreState(storage.uri, False, last, error.message)
                 continue
-            self.stores[storage.uri] = StoreState(storage.uri, True, now)
+            if newest:
+                self.stores[storage.uri] = StoreState(storage.uri, True, now)
             listing.listed[storage.uri] = set(result)
             for name, files in result.items():
                 if WRITING_MARKER in files:
@@ -136,10 +147,11 @@ class Catalog:
                         listing.found[name][0].uri,
                         storage.uri,
                     )
-        every = set(listing.found) | listing.writing
-        self.names = every if not failures else self.names | every
-        if not failures:
-            self.synced_unix_s = now
+        if newest:
+            every = set(listing.found) | listing.writing
+            self.names = every if not failures else self.names | every
+            if not failures:
+                self.synced_unix_s = now
         return listing, failures
 
     async def refresh(self, max_wait_s: float) -> None:
