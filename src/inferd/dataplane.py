@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -247,13 +247,16 @@ class DataPlane:
             most += math.prod(tensor.dims) * max(spec.max_batch_size, 1)
         return most
 
-    async def infer(self, request: InferRequest) -> InferResponse:
-        """Route a request (version, ``version_label`` parameter, or traffic split) and run it."""
+    def infer(self, request: InferRequest) -> Coroutine[Any, Any, InferResponse]:
+        """Route a request (version, ``version_label`` parameter, or traffic split) and run it.
+
+        Routes now and hands back ``run``'s coroutine (a routing error raises here): one
+        coroutine per request, not two. Await it, as for an ``async def``."""
         label = request.parameters.get(LABEL_PARAMETER, "")
         if not isinstance(label, str):
             raise InvalidInput(f"parameter '{LABEL_PARAMETER}' must be a string")
         model = self.registry.route(request.model_name, request.model_version, label, request.id)
-        return await self.run(model, request, label)
+        return self.run(model, request, label)
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         """The responses to one request: a decoupled model's 0..N as it sends them (parameter

@@ -58,9 +58,11 @@ class ModelVersion:
 
     # Whether a request may get 0..N responses (``model_transaction_policy``), read once.
     decoupled: bool = field(init=False)
+    version_text: str = field(init=False)  # ``version`` as responses carry it
 
     def __post_init__(self) -> None:
         self.decoupled = self.config.model_transaction_policy.decoupled
+        self.version_text = str(self.version)
 
     async def infer(self, request: InferRequest, signature: str = "") -> InferResponse:
         """Run a request on the model's own inputs and outputs, or on one of its signatures."""
@@ -104,7 +106,7 @@ class ModelVersion:
         self.stats.log_success(time.perf_counter_ns() - started)
         return InferResponse(
             model_name=self.name,
-            model_version=str(self.version),
+            model_version=self.version_text,
             outputs=outputs,
             id=request.id,
             timings=timings,
@@ -150,7 +152,7 @@ class ModelVersion:
     ) -> InferResponse:
         return InferResponse(
             model_name=self.name,
-            model_version=str(self.version),
+            model_version=self.version_text,
             outputs=validate.shape_outputs(self.spec, outputs, rows) if outputs else {},
             id=request.id,
             parameters={"triton_final_response": final},

@@ -6,7 +6,7 @@ import pytest
 
 from inferd.errors import PermissionDenied, Unauthenticated, UnsupportedMediaType
 from inferd.protocols.access import Access, AccessPolicy
-from inferd.protocols.http_guard import HttpGuard, host_name
+from inferd.protocols.http_guard import ACCEPTED_HOSTS_KEPT, HttpGuard, host_name
 from inferd.tokens import TokenStore
 
 LOCAL = {"host": "127.0.0.1:8080"}
@@ -30,6 +30,17 @@ def test_dns_rebinding_is_refused_on_loopback() -> None:
         g.check("GET", {"host": "evil.example:8080"}, Access.INFERENCE)
     g = guard(allowed_hosts=["*.corp.example"])
     g.check("GET", {"host": "api.corp.example"}, Access.INFERENCE)
+
+
+def test_accepted_hosts_are_remembered_and_refused_ones_never() -> None:
+    g = guard()
+    for port in range(200):  # more distinct accepted Host headers than it keeps
+        assert g.check("GET", {"host": f"127.0.0.1:{port}"}, Access.INFERENCE) == []
+    for _ in range(3):  # a refused host is refused every time, never remembered
+        with pytest.raises(PermissionDenied, match="--allowed-hosts"):
+            g.check("GET", {"host": "evil.example:8080"}, Access.INFERENCE)
+    assert len(g._accepted) == ACCEPTED_HOSTS_KEPT and "evil.example:8080" not in g._accepted
+    assert g.check("GET", {"host": "localhost:9"}, Access.INFERENCE) == []  # past the bound
 
 
 def test_origins() -> None:

@@ -134,6 +134,34 @@ def test_a_fast_model_moves_inline_and_a_slow_one_stays_on_its_thread(
     assert not any(n.startswith("inferd-fast") for n in threads)  # closed
 
 
+def test_try_inline_answers_at_once_only_when_the_pool_would_run_inline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(instances, "INLINE_BELOW_S", 500e-6)
+    monkeypatch.setattr(instances, "INLINE_BELOW_NS", 500_000)
+
+    async def run() -> None:
+        pool = _pool("try", 1)
+        assert pool.try_inline(_work(1.0)) is None  # nothing measured yet: the thread first
+        for i in range(20):
+            executed = pool.try_inline(_work(i))
+            if executed is None:
+                await pool.submit([_work(i)])
+        executed = pool.try_inline(_work(7.0, "now"))
+        assert executed is not None and ok(executed.results[0])["OUTPUT0"].tolist() == [[7.0]]
+        # A batch addressed to an instance always goes to its thread; until its answer is
+        # delivered on the loop the pool is busy, and nothing runs inline.
+        held = pool.submit([_work(2.0)], 0)
+        assert pool.try_inline(_work(3.0)) is None
+        assert ok((await held).results[0])["OUTPUT0"].tolist() == [[2.0]]
+        again = pool.try_inline(_work(4.0))  # idle again: inline again
+        assert again is not None and ok(again.results[0])["OUTPUT0"].tolist() == [[4.0]]
+        await pool.close()
+        assert pool.try_inline(_work(5.0)) is None  # closed: ``submit`` says why
+
+    asyncio.run(run())
+
+
 def test_a_request_level_executor_sees_each_request() -> None:
     config = parse_config_text(_config("levels", ""))
     echo.reset("levels")

@@ -10,7 +10,7 @@ spinning worker threads would steal the CPU that decodes the next request).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -245,6 +245,15 @@ class OnnxRuntimeSession:
         self._string_outputs = {o.name for o in session.get_outputs() if o.type == "tensor(string)"}
         self.providers: tuple[str, ...] = tuple(session.get_providers())
         self.graph_level: str = session.get_session_options().graph_optimization_level.name
+        # On the CPU provider alone, the Python wrapper's ``run`` only re-checks the input
+        # names (validated before a request gets here), that no OrtValue is fed (only numpy
+        # arrays are) and falls back from GPU providers: call the C session directly, which
+        # saves some 60 bytecodes per call. Other providers keep the wrapper's fallback.
+        native = getattr(session, "_sess", None)
+        cpu_only = self.providers == ("CPUExecutionProvider",)
+        self._run: Callable[[Sequence[str], Tensors, Any], list[Any]] = (
+            native.run if native is not None and cpu_only else session.run
+        )
 
     def execute(self, inputs: Tensors, output_names: Sequence[str]) -> Tensors:
         feeds = inputs
@@ -253,7 +262,7 @@ class OnnxRuntimeSession:
             for name in self._string_inputs & feeds.keys():
                 feeds[name] = _as_text(name, feeds[name])
         try:
-            results = self._session.run(list(output_names), feeds)
+            results = self._run(output_names, feeds, None)
         except Exception as exc:
             raise InternalError(f"onnxruntime execution failed: {exc}") from None
         outputs = dict(zip(output_names, results, strict=True))
@@ -263,3 +272,8 @@ class OnnxRuntimeSession:
 
     def close(self) -> None:
         self._session = None
+        self._run = _closed
+
+
+def _closed(output_names: Sequence[str], feeds: Tensors, options: Any) -> list[Any]:
+    raise InternalError("the onnxruntime session is closed")

@@ -37,7 +37,7 @@ from inferd.errors import (
 )
 from inferd.observability.requests import Finished, RequestObserver, new_request_id
 from inferd.protocols.access import Access
-from inferd.protocols.http_guard import HttpGuard
+from inferd.protocols.http_guard import NO_CORS, HttpGuard
 from inferd.redact import redact
 from inferd.types import Timings
 
@@ -69,6 +69,7 @@ DEFAULT_MAX_BODY_BYTES = 128 * 1024 * 1024
 # A request refused before its body was read has a body up to this size read and dropped
 # (never held), so its client gets the answer; a larger one's connection is closed instead.
 DRAIN_MAX_BYTES = 8 << 20
+RESOLVED_KEPT = 1024  # (method, path) pairs the router remembers
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +88,7 @@ class HttpRequest:
     path: str
     headers: Headers  # lower-case names
     body: bytes
-    params: dict[str, str]
+    params: Mapping[str, str]  # shared by the requests of one path: read-only
     query: str = ""
     # Resolves when the client hangs up (RSGI's client_disconnect).
     disconnected: Callable[[], Awaitable[None]] | None = None
@@ -141,7 +142,7 @@ class Route:
     limit_flag: str = "--http-max-body-bytes"
     stream: bool = False  # the handler reads ``request.chunks`` itself
     # Checks that need no body (a full queue): run before the body is read.
-    admit: Callable[[dict[str, str]], None] | None = None
+    admit: Callable[[Mapping[str, str]], None] | None = None
     # Counted among the requests in progress (health, metrics and public pages never are).
     counted: bool = field(init=False)
 
@@ -150,10 +151,17 @@ class Route:
         object.__setattr__(self, "counted", counted)
 
 
+Resolved = tuple[Handler, Route, Mapping[str, str]]
+
+
 class Router:
     def __init__(self) -> None:
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         self.routes: dict[Handler, Route] = {}
+        # (method, path) -> what ``resolve`` found: clients repeat the same few paths (one
+        # model's infer URL), which then cost one dict look-up instead of the regexes. The
+        # parameters are shared between the requests of a path: read-only (Mapping).
+        self._resolved: dict[tuple[str, str], Resolved] = {}
 
     def add(
         self,
@@ -165,14 +173,27 @@ class Router:
         max_body_bytes: int | None = None,
         limit_flag: str = "--http-max-body-bytes",
         stream: bool = False,
-        admit: Callable[[dict[str, str]], None] | None = None,
+        admit: Callable[[Mapping[str, str]], None] | None = None,
     ) -> None:
         self._routes.append((method, re.compile(pattern + r"\Z"), handler))
         self.routes[handler] = Route(access, max_body_bytes, limit_flag, stream, admit)
+        self._resolved.clear()
 
     def patterns(self) -> list[tuple[str, str, Route]]:
         """(method, regex, route) of every route, for the API description."""
         return [(m, r.pattern, self.routes[h]) for m, r, h in self._routes]
+
+    def resolve(self, method: str, path: str) -> Resolved:
+        """The handler, its route and the path parameters; NotFound, or 405."""
+        found = self._resolved.get((method, path))
+        if found is not None:
+            return found
+        handler, params = self.match(method, path)
+        found = (handler, self.routes.get(handler) or Route(), params)
+        if len(self._resolved) >= RESOLVED_KEPT:  # many distinct paths: start over
+            self._resolved.clear()
+        self._resolved[method, path] = found
+        return found
 
     def match(self, method: str, path: str) -> tuple[Handler, dict[str, str]]:
         """The handler and path parameters; NotFound, or 405 for a known path."""
@@ -212,7 +233,6 @@ class HttpApp:
         self.guard = guard
         self.inflight = 0
         self.inflight_bytes = 0
-        self.default_route = Route()
         self._max_requests = self.limits.max_inflight_requests or sys.maxsize
         self._max_bytes = self.limits.max_inflight_bytes or sys.maxsize
 
@@ -224,7 +244,7 @@ class HttpApp:
         headers: Headers = scope.headers
         endpoint = "unmatched"
         body = b""
-        cors: list[tuple[str, str]] = []
+        cors = NO_CORS
         counted = False
         declared = 0
         unread = True  # the body is still on the wire
@@ -232,9 +252,8 @@ class HttpApp:
             if method == "OPTIONS" and self.guard is not None:
                 cors = self.guard.preflight(headers)
                 raise _Preflight
-            handler, params = self.router.match(method, path)
+            handler, route, params = self.router.resolve(method, path)
             endpoint = handler.__qualname__
-            route = self.router.routes.get(handler, self.default_route)
             if self.guard is not None:
                 cors = self.guard.check(method, headers, route.access)
             length = headers.get("content-length")

@@ -25,8 +25,10 @@ ALLOWED_HEADERS = (
 EXPOSED_HEADERS = "inference-header-content-length, x-request-id, www-authenticate"
 ALLOWED_METHODS = "GET, POST, PUT, OPTIONS"
 PREFLIGHT_MAX_AGE_S = 600
+ACCEPTED_HOSTS_KEPT = 64  # distinct Host headers remembered as accepted
 
-CorsHeaders = list[tuple[str, str]]
+CorsHeaders = Sequence[tuple[str, str]]
+NO_CORS: CorsHeaders = ()  # none to send (no guard, or a preflight refused)
 
 
 def host_name(host: str) -> str:
@@ -62,6 +64,8 @@ class HttpGuard:
             self._hosts = LOOPBACK_HOSTS if is_loopback(bind_address) else None
         self._loopback = not names and self._hosts is not None
         self._suffixes = tuple(n[1:] for n in names if n.startswith("*."))
+        # Host headers already accepted (clients send the same few): one set lookup each.
+        self._accepted: set[str | None] = set()
         origins = [o.strip().rstrip("/") for o in cors_allow_origin if o.strip()]
         self._any_origin = "*" in origins
         self._origins = frozenset(o.lower() for o in origins)
@@ -70,7 +74,9 @@ class HttpGuard:
         """Raise PermissionDenied, UnsupportedMediaType or Unauthenticated; else the CORS
         headers the answer carries (none for a non-browser or same-origin request)."""
         if self._hosts is not None:
-            self._check_host(headers.get("host"))
+            host = headers.get("host")
+            if host not in self._accepted:
+                self._check_host(host)
         cors: CorsHeaders = []
         origin = headers.get("origin")
         if origin is not None:
@@ -87,18 +93,21 @@ class HttpGuard:
         return cors
 
     def _check_host(self, host: str | None) -> None:
-        if host is None:
-            return  # HTTP/1.0 or a non-browser client: nothing to rebind
-        name = host_name(host)
-        if self._hosts is not None and name in self._hosts:
-            return
-        if self._loopback and is_loopback(name):
-            return  # an address literal such as 127.0.0.2 (a rebinding attack sends a name)
-        if self._suffixes and name.endswith(self._suffixes):
+        if host is None or self._host_ok(host):  # None: HTTP/1.0, nothing to rebind
+            if len(self._accepted) < ACCEPTED_HOSTS_KEPT:
+                self._accepted.add(host)
             return
         raise PermissionDenied(
             f"Host '{host[:100]}' is not served here (--allowed-hosts; a DNS rebinding guard)"
         )
+
+    def _host_ok(self, host: str) -> bool:
+        name = host_name(host)
+        if self._hosts is not None and name in self._hosts:
+            return True
+        if self._loopback and is_loopback(name):
+            return True  # an address literal such as 127.0.0.2 (a rebinding attack sends a name)
+        return bool(self._suffixes) and name.endswith(self._suffixes)
 
     def _check_origin(self, origin: str, host: str | None) -> CorsHeaders:
         normalized = origin.strip().rstrip("/").lower()

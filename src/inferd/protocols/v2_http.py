@@ -10,6 +10,7 @@ with Triton's choice among gzip, deflate and identity.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -113,7 +114,7 @@ def decode_request(
         if not isinstance(params, dict):
             raise InvalidInput(f"input '{name}': 'parameters' must be an object")
         size = params.get("binary_data_size")
-        if shm_tensors.names_region(params):
+        if params and shm_tensors.names_region(params):
             if regions is None or "data" in item or size is not None:
                 raise InvalidInput(
                     f"input '{name}' names a shared memory region: it takes no 'data' nor "
@@ -265,16 +266,16 @@ class V2Http:
                 "in one request at its max_batch_size"
             )
 
-    def _version(self, params: dict[str, str]) -> str:
+    def _version(self, params: Mapping[str, str]) -> str:
         """The version a route names, by number or by label (/labels/{l})."""
         version = params.get("version", "")
         if "label" in params:
             return self.plane.version_of(params["model"], version, params["label"])
         return version
 
-    def admit(self, params: dict[str, str]) -> None:
+    def admit(self, params: Mapping[str, str]) -> None:
         """Before the body is read: 503 at once when the model's queue is full."""
-        if "label" not in params and params["model"] in self._queue_limited:
+        if self._queue_limited and "label" not in params and params["model"] in self._queue_limited:
             self.plane.admit(params["model"], params.get("version", ""))
 
     async def infer(self, request: HttpRequest) -> HttpResponse:

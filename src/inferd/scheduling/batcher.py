@@ -46,7 +46,9 @@ class DirectScheduler:
     async def run(self, work: Work, timings: Timings) -> Tensors:
         check_request_parameters(work.parameters)
         started = timings.queue_start_ns = time.perf_counter_ns()
-        executed = await self.pool.submit([work])
+        executed = self.pool.try_inline(work)
+        if executed is None:
+            executed = await self.pool.submit([work])
         ended = timings.compute_end_ns = time.perf_counter_ns()
         result = executed.results[0]
         if isinstance(result, InferdError):

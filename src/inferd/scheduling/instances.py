@@ -73,6 +73,11 @@ class Instances(Protocol):
         event loop with one result per Work, or fails with InstanceFailed / Unavailable."""
         ...
 
+    def try_inline(self, work: Work) -> Executed | None:
+        """Execute one request at once on the event loop when that is cheaper than a queue
+        (fast executors on threads); None: ``submit`` it."""
+        ...
+
     def run_blocking(self, instance: int, batch: list[Work]) -> Executed:
         """Execute now, in the calling thread, before the instances serve (model warmup)."""
         ...
@@ -135,8 +140,14 @@ class ThreadInstances:
         future: asyncio.Future[Executed] = loop.create_future()
         if instance is None:
             if self._busy == 0 and self._inline and self._go_inline():
-                self._run_inline(batch, future)
-                return future
+                try:
+                    executed = self._run_inline(batch)
+                except InferdError as exc:
+                    future.set_exception(exc)
+                    return future
+                if executed is not None:
+                    future.set_result(executed)
+                    return future
             instance = self._least_busy()
         elif not 0 <= instance < self.count:
             raise ValueError(f"model '{self.name}' has no instance {instance}")
@@ -158,19 +169,23 @@ class ThreadInstances:
             return False
         return time.monotonic() >= self._probe_after  # probe: fast on the threads, unknown here
 
-    def _run_inline(self, batch: list[Work], future: asyncio.Future[Executed]) -> None:
+    def try_inline(self, work: Work) -> Executed | None:
+        """Execute one request now, on the event loop, when the pool would run it inline
+        (see the module's docstring); None: submit it instead. An executor's failure raises
+        the error the request gets."""
+        if self._busy == 0 and self._inline and not self._closed and self._go_inline():
+            return self._run_inline([work])
+        return None
+
+    def _run_inline(self, batch: list[Work]) -> Executed | None:
         executor = self._executors[0]
         if executor is None:  # instance 0 is being rebuilt: let its worker answer
-            self._pending[0] += 1
-            self._busy += 1
-            self._queues[0].put(_Job(batch, future, asyncio.get_running_loop()))
-            return
+            return None
         started = time.perf_counter_ns()
         try:
             executed = executor.execute(batch)
         except Exception as exc:
-            future.set_exception(as_error(self.name, exc))
-            return
+            raise as_error(self.name, exc) from None
         elapsed_ns = time.perf_counter_ns() - started
         if elapsed_ns < INLINE_BELOW_NS:
             self._inline_ok = True
@@ -192,7 +207,7 @@ class ThreadInstances:
                 self._tries = PROBES
                 self._probe_after = time.monotonic() + self._probe_wait_s
                 self._probe_wait_s = min(PROBE_MAX_S, self._probe_wait_s * 2)
-        future.set_result(executed)
+        return executed
 
     def run_blocking(self, instance: int, batch: list[Work]) -> Executed:
         executor = self._executors[instance]

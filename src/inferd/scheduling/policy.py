@@ -119,6 +119,8 @@ def _int_parameter(parameters: dict[str, Any], key: str) -> int | None:
 
 def check_request_parameters(parameters: dict[str, Any]) -> None:
     """Validate ``priority`` and ``timeout`` even where no batcher reads them."""
+    if not parameters:  # the usual request: nothing to check
+        return
     _int_parameter(parameters, "priority")
     _int_parameter(parameters, "timeout")
 

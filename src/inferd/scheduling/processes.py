@@ -132,6 +132,9 @@ class ProcessInstances:
 
     # ------------------------------------------------------------------ submitting
 
+    def try_inline(self, work: Work) -> Executed | None:
+        return None  # a worker process answers through its channel, never on the loop
+
     def submit(self, batch: list[Work], instance: int | None = None) -> asyncio.Future[Executed]:
         if self._closed:
             raise Unavailable(f"model '{self.name}' is unloading")

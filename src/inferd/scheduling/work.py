@@ -158,8 +158,11 @@ class BatchExecutor:
                     else self.runtime.execute(first.inputs, first.outputs)
                 )
                 infer_ns = time.perf_counter_ns() - started
-                if first.rows:
-                    check_rows(self.model, outputs, first.rows)
+                rows = first.rows
+                if rows:
+                    for array in outputs.values():
+                        if not array.shape or array.shape[0] != rows:
+                            check_rows(self.model, outputs, rows)  # raises, naming it
             except InstanceFailed:
                 raise
             except Exception as exc:
