@@ -33,10 +33,10 @@ from inferd.errors import (
     NotFound,
     Overloaded,
     PayloadTooLarge,
-    RequestTimeout,
 )
 from inferd.observability.requests import Finished, RequestObserver, new_request_id
 from inferd.protocols.access import Access
+from inferd.protocols.deadlines import BodyDeadlines
 from inferd.protocols.http_guard import NO_CORS, HttpGuard
 from inferd.redact import redact
 from inferd.types import Timings
@@ -228,6 +228,7 @@ class HttpApp:
     ) -> None:
         self.router = router
         self.limits = limits or Limits(max_body_bytes=max_body_bytes)
+        self._deadlines = BodyDeadlines(self.limits.body_timeout_s)
         self.max_body_bytes = self.limits.max_body_bytes
         self.observer = observer
         self.guard = guard
@@ -289,7 +290,7 @@ class HttpApp:
                 and declared <= limit
                 and ("content-encoding" not in headers)
             ):  # the usual body, read in one call (as ``_read_body`` would, one frame less)
-                body = request.body = await _timed(protocol(), self.limits.body_timeout_s)
+                body = request.body = await self._deadlines.read(protocol())
             else:
                 body = request.body = await self._read_body(
                     headers, protocol, declared, limit, route.limit_flag
@@ -382,7 +383,7 @@ class HttpApp:
         if declared == 0 and "transfer-encoding" not in headers:
             body: bytes = b""
         elif 0 < declared <= WHOLE_BODY_BYTES:
-            body = await _timed(protocol(), self.limits.body_timeout_s)
+            body = await self._deadlines.read(protocol())
         else:  # large or chunked: into one buffer as it streams in (never held twice)
             buffer = bytearray(declared) if declared else bytearray()
             size = 0
@@ -407,10 +408,9 @@ class HttpApp:
         """The body chunk by chunk: each must come within the body timeout, all within limit."""
         size = 0
         stream = protocol.__aiter__()
-        timeout_s = self.limits.body_timeout_s
         while True:
             try:
-                chunk: bytes = await _timed(stream.__anext__(), timeout_s)
+                chunk: bytes = await self._deadlines.read(stream.__anext__())
             except StopAsyncIteration:
                 return
             size += len(chunk)
@@ -427,37 +427,6 @@ def _too_large(size: int, limit: int, flag: str) -> PayloadTooLarge:
     return PayloadTooLarge(
         f"request body of {size} bytes exceeds the limit of {limit} bytes ({flag})"
     )
-
-
-async def _timed(work: Awaitable[T], timeout_s: float) -> T:
-    """Await ``work``; RequestTimeout if it takes longer (a timer, no extra task)."""
-    steps = work.__await__()
-    try:  # a body already received needs no timer
-        waiting_on = next(steps)
-    except StopIteration as done:
-        result: T = done.value
-        return result
-    task = asyncio.current_task()
-    assert task is not None
-    fired = False
-
-    def expire() -> None:
-        nonlocal fired
-        fired = True
-        task.cancel()
-
-    handle = asyncio.get_running_loop().call_later(timeout_s, expire)
-    try:
-        return await _resume(steps, waiting_on)
-    except asyncio.CancelledError:
-        if not fired:
-            raise
-        task.uncancel()
-        raise RequestTimeout(
-            f"the request body did not arrive within {timeout_s:g} s (--http-body-timeout-s)"
-        ) from None
-    finally:
-        handle.cancel()
 
 
 WATCH_AFTER_S = 0.002  # a request still running after this long starts watching its client
