@@ -14,10 +14,13 @@ change are compared under the same host load:
    one row per request, HTTP binary tensors, with and without dynamic batching: rows/s, and
    against onnxruntime in this process at batch 32;
 5. the demo ``digits`` MLP at concurrency 64, one row per request, HTTP binary tensors, with and
-   without dynamic batching: req/s and CPU-µs/req (batching must never lose).
+   without dynamic batching: req/s and CPU-µs/req (batching must never lose);
+6. ``empty``: the same JSON request as 1. to an RSGI handler that only reads the body and
+   answers (``empty_rsgi.py``, granian with inferd's options), once per pass: the floor under
+   any Python server here, so the JSON path's CPU-µs/req is also given as a multiple of it.
 
     .venv/bin/python benchmarks/core_bench.py --tree before=/tmp/base --tree after=. \\
-        [--passes 3] [--seconds 8] [--only json,grpc,resnet,mlp,digits]
+        [--passes 3] [--seconds 8] [--only json,grpc,resnet,mlp,digits,empty]
 
 Needs ``wrk`` and ``h2load`` (Debian: wrk, nghttp2-client).
 """
@@ -51,7 +54,8 @@ from tests.support import ServerProcess  # noqa: E402
 CACHE = Path(os.environ.get("INFERD_BENCH_CACHE", "/tmp/inferd-core-bench"))
 MLP_DIMS = (1024, 4096, 4096, 1024)
 DIGITS_INPUT = "input"
-TESTS = ("json", "grpc", "resnet", "mlp", "digits")
+TESTS = ("json", "grpc", "resnet", "mlp", "digits", "empty")
+JSON_BODY = '{"inputs":[{"name":"x","shape":[1,1],"datatype":"FP32","data":[1.0]}]}'
 
 
 # --------------------------------------------------------------------------- models
@@ -314,6 +318,36 @@ def plain_vs_batched(
     return result
 
 
+def empty_handler(seconds: float) -> dict[str, float]:
+    """req/s and CPU-µs/req of ``empty_rsgi.py`` under the JSON test's load."""
+    from tests.support import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "empty_rsgi.py"), str(port)])
+    work = Path(tempfile.mkdtemp())
+    try:
+        url = f"http://127.0.0.1:{port}/v2/models/half_plus_two/infer"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.post(url, content=JSON_BODY, timeout=1)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        body = work / "empty.json"
+        body.write_text(JSON_BODY)
+        wrk(url, body, {"Content-Type": "application/json"}, 16, 2)
+        with cpu_window(proc.pid) as cpu:
+            r = wrk(url, body, {"Content-Type": "application/json"}, 16, seconds)
+        return {"rps": r["rps"], "cpu_us": cpu["cpu_s"] / max(1, r["requests"]) * 1e6}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
+
+
 # --------------------------------------------------------------------------- one pass
 
 
@@ -328,9 +362,7 @@ def measure(label: str, tree: Path, repo: Path, seconds: float, only: set[str]) 
     try:
         if "json" in only:
             body = work / "hpt.json"
-            body.write_text(
-                '{"inputs":[{"name":"x","shape":[1,1],"datatype":"FP32","data":[1.0]}]}'
-            )
+            body.write_text(JSON_BODY)
             url = f"{server.http_url}/v2/models/half_plus_two/infer"
             wrk(url, body, {"Content-Type": "application/json"}, 16, 2)  # warm-up
             with cpu_window(pid) as cpu:
@@ -386,16 +418,23 @@ def main() -> int:
     print(f"load average at start: {os.getloadavg()[0]:.2f}", flush=True)
     rows: list[dict[str, Any]] = []
     inprocs: list[float] = []
+    empties: list[dict[str, float]] = []
     for p in range(args.passes):
         # The in-process reference is taken every pass, between the servers, so each pass's
         # ratio compares figures taken under the same host load.
         inproc = inprocess_mlp_rows_s(min(args.seconds, 5.0)) if "mlp" in only else 0.0
         inprocs.append(inproc)
+        empty = empty_handler(args.seconds) if "empty" in only else {}
+        if empty:
+            empties.append(empty)
+            print(json.dumps({"empty_handler": empty, "pass": p + 1}), flush=True)
         for label, tree in trees:
             row = measure(label, tree, repo, args.seconds, only)
             row["pass"] = p + 1
             if inproc:
                 row["mlp_batched_vs_inprocess"] = row["mlp_batched_rows_s"] / inproc
+            if empty and "json_cpu_us" in row:
+                row["json_cpu_vs_empty"] = row["json_cpu_us"] / empty["cpu_us"]
             rows.append(row)
             print(json.dumps(row), flush=True)
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
@@ -420,6 +459,10 @@ def main() -> int:
                 f"{label}: batched/unbatched {ratio:.2f}x, batched/in-process {share:.2f} "
                 "(medians of per-pass ratios)"
             )
+    if empties:
+        rps = statistics.median(e["rps"] for e in empties)
+        cpu = statistics.median(e["cpu_us"] for e in empties)
+        print(f"| empty RSGI handler (empty_rsgi.py), req/s; CPU-us/req | {rps:,.1f}; {cpu:,.1f} |")
     if "grpc" in only:
         for label, _ in trees:
             mine = [r for r in rows if r["tree"] == label]
