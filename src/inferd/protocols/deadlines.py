@@ -2,10 +2,11 @@
 
 A loop timer armed and cancelled around each body read cost the JSON infer path about 11,000
 instructions per request (uvloop's ``call_later``, a closure, and stepping the read by hand),
-almost 4 % of a small request, measured with callgrind. Here a read only records its deadline in a dict; one sweep, run
-every ``timeout_s / 4`` (at most every second) while reads are in progress, cancels the tasks
-whose deadline passed, and each answers ``RequestTimeout``. A stalled body is therefore cut
-between ``timeout_s`` and ``1.25 * timeout_s`` after its read began.
+almost 4 % of a small request, measured with callgrind. Here a read only records its deadline
+in a dict; one sweep, run every ``timeout_s / 4`` (at most every second) while reads are in
+progress, cancels the tasks whose deadline passed, and each answers ``RequestTimeout``. A
+stalled body is therefore cut between ``timeout_s`` and ``1.25 * timeout_s`` after its read
+began.
 """
 
 from __future__ import annotations
