@@ -1,0 +1,167 @@
+"""Where a v2 JSON request's Python cost goes: bytecodes per request, per function and per stage.
+
+The server is built in this process on the demo ``half_plus_two`` and its RSGI entry point is
+called directly with a fixed request (no socket, no granian), first to warm up, then under
+``sys.settrace`` with opcode events, which count every bytecode the interpreter runs. Counts
+are exact and repeat from run to run, unlike timings on a shared host. Tracing makes each call
+about 50x slower, so the inline threshold is raised here to keep the model on the event loop,
+as it is in a real run.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/request_opcodes.py [--requests 2000] [--functions 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import sys
+import tempfile
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+BODY = b'{"inputs":[{"name":"x","shape":[1,1],"datatype":"FP32","data":[1.0]}]}'
+
+# (stage, predicate on "file:function") in order: the first match names a function's stage.
+STAGES: list[tuple[str, tuple[str, ...]]] = [
+    ("access checks (Host, Origin, token)", ("http_guard.py:", "access.py:")),
+    (
+        "encode and send",
+        (
+            "v2_http.py:encode_response",
+            "http.py:_send",
+            "codecs.py:to_json_data",
+            "v2_http.py:response_encoding",
+        ),
+    ),
+    (
+        "decode (v2 JSON body, datatypes, shapes, values)",
+        (
+            "v2_http.py:decode_request",
+            "v2_http.py:_split_body",
+            "v2_http.py:_request_id",
+            "v2_http.py:_requested_outputs",
+            "v2_http.py:json_object",
+            "v2_http.py:parse_json",
+            "codecs.py:",
+            "datatypes.py:",
+            "shm_tensors.py:",
+        ),
+    ),
+    (
+        "HTTP edge (route, limits, body read and its deadline, client watch)",
+        ("protocols/http.py:", "deadlines.py:", "asyncio/", "v2_http.py:admit"),
+    ),
+    ("v2 handler", ("v2_http.py:",)),
+    ("validation (inputs and outputs against the config)", ("validate.py:", "spec.py:")),
+    ("routing and data plane", ("registry.py:", "routing.py:", "dataplane.py:")),
+    ("statistics, metrics, access-log check", ("stats.py:", "metrics.py:", "requests.py:")),
+    ("model, scheduler, inline execution", ("model.py:", "scheduling/", "types.py:")),
+    ("onnxruntime call", ("onnxruntime",)),
+    ("object construction (dataclass __init__)", ("<string>:",)),
+]
+
+
+def stage_of(key: str) -> str:
+    for stage, markers in STAGES:
+        if any(marker in key for marker in markers):
+            return stage
+    return "other"
+
+
+class _Scope:
+    proto = "http"
+    method = "POST"
+    path = "/v2/models/half_plus_two/infer"
+    query_string = ""
+    client = "127.0.0.1:5555"
+
+    def __init__(self) -> None:
+        self.headers = {
+            "host": "127.0.0.1:8000",
+            "content-type": "application/json",
+            "content-length": str(len(BODY)),
+        }
+
+
+class _Protocol:
+    def __init__(self) -> None:
+        self.answers: collections.Counter[int] = collections.Counter()
+
+    async def __call__(self) -> bytes:
+        return BODY
+
+    def client_disconnect(self) -> asyncio.Future[None]:
+        return asyncio.get_running_loop().create_future()
+
+    def response_bytes(self, status: int, headers: Any, body: bytes) -> None:
+        self.answers[status] += 1
+
+
+async def count(requests: int) -> tuple[collections.Counter[str], collections.Counter[int]]:
+    from inferd import settings
+    from inferd.demo.models import write_demo_repository
+    from inferd.scheduling import instances
+    from inferd.server import Server
+
+    instances.INLINE_BELOW_S = 1.0  # tracing is slow: keep the model inline, as in a real run
+    instances.INLINE_BELOW_NS = 10**9
+    repo = Path(tempfile.mkdtemp()) / "models"
+    write_demo_repository(repo, models=["half_plus_two"])
+    args = ["--model-repository", str(repo), "--model-control-mode", "explicit",
+            "--load-model", "half_plus_two"]  # fmt: skip
+    server = Server(settings.parse(args))
+    await server._load_models()
+    app, scope, protocol = server.http_app, _Scope(), _Protocol()
+    for _ in range(3000):
+        await app.__rsgi__(scope, protocol)
+    counts: collections.Counter[str] = collections.Counter()
+
+    def on_opcode(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            code = frame.f_code
+            where = code.co_filename.split("/src/")[-1].split("site-packages/")[-1]
+            counts[f"{where}:{code.co_name}"] += 1
+        return on_opcode
+
+    def on_call(frame: FrameType, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        frame.f_trace_lines = False
+        return on_opcode
+
+    sys.settrace(on_call)
+    try:
+        for _ in range(requests):
+            await app.__rsgi__(scope, protocol)
+    finally:
+        sys.settrace(None)
+    return counts, protocol.answers
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--functions", type=int, default=25, help="busiest functions to list")
+    args = parser.parse_args()
+    import uvloop
+
+    counts, answers = uvloop.run(count(args.requests))
+    assert set(answers) == {200}, answers
+    n = args.requests
+    per_request = {key: value / n for key, value in counts.items() if "request_opcodes" not in key}
+    total = sum(per_request.values())
+    stages: collections.Counter[str] = collections.Counter()
+    for key, value in per_request.items():
+        stages[stage_of(key)] += value
+    print(f"half_plus_two, v2 JSON: {total:,.0f} bytecodes per request ({n} requests)\n")
+    print("| stage | bytecodes/request | share |\n|---|---|---|")
+    for stage, value in stages.most_common():
+        print(f"| {stage} | {value:,.0f} | {100 * value / total:.0f} % |")
+    print("\n| function | bytecodes/request |\n|---|---|")
+    for key, value in sorted(per_request.items(), key=lambda kv: -kv[1])[: args.functions]:
+        print(f"| {key} | {value:,.1f} |")
+
+
+if __name__ == "__main__":
+    main()
