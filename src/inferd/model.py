@@ -145,7 +145,7 @@ class ModelVersion:
             raise
         finally:
             self.stats.pending -= 1
-        self.stats.success.add(time.perf_counter_ns() - started)
+        self.stats.log_success(time.perf_counter_ns() - started)
 
     def _response(
         self, request: InferRequest, outputs: Tensors, final: bool, rows: int

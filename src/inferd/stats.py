@@ -95,41 +95,43 @@ _BOUNDS = np.array(_BOUNDS_NS, dtype=np.int64)
 
 class ModelStats:
     """A version's live figures. Readers use the attributes as they are; the request path
-    logs its observations with ``log_execution`` / ``log_success`` (a deque append, where
+    logs its observations with ``log_execution`` / ``log_success`` (an array append, where
     updating seven counters and histograms cost more than a small model's call) and every
-    read of a figure first adds up what the log holds. The log is appended to on the event
+    read of a logged figure first adds up what the log holds. Writers never read through
+    those properties (``add_queue``, ``record_execution``): a read would add up the log on
+    the request path. The log is appended to on the event
     loop and may be read from another thread (the metrics port): appending to the log, copying
     its start and deleting that start are each one C call under the GIL, so nothing is lost;
     adding up holds a lock."""
 
     __slots__ = (
         "_batches",
-        "_cache_hit",
-        "_cache_miss",
         "_compute_infer",
         "_compute_input",
         "_compute_output",
         "_execution_count",
         "_executions",
-        "_fail",
         "_inference_count",
         "_last_inference_ms",
         "_lock",
         "_queue",
         "_success",
         "_successes",
+        "cache_hit",
+        "cache_miss",
+        "fail",
         "pending",
     )
 
     def __init__(self) -> None:
         self._success = Duration()
-        self._fail = Duration()
+        self.fail = Duration()  # not logged: failures and cache look-ups update at once
         self._queue = Duration()
         self._compute_input = Duration()
         self._compute_infer = Duration()
         self._compute_output = Duration()
-        self._cache_hit = Duration()
-        self._cache_miss = Duration()
+        self.cache_hit = Duration()
+        self.cache_miss = Duration()
         self.pending = 0  # requests inside the model version right now
         self._inference_count = 0  # rows inferred (a batch of 8 rows counts 8)
         self._execution_count = 0  # model executions (one per batch)
@@ -150,6 +152,11 @@ class ModelStats:
         self._executions.extend((rows or 1, queue_ns, input_ns, infer_ns, output_ns, ended_ns))
         if len(self._executions) >= FLUSH_AT * EXECUTION_FIELDS:
             self.flush()
+
+    def add_queue(self, ns: int) -> None:
+        """One request's time in a queue (a batcher's): as ``queue.add``, without adding up
+        the log first."""
+        self._queue.add(ns)
 
     def log_success(self, ns: int) -> None:
         """One request answered in ``ns``: as ``success.add``."""
@@ -179,7 +186,8 @@ class ModelStats:
         self._execution_count += len(table)
         self._inference_count += int(sizes.sum())
         ago_ns = time.perf_counter_ns() - int(ended_ns.max())
-        self._last_inference_ms = (time.time_ns() - ago_ns) // 1_000_000
+        last_ms = (time.time_ns() - ago_ns) // 1_000_000
+        self._last_inference_ms = max(self._last_inference_ms, last_ms)
         for size in np.unique(sizes).tolist():
             chosen = parts[sizes == size]
             stat = self._batches.get(size)
@@ -197,10 +205,6 @@ class ModelStats:
     def success(self) -> Duration:
         self.flush()
         return self._success
-
-    @property
-    def fail(self) -> Duration:
-        return self._fail
 
     @property
     def queue(self) -> Duration:
@@ -221,14 +225,6 @@ class ModelStats:
     def compute_output(self) -> Duration:
         self.flush()
         return self._compute_output
-
-    @property
-    def cache_hit(self) -> Duration:
-        return self._cache_hit
-
-    @property
-    def cache_miss(self) -> Duration:
-        return self._cache_miss
 
     @property
     def inference_count(self) -> int:
@@ -253,8 +249,8 @@ class ModelStats:
     def record_execution(
         self, batch_size: int, requests: int, input_ns: int, infer_ns: int, output_ns: int
     ) -> None:
-        """One execution of ``batch_size`` rows on behalf of ``requests`` requests."""
-        self.flush()
+        """One execution of ``batch_size`` rows on behalf of ``requests`` requests (sums, so
+        the log need not be added up first)."""
         self._execution_count += 1
         self._inference_count += batch_size
         self._last_inference_ms = time.time_ns() // 1_000_000

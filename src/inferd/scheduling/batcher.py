@@ -312,7 +312,7 @@ class DynamicBatcher:
             timings = entry.timings
             timings.compute_start_ns = ended - compute_ns
             timings.compute_end_ns = ended
-            self.stats.queue.add(ended - compute_ns - entry.enqueued_ns)
+            self.stats.add_queue(ended - compute_ns - entry.enqueued_ns)
         if executed is None:
             error = batch.error or InternalError("the batch produced no result")
             for entry in batch.entries:
