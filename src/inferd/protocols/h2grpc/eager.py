@@ -1,97 +1,28 @@
 """Starting a call's coroutine at once, on the protocol callback's stack: a call that finishes
-without waiting (a fast model run inline) needs no Task, and a Task carries on the others.
-
-Measured on half_plus_two: creating, scheduling and stepping a Task cost more than a tenth of
-a whole gRPC call. Python 3.12 has this built in (``eager_start``); on 3.11 the coroutine is
-stepped here and, if it waits, handed to a Task through ``_Started``, which gives the Task the
-future the coroutine is waiting on first. The coroutine runs in its own copy of the context
-either way, as it would in a Task. ``asyncio.current_task()`` is None during that first step
-on 3.11 (nothing on the gRPC path asks for it there; on 3.12 the task is current).
-"""
+without waiting (a fast model run inline) needs no Task, and a Task carries on the others
+(``inferd.scheduling.eager``). A call's own failure in that first step is logged here, as a
+Task would have reported it, never raised into nghttp2's callback."""
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
-import sys
-from collections.abc import Coroutine, Generator
+from collections.abc import Coroutine
 from typing import Any
 
-log = logging.getLogger("inferd.grpc")
+from inferd.scheduling.eager import run_eagerly
 
-_EAGER_TASKS = sys.version_info >= (3, 12)
+log = logging.getLogger("inferd.grpc")
 
 
 def start(
     loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None], name: str
 ) -> asyncio.Task[None] | None:
     """Run ``coro`` until it first waits; None if it finished, else the Task carrying it on."""
-    context = contextvars.copy_context()
-    if _EAGER_TASKS:
-        task: asyncio.Task[None] = asyncio.Task(  # type: ignore[call-arg]
-            coro, loop=loop, name=name, context=context, eager_start=True
-        )
-        return None if task.done() else task
     try:
-        waiting_on = context.run(coro.send, None)
-    except StopIteration:
-        return None
+        return run_eagerly(coro, name, loop)
     except asyncio.CancelledError:
         return None  # cancelled itself: as a Task, it would just end cancelled
     except Exception:
         log.exception("unhandled error in a gRPC call %s", name)
         return None
-    return loop.create_task(_Started(coro, waiting_on), name=name, context=context)
-
-
-class _Started(Coroutine[Any, Any, None]):
-    """A coroutine already stepped once, as a Task steps it: the first ``send`` answers with
-    what the coroutine yielded then (the future it waits on), later ones go to it."""
-
-    __slots__ = ("_coro", "_first", "_fresh")
-
-    def __init__(self, coro: Coroutine[Any, Any, None], first: Any) -> None:
-        self._coro = coro
-        self._first = first
-        self._fresh = True
-
-    def send(self, value: Any) -> Any:
-        if self._fresh:
-            self._fresh = False
-            return self._first
-        return self._coro.send(value)
-
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
-        if self._fresh:
-            # Cancelled before the Task's first step: the Task never saw the future the
-            # coroutine waits on, so cancel that as the Task would have.
-            self._fresh = False
-            if isinstance(typ, asyncio.CancelledError) and asyncio.isfuture(self._first):
-                self._first.cancel()
-        if val is None and tb is None:
-            return self._coro.throw(typ)
-        return self._coro.throw(typ, val, tb)
-
-    def close(self) -> None:
-        self._coro.close()
-
-    def __await__(self) -> Generator[Any, None, None]:
-        raise TypeError("a started call is driven by its Task, not awaited")
-
-    # What asyncio's task repr and stack printing read from a coroutine.
-    @property
-    def cr_code(self) -> Any:
-        return getattr(self._coro, "cr_code", None)
-
-    @property
-    def cr_frame(self) -> Any:
-        return getattr(self._coro, "cr_frame", None)
-
-    @property
-    def cr_running(self) -> bool:
-        return bool(getattr(self._coro, "cr_running", False))
-
-    @property
-    def cr_await(self) -> Any:
-        return getattr(self._coro, "cr_await", None)
