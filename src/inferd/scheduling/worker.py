@@ -18,7 +18,6 @@ import asyncio
 import itertools
 import logging
 import os
-import select
 import signal
 import socket
 import sys
@@ -68,8 +67,6 @@ class Host:
         self._answers: dict[int, Result] = {}
         self._waiters: dict[int, asyncio.Future[Result]] = {}
         self._loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
-        self._waiting = select.poll()
-        self._waiting.register(channel.fileno(), select.POLLIN)
 
     # ------------------------------------------------------------------ messages
 
@@ -92,7 +89,7 @@ class Host:
 
     def _drain(self) -> None:
         """Handle every message already waiting, without blocking."""
-        while self._waiting.poll(0):  # cheaper than a receive that fails
+        while self.channel.waiting():  # cheaper than a receive that fails
             message = self.channel.recv(block=False)
             if message is None:
                 return
