@@ -186,6 +186,7 @@ class Stream:
         "deadline_hit",
         "ended",
         "eof",
+        "fields",
         "headers",
         "headers_complete",
         "incoming",
@@ -206,6 +207,7 @@ class Stream:
         self.sid = sid
         self.headers: list[tuple[bytes, bytes]] = []
         self.headers_complete = False
+        self.fields: dict[bytes, bytes] = {}  # the header block by name, once complete
         self.path = ""
         self.cancelled = False  # the client reset the stream
         self.reader = Reader(limit)

@@ -77,13 +77,13 @@ class Connection(asyncio.Protocol):
             nghttp2.FrameCallback(self._on_frame_recv),
             nghttp2.DataChunkCallback(self._on_data_chunk),
             nghttp2.StreamCloseCallback(self._on_stream_close),
+            nghttp2.SendCallback(self._on_send),
         )
         self._receiving: Stream | None = None  # the stream whose header block is arriving
         self._read_callback = nghttp2.ReadCallback(self._on_read)
         self._provider = nghttp2.DataProvider(nghttp2.DataSource(0), self._read_callback)
         self._provider_address = ctypes.addressof(self._provider)
-        self._sent = ctypes.c_void_p()  # where nghttp2_session_mem_send puts its bytes
-        self._sent_address = ctypes.addressof(self._sent)
+        self._parts: list[bytes] = []  # what nghttp2 serialized during one flush
         callbacks = ctypes.c_void_p()
         lib.nghttp2_session_callbacks_new(ctypes.byref(callbacks))
         try:
@@ -96,6 +96,9 @@ class Connection(asyncio.Protocol):
                 setter(callbacks, ctypes.cast(callback, ctypes.c_void_p))
             lib.nghttp2_session_callbacks_set_on_stream_close_callback(
                 callbacks, ctypes.cast(self._callbacks[4], ctypes.c_void_p)
+            )
+            lib.nghttp2_session_callbacks_set_send_callback(
+                callbacks, ctypes.cast(self._callbacks[5], ctypes.c_void_p)
             )
             if lib.nghttp2_session_server_new(ctypes.byref(self._session), callbacks, None) != 0:
                 raise MemoryError("nghttp2_session_server_new failed")
@@ -188,21 +191,21 @@ class Connection(asyncio.Protocol):
         if self._paused or self._closed or self.transport is None:
             return
         lib, session = self.lib, self._session
-        pointer = self._sent
-        parts = []
-        while True:
-            size = lib.nghttp2_session_mem_send(session, self._sent_address)
-            if size <= 0:
-                if not self._resets:
-                    break
-                # nghttp2 would send a reset ahead of the status headers: only now, after them.
-                for sid in self._resets:
-                    lib.nghttp2_submit_rst_stream(session, nghttp2.FLAG_NONE, sid, nghttp2.NO_ERROR)
-                self._resets.clear()
-                continue
-            parts.append(_bytes_at(pointer, size))
+        failed = lib.nghttp2_session_send(session)  # each frame goes to _on_send
+        if self._resets and not failed:
+            # nghttp2 would send a reset ahead of the status headers: only now, after them.
+            for sid in self._resets:
+                lib.nghttp2_submit_rst_stream(session, nghttp2.FLAG_NONE, sid, nghttp2.NO_ERROR)
+            self._resets.clear()
+            failed = lib.nghttp2_session_send(session)
+        parts = self._parts
         if parts:
             self.transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
+            parts.clear()
+        if failed:
+            log.debug("gRPC connection from %s: %s", self.peer, self._strerror(failed))
+            self._close()
+            return
         for stream in self.streams.values():
             if stream.wake is not None and stream.out_bytes() < STREAM_BUFFER_BYTES:
                 stream.wake.set()
@@ -230,6 +233,10 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ nghttp2 callbacks
 
+    def _on_send(self, session: Any, data: int, length: int, flags: int, user: Any) -> int:
+        self._parts.append(_bytes_at(data, length))  # nghttp2 reuses its buffer: a copy
+        return length
+
     def _on_begin_headers(self, session: Any, frame: int, user: Any) -> int:
         # A header block arrives whole (HTTP/2 interleaves no frames inside one), so the
         # headers that follow are this stream's.
@@ -251,11 +258,11 @@ class Connection(asyncio.Protocol):
         flags: int,
         user: Any,
     ) -> int:
+        # nghttp2 validates every field before this callback (HTTP messaging is on): a name or
+        # value holding a NUL, which c_char_p would cut short, never gets here.
         stream = self._receiving
-        if stream is None or len(key) != namelen or len(text) != valuelen:
-            return nghttp2.ERR_TEMPORAL_CALLBACK_FAILURE  # a NUL inside: nghttp2 refuses those
-        if key == b":path":
-            stream.path = text.decode("latin-1")
+        if stream is None:
+            return nghttp2.ERR_TEMPORAL_CALLBACK_FAILURE
         stream.headers.append((key, text))
         return 0
 
@@ -269,6 +276,8 @@ class Connection(asyncio.Protocol):
         ended = bool(hd.flags & nghttp2.FLAG_END_STREAM)
         if hd.type == nghttp2.HEADERS and not stream.headers_complete:
             stream.headers_complete = True
+            fields = stream.fields = dict(stream.headers)  # the last of a repeated name
+            stream.path = fields.get(b":path", b"").decode("latin-1")
             self._ready.append(stream)
         if ended:
             stream.ended = True
@@ -395,14 +404,12 @@ class Connection(asyncio.Protocol):
 
     async def _run(self, stream: Stream, handler: Any) -> None:
         timeout = None
-        content_type = b""
-        for key, value in stream.headers:
-            if key == b"content-type":
-                content_type = value
-            elif key == b"grpc-timeout":
-                timeout = parse_timeout(value.decode("latin-1"))
-                if timeout is not None:
-                    stream.deadline = self.loop.call_later(timeout, self._expire, stream)
+        fields = stream.fields
+        content_type = fields.get(b"content-type", b"")
+        if b"grpc-timeout" in fields:
+            timeout = parse_timeout(fields[b"grpc-timeout"].decode("latin-1"))
+            if timeout is not None:
+                stream.deadline = self.loop.call_later(timeout, self._expire, stream)
         context = Context(stream, self.peer, timeout)
         try:
             server = self.server

@@ -100,6 +100,7 @@ class SettingsEntry(Structure):
     _fields_ = [("settings_id", c_int32), ("value", c_uint32)]
 
 
+SendCallback = CFUNCTYPE(c_ssize_t, c_void_p, c_void_p, c_size_t, c_int, c_void_p)
 FrameCallback = CFUNCTYPE(c_int, c_void_p, c_void_p, c_void_p)
 # nghttp2 hands each header's name and value NUL-terminated (it rejects NUL inside them unless
 # told not to check headers), so ctypes can make them bytes without a string_at call each.
@@ -112,6 +113,7 @@ StreamCloseCallback = CFUNCTYPE(c_int, c_void_p, c_int32, c_uint32, c_void_p)
 _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "nghttp2_session_callbacks_new": (c_int, [POINTER(c_void_p)]),
     "nghttp2_session_callbacks_del": (None, [c_void_p]),
+    "nghttp2_session_callbacks_set_send_callback": (None, [c_void_p, c_void_p]),
     "nghttp2_session_callbacks_set_on_begin_headers_callback": (None, [c_void_p, c_void_p]),
     "nghttp2_session_callbacks_set_on_header_callback": (None, [c_void_p, c_void_p]),
     "nghttp2_session_callbacks_set_on_frame_recv_callback": (None, [c_void_p, c_void_p]),
@@ -123,7 +125,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     # Pointers the calls of every request take are declared c_void_p and given as addresses:
     # ctypes checks a POINTER(...) argument against its type each call, at a cost of about
     # a whole call more.
-    "nghttp2_session_mem_send": (c_ssize_t, [c_void_p, c_void_p]),
+    "nghttp2_session_send": (c_int, [c_void_p]),
     "nghttp2_session_want_read": (c_int, [c_void_p]),
     "nghttp2_session_want_write": (c_int, [c_void_p]),
     "nghttp2_session_resume_data": (c_int, [c_void_p, c_int32]),
