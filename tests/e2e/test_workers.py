@@ -86,12 +86,14 @@ def test_inference_and_totals(server: ServerProcess) -> None:
 def test_the_dashboard_sees_every_request(server: ServerProcess) -> None:
     sent = _metric(server, "inferd_request_success_total", f'{{model="{M}",version="1"}}')
 
-    def executions() -> float:
+    def settled() -> bool:
         doc = _fresh(server, "GET", "/v2/dashboard/series").json()
         # Every request here ran alone: one execution of batch size 1 each, on either worker.
-        return float(doc["models"].get(M, {}).get("batch_sizes", {}).get("1", 0))
+        executions = float(doc["models"].get(M, {}).get("batch_sizes", {}).get("1", 0))
+        # A second's row is given once every worker has sampled it: up to a second later.
+        return executions == sent and bool(doc["server"]["rows"])
 
-    wait_for(lambda: executions() == sent, f"{sent} executions in the dashboard's series")
+    wait_for(settled, f"{sent} executions and a row per second in the dashboard's series")
     doc = _fresh(server, "GET", "/v2/dashboard/series").json()
     rows = doc["server"]["rows"]
     assert rows and all(float(r[0]).is_integer() for r in rows)  # one row per whole second

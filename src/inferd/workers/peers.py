@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import struct
 from collections.abc import Awaitable, Callable
@@ -20,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from inferd.workers.journal import Journal
 
 log = logging.getLogger("inferd.workers")
 
@@ -135,25 +136,3 @@ class Peers:
         if failures:
             raise PeerError("; ".join(failures))
         return answers
-
-
-class Journal:
-    """The repository changes made since the server started, in order, for a worker that
-    starts later (a replacement) to replay; appends hold an exclusive lock."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def append(self, entry: dict[str, Any]) -> None:
-        with open(self.path, "ab") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            f.write(orjson.dumps(entry) + b"\n")
-
-    def entries(self) -> list[dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as f:
-                fcntl.flock(f, fcntl.LOCK_SH)
-                lines = f.read().splitlines()
-        except FileNotFoundError:
-            return []
-        return [orjson.loads(line) for line in lines if line.strip()]
