@@ -140,7 +140,7 @@ class ThreadInstances:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Executed] = loop.create_future()
         if instance is None:
-            if self._busy == 0 and self._inline and self._go_inline():
+            if self._go_inline():
                 try:
                     executed = self._run_inline(batch)
                 except InferdError as exc:
@@ -164,6 +164,9 @@ class ThreadInstances:
         return min(range(self.count), key=pending.__getitem__)
 
     def _go_inline(self) -> bool:
+        """Whether the next request runs on the event loop (the module's docstring)."""
+        if self._busy or not self._inline:
+            return False
         if self._inline_ok:
             return True
         if self._cpu_mean_s >= INLINE_BELOW_S:
@@ -174,7 +177,7 @@ class ThreadInstances:
         """Execute one request now, on the event loop, when the pool would run it inline
         (see the module's docstring); None: submit it instead. An executor's failure raises
         the error the request gets."""
-        if self._busy == 0 and self._inline and not self._closed and self._go_inline():
+        if not self._closed and self._go_inline():
             return self._run_inline([work])
         return None
 

@@ -227,10 +227,8 @@ class Stream:
         self.deadline_hit = False
 
     def header(self, name: bytes) -> str:
-        for key, value in self.headers:
-            if key == name:
-                return value.decode("latin-1")
-        return ""
+        """A field of the (complete) header block; "" when absent."""
+        return self.fields.get(name, b"").decode("latin-1")
 
     def out_bytes(self) -> int:
         return sum(len(c) for c in self.out) - self.out_offset
