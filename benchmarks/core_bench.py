@@ -11,8 +11,9 @@ change are compared under the same host load:
    same client (h2load --h1), so gRPC's ratio to HTTP comes from one client and one run;
 3. ``resnet50``, batch 1, concurrency 1, HTTP binary tensors: median latency;
 4. a wide MLP (1024-4096-4096-1024 FP32, fixed-seed random weights, ~100 MB) at concurrency 64,
-   one row per request, HTTP binary tensors, with and without dynamic batching: rows/s, and
-   against onnxruntime in this process at batch 32;
+   one row per request, HTTP binary tensors, with and without dynamic batching (preferred batch
+   64, so that a batch holds every waiting client): rows/s, and against onnxruntime in this
+   process at batch 32 (the issue's reference) and at batch 64;
 5. the demo ``digits`` MLP at concurrency 64, one row per request, HTTP binary tensors, with and
    without dynamic batching: req/s and CPU-µs/req (batching must never lose);
 6. ``empty``: the same JSON request as 1. to an RSGI handler that only reads the body and
@@ -20,7 +21,10 @@ change are compared under the same host load:
    any Python server here, so the JSON path's CPU-µs/req is also given as a multiple of it.
 
     .venv/bin/python benchmarks/core_bench.py --tree before=/tmp/base --tree after=. \\
-        [--passes 3] [--seconds 8] [--only json,grpc,resnet,mlp,digits,empty]
+        [--passes 3] [--seconds 8] [--only json,grpc,resnet,mlp,digits,empty] [--workers 1]
+
+``--workers N`` runs each server with ``--http-workers N`` (default 1, so that a figure is one
+process's; ``auto``, the server's default, picks 2 on a 2-core host for small models).
 
 Needs ``wrk`` and ``h2load`` (Debian: wrk, nghttp2-client).
 """
@@ -124,7 +128,7 @@ def build_repository() -> Path:
     configs = {
         "mlp_plain": "max_batch_size: 64\n",
         "mlp_batched": "max_batch_size: 64\n"
-        "dynamic_batching { preferred_batch_size: [32] max_queue_delay_microseconds: 2000 }\n",
+        "dynamic_batching { preferred_batch_size: [64] max_queue_delay_microseconds: 50000 }\n",
         "digits_plain": "max_batch_size: 64\n",
         "digits_batched": "max_batch_size: 64\n"
         "dynamic_batching { max_queue_delay_microseconds: 500 }\n",
@@ -272,19 +276,19 @@ def resnet_latency_ms(url: str, count: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def inprocess_mlp_rows_s(seconds: float) -> float:
+def inprocess_mlp_rows_s(seconds: float, batch: int = 32) -> float:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(str(CACHE / "wide_mlp.onnx"), options)
-    x = np.random.default_rng(1).standard_normal((32, MLP_DIMS[0]), dtype=np.float32)
+    x = np.random.default_rng(1).standard_normal((batch, MLP_DIMS[0]), dtype=np.float32)
     for _ in range(3):
         session.run(None, {"input": x})
     rows, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         session.run(None, {"input": x})
-        rows += 32
+        rows += batch
     return rows / (time.perf_counter() - start)
 
 
@@ -351,8 +355,10 @@ def empty_handler(seconds: float) -> dict[str, float]:
 # --------------------------------------------------------------------------- one pass
 
 
-def measure(label: str, tree: Path, repo: Path, seconds: float, only: set[str]) -> dict[str, Any]:
-    env = {"PYTHONPATH": str(tree / "src")}
+def measure(
+    label: str, tree: Path, repo: Path, seconds: float, only: set[str], workers: int
+) -> dict[str, Any]:
+    env = {"PYTHONPATH": str(tree / "src"), "INFERD_HTTP_WORKERS": str(workers)}
     server = ServerProcess(repo, env=env, log_path=CACHE / f"server-{label}.log")
     server.start(timeout_s=180)
     assert server.proc is not None
@@ -408,6 +414,13 @@ def main() -> int:
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--only", default=",".join(TESTS))
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="serving processes (--http-workers; the server default, auto, picks 2 "
+        "on a 2-core host)",
+    )
     args = parser.parse_args()
     trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in args.tree] or [
         ("this", ROOT)
@@ -418,21 +431,25 @@ def main() -> int:
     print(f"load average at start: {os.getloadavg()[0]:.2f}", flush=True)
     rows: list[dict[str, Any]] = []
     inprocs: list[float] = []
+    inprocs64: list[float] = []
     empties: list[dict[str, float]] = []
     for p in range(args.passes):
         # The in-process reference is taken every pass, between the servers, so each pass's
         # ratio compares figures taken under the same host load.
         inproc = inprocess_mlp_rows_s(min(args.seconds, 5.0)) if "mlp" in only else 0.0
         inprocs.append(inproc)
+        inproc64 = inprocess_mlp_rows_s(min(args.seconds, 5.0), 64) if "mlp" in only else 0.0
+        inprocs64.append(inproc64)
         empty = empty_handler(args.seconds) if "empty" in only else {}
         if empty:
             empties.append(empty)
             print(json.dumps({"empty_handler": empty, "pass": p + 1}), flush=True)
         for label, tree in trees:
-            row = measure(label, tree, repo, args.seconds, only)
+            row = measure(label, tree, repo, args.seconds, only, args.workers)
             row["pass"] = p + 1
             if inproc:
                 row["mlp_batched_vs_inprocess"] = row["mlp_batched_rows_s"] / inproc
+                row["mlp_batched_vs_inprocess_64"] = row["mlp_batched_rows_s"] / inproc64
             if empty and "json_cpu_us" in row:
                 row["json_cpu_vs_empty"] = row["json_cpu_us"] / empty["cpu_us"]
             rows.append(row)
@@ -451,13 +468,15 @@ def main() -> int:
     if "mlp" in only:
         reference = statistics.median(inprocs)
         print(f"| onnxruntime in-process wide MLP batch 32, rows/s | {reference:,.1f} |")
+        print(f"| the same at batch 64, rows/s | {statistics.median(inprocs64):,.1f} |")
         for label, _ in trees:
             mine = [r for r in rows if r["tree"] == label]
             ratio = statistics.median(r["mlp_batched_rows_s"] / r["mlp_plain_rows_s"] for r in mine)
             share = statistics.median(r["mlp_batched_vs_inprocess"] for r in mine)
+            share64 = statistics.median(r["mlp_batched_vs_inprocess_64"] for r in mine)
             print(
-                f"{label}: batched/unbatched {ratio:.2f}x, batched/in-process {share:.2f} "
-                "(medians of per-pass ratios)"
+                f"{label}: batched/unbatched {ratio:.2f}x, batched/in-process at batch 32 "
+                f"{share:.2f}, at batch 64 {share64:.2f} (medians of per-pass ratios)"
             )
     if empties:
         rps = statistics.median(e["rps"] for e in empties)
