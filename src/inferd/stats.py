@@ -188,7 +188,8 @@ class ModelStats:
         ago_ns = time.perf_counter_ns() - int(ended_ns.max())
         last_ms = (time.time_ns() - ago_ns) // 1_000_000
         self._last_inference_ms = max(self._last_inference_ms, last_ms)
-        for size in np.unique(sizes).tolist():
+        # Not np.unique: its first call imports numpy.ma (16 ms, here on the event loop).
+        for size in sorted(set(sizes.tolist())):
             chosen = parts[sizes == size]
             stat = self._batches.get(size)
             if stat is None:

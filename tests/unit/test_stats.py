@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -49,3 +51,22 @@ def test_reads_from_another_thread_lose_nothing() -> None:
     assert stats.success.count == 20_000 and stats.success.ns == 20_000_000
     assert stats.queue.count == 20_000 and stats.compute_infer.ns == 40_000
     assert seen == sorted(seen)  # counts only grow
+
+
+def test_adding_up_the_log_imports_nothing_on_the_request_path() -> None:
+    """The first flush runs on the event loop: it must not import a module (np.unique's
+    first call imported numpy.ma, a 16 ms stall)."""
+    script = (
+        "import sys, time\n"
+        "from inferd.stats import FLUSH_AT, ModelStats\n"
+        "stats = ModelStats()\n"
+        "before = set(sys.modules)\n"
+        "for i in range(FLUSH_AT):\n"
+        "    stats.log_execution(1 + i % 4, 10, 1, 2, 3, time.perf_counter_ns())\n"
+        "print(sorted(set(sys.modules) - before))\n"
+        "print(sorted(b.batch_size for b in stats.snapshot('m', '1').batch_stats))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert out == ["[]", "[1, 2, 3, 4]"]
