@@ -11,9 +11,7 @@ from inferd.config.spec import build_spec
 from inferd.config.text import parse_config_text
 from inferd.errors import InvalidInput
 
-SPEC = build_spec(
-    parse_config_text(
-        """
+CONFIG = """
 name: "m"
 max_batch_size: 4
 input [
@@ -26,8 +24,7 @@ output [
   { name: "flat" data_type: TYPE_FP32 dims: [4] reshape { shape: [2, 2] } }
 ]
 """
-    )
-)
+SPEC = build_spec(parse_config_text(CONFIG))
 
 
 def _inputs(rows: int = 2, **override: np.ndarray) -> dict[str, np.ndarray]:
@@ -46,6 +43,34 @@ def test_inputs_come_back_model_shaped_with_their_batch_size() -> None:
     assert "opt" not in inputs  # optional and absent
     same, _ = validate.check_inputs(SPEC, _inputs(1, img=np.zeros((1, 2, 2), np.uint8)))
     assert same["img"].shape == (1, 2, 2)  # sent as the model takes it (TF Serving clients)
+
+
+def test_an_accepted_signature_is_remembered_and_a_refused_one_never_is() -> None:
+    spec = build_spec(parse_config_text(CONFIG))
+    first, rows = validate.check_inputs(spec, _inputs(3))
+    assert len(spec.accepted) == 1
+    img = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    again, again_rows = validate.check_inputs(spec, _inputs(3, img=img))
+    assert (rows, again_rows) == (3, 3)
+    assert again["img"].shape == first["img"].shape == (3, 2, 2)
+    assert np.shares_memory(again["img"], img)  # reshaped, not copied
+    assert again["img"][2].tolist() == [[8, 9], [10, 11]]
+    assert list(again) == ["a", "img"]
+    wrong = _inputs(3, a=np.zeros((3, 2), np.float64))
+    for _ in range(2):
+        with pytest.raises(InvalidInput, match="datatype FP64 does not match"):
+            validate.check_inputs(spec, wrong)
+    assert len(spec.accepted) == 1
+
+
+def test_remembered_signatures_are_bounded() -> None:
+    spec = build_spec(parse_config_text(CONFIG.replace("max_batch_size: 4", "max_batch_size: 0")))
+    for n in range(validate.ACCEPTED_LIMIT + 10):
+        inputs: dict[str, np.ndarray] = {"a": np.zeros(2, np.float32), "img": np.zeros(4, np.uint8)}
+        inputs["opt"] = np.array([b"x"] * (n + 1), dtype=object)
+        out, rows = validate.check_inputs(spec, inputs)
+        assert (rows, out["opt"].shape, out["img"].shape) == (0, (n + 1,), (2, 2))
+    assert len(spec.accepted) == validate.ACCEPTED_LIMIT
 
 
 @pytest.mark.parametrize(

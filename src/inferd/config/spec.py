@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from inferd import datatypes
 from inferd.config.model_config_pb2 import DataType as DataTypeEnum
@@ -59,6 +60,11 @@ class ModelSpec:
     input_by_name: dict[str, TensorSpec] = field(repr=False)
     output_by_name: dict[str, TensorSpec] = field(repr=False)
     reshaped_outputs: bool = field(default=False, repr=False)  # some output's dims differ
+    # Input signatures that passed ``validate.check_inputs``: (name, dtype, shape) per input,
+    # in the request's order -> the batch size and each input's reshape (None: as it came).
+    accepted: dict[tuple[Any, ...], tuple[int, tuple[tuple[str, Any], ...]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
 
 # TF Serving's signature methods (SignatureDef.method_name) and its default signature key.

@@ -119,10 +119,10 @@ def _int_parameter(parameters: dict[str, Any], key: str) -> int | None:
 
 def check_request_parameters(parameters: dict[str, Any]) -> None:
     """Validate ``priority`` and ``timeout`` even where no batcher reads them."""
-    if not parameters:  # the usual request: nothing to check
-        return
-    _int_parameter(parameters, "priority")
-    _int_parameter(parameters, "timeout")
+    if "priority" in parameters:  # mostly neither is there (nor any parameter at all)
+        _int_parameter(parameters, "priority")
+    if "timeout" in parameters:
+        _int_parameter(parameters, "timeout")
 
 
 def timeout_parameter_us(parameters: dict[str, Any]) -> int | None:
