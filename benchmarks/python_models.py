@@ -4,7 +4,9 @@
    against the same identity as ONNX, served by the same inferd; and, with ``--mlserver VENV``,
    MLServer's custom Python runtime (an ``MLModel`` subclass) doing the same, same load;
 2. a CPU-bound pure-Python model (~2 ms per call, calibrated here) with 1 and with 2 instances,
-   concurrency 8: req/s;
+   concurrency 8: req/s; beside it, the same loop run in this machine's processes with no
+   server: two processes at once against one alone (calls per second), the most that 2
+   instances can give over 1 here (``pair_ceiling``);
 3. a 16 MB FP32 tensor, binary HTTP, one request at a time: round-trip time through the Python
    identity and through the ONNX identity (median); and without HTTP, the echo backend in
    process instances against thread instances, beside a 16 MB copy in this process, to show
@@ -334,7 +336,28 @@ def mlserver_identity(venv: Path, work: Path, body: Path, seconds: float) -> dic
             proc.wait()
 
 
-def measure(repo: Path, work: Path, seconds: float, only: set[str]) -> dict[str, Any]:
+def _loop_calls(loops: int, seconds: float) -> int:
+    calls, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        total = 0
+        for i in range(loops):  # the busy model's loop
+            total += i
+        calls += 1
+    return calls
+
+
+def pair_ceiling(loops: int, seconds: float) -> float:
+    """Calls per second of the busy loop in two processes at once ÷ in one: what two cores
+    give two CPU-bound Python processes here with nothing else running."""
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        one = pool.apply(_loop_calls, (loops, seconds))
+        two = sum(pool.starmap(_loop_calls, [(loops, seconds)] * 2))
+    return two / one
+
+
+def measure(repo: Path, work: Path, seconds: float, only: set[str], loops: int) -> dict[str, Any]:
     server = ServerProcess(repo, log_path=work / "inferd.log").start(timeout_s=300)
     assert server.proc is not None
     pid = server.proc.pid
@@ -352,6 +375,7 @@ def measure(repo: Path, work: Path, seconds: float, only: set[str]) -> dict[str,
                 r = load(pid, f"{url}/v2/models/{model}/infer", body, 8, seconds)
                 row.update({f"{model}_{k}": v for k, v in r.items()})
             row["busy_2_vs_1"] = row["busy_2_rps"] / row["busy_1_rps"]
+            row["pair_ceiling"] = pair_ceiling(loops, min(seconds, 4.0))
         if "large" in only:
             for model in ("identity_onnx", "identity_py"):
                 row[f"large_{model}_ms"] = round_trip_ms(server.http_address, model, 15)
@@ -384,7 +408,7 @@ def main() -> int:
     print(f"load average at start: {os.getloadavg()[0]:.2f}; {loops} loops ~ 2 ms", flush=True)
     rows = []
     for p in range(args.passes):
-        row = measure(repo, work, args.seconds, only)
+        row = measure(repo, work, args.seconds, only, loops)
         if "identity" in only and args.mlserver:
             ml = mlserver_identity(args.mlserver, work / f"pass{p}", json_body(work), args.seconds)
             row.update({f"mlserver_identity_{k}": v for k, v in ml.items()})
