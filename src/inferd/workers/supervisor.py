@@ -32,6 +32,7 @@ from inferd.workers.peers import WorkerRole
 log = logging.getLogger("inferd.workers")
 
 CONFIG_EXIT = 2  # what `inferd serve` exits with on a configuration error
+INTERRUPTED_EXIT = 128 + signal.SIGINT  # a worker stopped by SIGINT while starting
 STEADY_S = 10.0  # a worker that lived this long is restarted at once; sooner, with back-off
 MAX_BACKOFF_S = 30.0
 _PR_SET_PDEATHSIG = 1
@@ -53,9 +54,15 @@ def _worker_main(settings: Settings, role: WorkerRole) -> None:
         pass
     if os.getppid() == 1:  # the supervisor died before prctl
         sys.exit(0)
-    from inferd.cli import serve_settings
+    try:
+        from inferd.cli import serve_settings
 
-    sys.exit(serve_settings(settings, role))
+        code = serve_settings(settings, role)
+    except KeyboardInterrupt:
+        # SIGINT before the server took the signal over (still importing or loading): the
+        # supervisor stops every worker this way when one cannot start. A stop, not a crash.
+        code = INTERRUPTED_EXIT
+    sys.exit(code)
 
 
 class Supervisor:
