@@ -83,6 +83,28 @@ def test_a_preferred_size_goes_out_without_waiting(tmp_path: Path) -> None:
     assert [e.rows for e in echo.LOG[model.name]] == [4]
 
 
+def test_an_arrival_that_reaches_the_smallest_preferred_size_ships_before_the_delay(
+    tmp_path: Path,
+) -> None:
+    config = (
+        "dynamic_batching { preferred_batch_size: [2, 4] max_queue_delay_microseconds: 5000000 }\n"
+    )
+    model = echo_version(tmp_path, _batched(config))
+
+    async def run() -> None:
+        first = asyncio.ensure_future(_infer(model, 1))
+        await asyncio.sleep(0.02)  # alone: waits, with the delay's timer set
+        assert not first.done()
+        await asyncio.wait_for(asyncio.gather(first, _infer(model, 2)), timeout=2)
+        third = asyncio.ensure_future(_infer(model, 3))
+        await asyncio.sleep(0.02)
+        await asyncio.wait_for(asyncio.gather(third, _infer(model, 4, 5, 6)), timeout=2)
+        await model.close()
+
+    asyncio.run(run())
+    assert [e.rows for e in echo.LOG[model.name]] == [2, 4]
+
+
 def test_each_request_keeps_its_id_and_parameters_in_a_batch(tmp_path: Path) -> None:
     config = "dynamic_batching {}\n" + _gated("b2")
     config += 'parameters { key: "request_level" value: { string_value: "true" } }\n'

@@ -172,9 +172,15 @@ class DynamicBatcher:
         if timeout_ns:
             entry.timer = loop.call_later(timeout_ns * 1e-9, self._expire, entry, timeout_ns)
         queue.append(entry)
-        self._queued_rows += entry.rows
-        busy = len(self._in_flight) >= self.pool.count
-        if not (busy and self._queued_rows < self.options.target_rows):
+        rows = self._queued_rows = self._queued_rows + entry.rows
+        # Most arrivals cannot send a batch out: with every instance busy, only a batch that
+        # cannot grow goes (to an instance's queue); with one idle and the queue delay's timer
+        # set, only a batch of a preferred size or more. Skipping ``_schedule`` then spares a
+        # walk over the whole queue per arrival (``_queued_rows`` is an upper bound).
+        if len(self._in_flight) >= self.pool.count:
+            if rows >= self.options.target_rows:
+                self._schedule()
+        elif self._timer is None or rows >= self.options.first_ship_rows:
             self._schedule()
         return await entry.future
 

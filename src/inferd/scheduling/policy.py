@@ -53,7 +53,12 @@ class BatchingOptions:
     @property
     def target_rows(self) -> int:
         """Rows at which a batch goes out without waiting."""
-        return max(self.preferred) if self.preferred else self.max_batch_size
+        return self.preferred[-1] if self.preferred else self.max_batch_size
+
+    @property
+    def first_ship_rows(self) -> int:
+        """The fewest rows that can make a batch go out before its queue delay ends."""
+        return self.preferred[0] if self.preferred else self.max_batch_size
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> BatchingOptions:
