@@ -159,11 +159,17 @@ def calibrate_loops(target_s: float = 0.002) -> int:
     best = float("inf")
     for _ in range(5):
         start = time.perf_counter()
-        total = 0
-        for i in range(loops):
-            total += i
+        _spin(loops)
         best = min(best, time.perf_counter() - start)
     return max(1000, int(loops * target_s / best))
+
+
+def _spin(loops: int) -> int:
+    """The busy model's loop (``BUSY``), here in the benchmark's own processes."""
+    total = 0
+    for i in range(loops):
+        total += i
+    return total
 
 
 def _model(repo: Path, name: str, config: str, source: str | None = None) -> None:
@@ -339,9 +345,7 @@ def mlserver_identity(venv: Path, work: Path, body: Path, seconds: float) -> dic
 def _loop_calls(loops: int, seconds: float) -> int:
     calls, end = 0, time.perf_counter() + seconds
     while time.perf_counter() < end:
-        total = 0
-        for i in range(loops):  # the busy model's loop
-            total += i
+        _spin(loops)
         calls += 1
     return calls
 
