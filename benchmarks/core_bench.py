@@ -18,10 +18,13 @@ change are compared under the same host load:
    without dynamic batching: req/s and CPU-µs/req (batching must never lose);
 6. ``empty``: the same JSON request as 1. to an RSGI handler that only reads the body and
    answers (``empty_rsgi.py``, granian with inferd's options), once per pass: the floor under
-   any Python server here, so the JSON path's CPU-µs/req is also given as a multiple of it.
+   any Python server here, so the JSON path's CPU-µs/req is also given as a multiple of it;
+7. ``minimal``: the same request to ``empty_rsgi.py --minimal``, which does only the work no v2
+   JSON server can skip (parse, array, run half_plus_two on the loop, encode) and nothing a
+   server needs besides: a lower bound for the JSON path on this stack, as a multiple of 6.
 
     .venv/bin/python benchmarks/core_bench.py --tree before=/tmp/base --tree after=. \\
-        [--passes 3] [--seconds 8] [--only json,grpc,resnet,mlp,digits,empty] [--workers 1]
+        [--passes 3] [--seconds 8] [--only json,grpc,resnet,mlp,digits,empty,minimal] [--workers 1]
 
 ``--workers N`` runs each server with ``--http-workers N`` (default 1, so that a figure is one
 process's; ``auto``, the server's default, picks 2 on a 2-core host for small models).
@@ -58,7 +61,7 @@ from tests.support import ServerProcess  # noqa: E402
 CACHE = Path(os.environ.get("INFERD_BENCH_CACHE", "/tmp/inferd-core-bench"))
 MLP_DIMS = (1024, 4096, 4096, 1024)
 DIGITS_INPUT = "input"
-TESTS = ("json", "grpc", "resnet", "mlp", "digits", "empty")
+TESTS = ("json", "grpc", "resnet", "mlp", "digits", "empty", "minimal")
 JSON_BODY = '{"inputs":[{"name":"x","shape":[1,1],"datatype":"FP32","data":[1.0]}]}'
 
 
@@ -322,12 +325,14 @@ def plain_vs_batched(
     return result
 
 
-def empty_handler(seconds: float) -> dict[str, float]:
-    """req/s and CPU-µs/req of ``empty_rsgi.py`` under the JSON test's load."""
+def empty_handler(seconds: float, *extra: str) -> dict[str, float]:
+    """req/s and CPU-µs/req of ``empty_rsgi.py`` (with ``extra`` arguments) under the JSON
+    test's load."""
     from tests.support import free_port
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "empty_rsgi.py"), str(port)])
+    script = str(ROOT / "benchmarks" / "empty_rsgi.py")
+    proc = subprocess.Popen([sys.executable, script, str(port), *extra])
     work = Path(tempfile.mkdtemp())
     try:
         url = f"http://127.0.0.1:{port}/v2/models/half_plus_two/infer"
@@ -433,6 +438,7 @@ def main() -> int:
     inprocs: list[float] = []
     inprocs64: list[float] = []
     empties: list[dict[str, float]] = []
+    minimals: list[dict[str, float]] = []
     for p in range(args.passes):
         # The in-process reference is taken every pass, between the servers, so each pass's
         # ratio compares figures taken under the same host load.
@@ -444,6 +450,13 @@ def main() -> int:
         if empty:
             empties.append(empty)
             print(json.dumps({"empty_handler": empty, "pass": p + 1}), flush=True)
+        if "minimal" in only:
+            model = str(repo / "half_plus_two" / "1" / "model.onnx")
+            minimal = empty_handler(args.seconds, "--minimal", model)
+            if empty:
+                minimal["cpu_vs_empty"] = minimal["cpu_us"] / empty["cpu_us"]
+            minimals.append(minimal)
+            print(json.dumps({"minimal_handler": minimal, "pass": p + 1}), flush=True)
         for label, tree in trees:
             row = measure(label, tree, repo, args.seconds, only, args.workers)
             row["pass"] = p + 1
@@ -482,6 +495,15 @@ def main() -> int:
         rps = statistics.median(e["rps"] for e in empties)
         cpu = statistics.median(e["cpu_us"] for e in empties)
         print(f"| empty RSGI handler (empty_rsgi.py), req/s; CPU-us/req | {rps:,.1f}; {cpu:,.1f} |")
+    if minimals:
+        rps = statistics.median(m["rps"] for m in minimals)
+        cpu = statistics.median(m["cpu_us"] for m in minimals)
+        line = f"| minimal JSON handler (empty_rsgi.py --minimal), req/s; CPU-us/req | {rps:,.1f}; "
+        line += f"{cpu:,.1f} |"
+        if empties:
+            ratio = statistics.median(m["cpu_vs_empty"] for m in minimals)
+            line += f" {ratio:.2f}x the empty handler's CPU (median of per-pass ratios)"
+        print(line)
     if "grpc" in only:
         for label, _ in trees:
             mine = [r for r in rows if r["tree"] == label]
