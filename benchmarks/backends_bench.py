@@ -20,6 +20,14 @@ per request, client included), and a ratio of 0.8 needs a batch that computes in
 times what inferd spends on its 8 requests: in-process rows/s at batch 8 at most a quarter of
 the echo row's infer/s.
 
+The CPU budget bounds any server the same way, however it schedules batches: on C cores,
+served rows/s <= C / (compute CPU per row + server CPU per request + client CPU per request).
+The in-process run also takes the framework's CPU per row at batch 8, and the last column is
+what a 0.8 ratio leaves for the server and the client together, per request:
+C / (0.8 x in-process rows/s at batch 8) - compute CPU per row. The empty RSGI handler
+(``empty_rsgi.py``, measured at the end under wrk) costs more than that budget on its own
+where the target is out of reach of any server on this host.
+
     .venv/bin/python benchmarks/backends_bench.py [--interval-ms 2000] [--only torch,xgboost]
 """
 
@@ -28,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -191,16 +200,19 @@ BUILDERS: dict[str, tuple[Callable[[Path], tuple[str, Predict]], tuple[int, ...]
 }
 
 
-def calls_per_s(predict: Predict, rows: np.ndarray, seconds: float) -> float:
+def calls_per_s(predict: Predict, rows: np.ndarray, seconds: float) -> tuple[float, float]:
+    """Calls per second, and this process's CPU seconds per call."""
     warm_until = time.perf_counter() + max(1.5, seconds / 2)  # oneDNN and JIT warm up slowly
     while time.perf_counter() < warm_until:
         predict(rows)
     calls = 0
+    cpu = time.process_time()
     started = time.perf_counter()
     while time.perf_counter() - started < seconds:
         predict(rows)
         calls += 1
-    return calls / (time.perf_counter() - started)
+    rate = calls / (time.perf_counter() - started)
+    return rate, (time.process_time() - cpu) / max(1, calls)
 
 
 def bench(server: ServerProcess, model: str, interval_ms: int) -> dict[str, Any]:
@@ -247,10 +259,9 @@ def measure_in_process(name: str, root: Path, seconds: float) -> dict[str, float
     rng = np.random.default_rng(1)
     one = rng.standard_normal((1, *features)).astype(np.float32)
     eight = rng.standard_normal((8, *features)).astype(np.float32)
-    return {
-        "batch1": calls_per_s(predict, one, seconds),
-        "batch8": 8 * calls_per_s(predict, eight, seconds),
-    }
+    batch1, _ = calls_per_s(predict, one, seconds)
+    calls8, cpu8 = calls_per_s(predict, eight, seconds)
+    return {"batch1": batch1, "batch8": 8 * calls8, "cpu_us_per_row8": cpu8 / 8 * 1e6}
 
 
 def run_backend(name: str, root: Path, interval_ms: int, seconds: float) -> str:
@@ -261,6 +272,7 @@ def run_backend(name: str, root: Path, interval_ms: int, seconds: float) -> str:
     done = subprocess.run(args, check=True, capture_output=True, text=True, env=env)
     local = json.loads(done.stdout.strip().splitlines()[-1])
     one, eight = local["batch1"], local["batch8"]
+    budget = THREADS / (0.8 * eight) * 1e6 - local["cpu_us_per_row8"]
     server = ServerProcess(root / name, extra_args=["--allow-grpc=false"]).start(timeout_s=180)
     try:
         row = bench(server, name, interval_ms)
@@ -271,7 +283,8 @@ def run_backend(name: str, root: Path, interval_ms: int, seconds: float) -> str:
     return (
         f"| {name} | {one:.0f} | {eight:.0f} | {served:.0f} | {served / eight:.2f} | "
         f"{batch:.1f} | {row['latency_p50_ms']:.2f} | "
-        f"{'yes' if row.get('client_cpu_saturated') else 'no'} |"
+        f"{'yes' if row.get('client_cpu_saturated') else 'no'} | "
+        f"{local['cpu_us_per_row8']:.0f} | {budget:.0f} |"
     )
 
 
@@ -292,7 +305,18 @@ def run_echo(root: Path, interval_ms: int) -> str:
     return (
         f"| inferd alone (echo, no compute) | | | {float(row['throughput_infer_per_s']):.0f} | | "
         f"{batch:.1f} | {row['latency_p50_ms']:.2f} | "
-        f"{'yes' if row.get('client_cpu_saturated') else 'no'} |"
+        f"{'yes' if row.get('client_cpu_saturated') else 'no'} | | |"
+    )
+
+
+def run_empty(seconds: float) -> str:
+    """The empty RSGI handler's CPU per request under wrk (c=16): no server costs less."""
+    from core_bench import empty_handler
+
+    empty = empty_handler(seconds)
+    return (
+        f"| empty RSGI handler (empty_rsgi.py, wrk c=16) | | | {empty['rps']:.0f} | | | | | "
+        f"| {empty['cpu_us']:.0f} (its own CPU per request) |"
     )
 
 
@@ -312,12 +336,15 @@ def main() -> None:
     print(
         "| backend | in-process rows/s, batch 1 | in-process rows/s, batch 8 | "
         "inferd infer/s, concurrency 8 | ratio to batch 8 | mean executed batch | "
-        "p50 ms | client saturated |"
+        "p50 ms | client saturated | in-process CPU-µs per row, batch 8 | "
+        "server + client CPU-µs per request that 0.8 leaves |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.only.split(","):
         print(run_backend(name.strip(), root, args.interval_ms, args.seconds), flush=True)
     print(run_echo(root, args.interval_ms), flush=True)
+    if shutil.which("wrk"):
+        print(run_empty(8.0), flush=True)
     print(
         f"load average (1 min) {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; "
         f"{available_cpus()} cores"
