@@ -6,7 +6,10 @@
 2. a CPU-bound pure-Python model (~2 ms per call, calibrated here) with 1 and with 2 instances,
    concurrency 8: req/s; beside it, the same loop run in this machine's processes with no
    server: two processes at once against one alone (calls per second), the most that 2
-   instances can give over 1 here (``pair_ceiling``);
+   instances can give over 1 here (``pair_ceiling``); and the same model behind the least a
+   server can do (``empty_rsgi.py --busy``: parse, pickle to a forked worker, answer; no
+   queue, validation or statistics) with 1 and 2 worker processes (``minimal_2_vs_1``): the
+   scaling of a server with no cost of its own beyond that;
 3. a 16 MB FP32 tensor, binary HTTP, one request at a time: round-trip time through the Python
    identity and through the ONNX identity (median); and without HTTP, the echo backend in
    process instances against thread instances, beside a 16 MB copy in this process, to show
@@ -361,6 +364,31 @@ def pair_ceiling(loops: int, seconds: float) -> float:
     return two / one
 
 
+def minimal_busy(body: Path, loops: int, processes: int, seconds: float) -> dict[str, float]:
+    """The busy model behind ``empty_rsgi.py --busy`` with ``processes`` workers, as ``load``."""
+    from tests.support import free_port
+
+    port = free_port()
+    script = str(Path(__file__).resolve().parent / "empty_rsgi.py")
+    args = [sys.executable, script, str(port), "--busy", str(loops)]
+    proc = subprocess.Popen([*args, "--processes", str(processes)])
+    url = f"http://127.0.0.1:{port}/v2/models/busy/infer"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.post(url, content=body.read_bytes(), timeout=5)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        return load(proc.pid, url, body, 8, seconds)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def measure(repo: Path, work: Path, seconds: float, only: set[str], loops: int) -> dict[str, Any]:
     server = ServerProcess(repo, log_path=work / "inferd.log").start(timeout_s=300)
     assert server.proc is not None
@@ -380,6 +408,10 @@ def measure(repo: Path, work: Path, seconds: float, only: set[str], loops: int) 
                 row.update({f"{model}_{k}": v for k, v in r.items()})
             row["busy_2_vs_1"] = row["busy_2_rps"] / row["busy_1_rps"]
             row["pair_ceiling"] = pair_ceiling(loops, min(seconds, 4.0))
+            for processes in (1, 2):
+                r = minimal_busy(body, loops, processes, seconds)
+                row.update({f"minimal_{processes}_{k}": v for k, v in r.items()})
+            row["minimal_2_vs_1"] = row["minimal_2_rps"] / row["minimal_1_rps"]
         if "large" in only:
             for model in ("identity_onnx", "identity_py"):
                 row[f"large_{model}_ms"] = round_trip_ms(server.http_address, model, 15)
