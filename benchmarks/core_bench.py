@@ -21,7 +21,10 @@ change are compared under the same host load:
    any Python server here, so the JSON path's CPU-µs/req is also given as a multiple of it;
 7. ``minimal``: the same request to ``empty_rsgi.py --minimal``, which does only the work no v2
    JSON server can skip (parse, array, run half_plus_two on the loop, encode) and nothing a
-   server needs besides: a lower bound for the JSON path on this stack, as a multiple of 6.
+   server needs besides: a lower bound for the JSON path on this stack, as a multiple of 6;
+   with ``mlp`` also selected, the batched wide MLP through ``empty_rsgi.py --batch`` (parse,
+   queue, one batch of 64 at a time on a worker thread, answer: no validation, statistics or
+   scheduling policy), against the same in-process reference as 4.
 
     .venv/bin/python benchmarks/core_bench.py --tree before=/tmp/base --tree after=. \\
         [--passes 3] [--seconds 8] [--only json,grpc,resnet,mlp,digits,empty,minimal] [--workers 1]
@@ -357,6 +360,42 @@ def empty_handler(seconds: float, *extra: str) -> dict[str, float]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def minimal_batched_mlp(seconds: float) -> dict[str, float]:
+    """rows/s and CPU-µs/row of the wide MLP behind ``empty_rsgi.py --batch`` (64 rows, 50 ms),
+    under the batched MLP test's load (c=64, one row per request)."""
+    from tests.support import free_port
+
+    port = free_port()
+    script = str(ROOT / "benchmarks" / "empty_rsgi.py")
+    proc = subprocess.Popen(
+        [sys.executable, script, str(port), "--batch", str(CACHE / "wide_mlp.onnx")]
+    )
+    work = Path(tempfile.mkdtemp())
+    try:
+        url = f"http://127.0.0.1:{port}/v2/models/mlp/infer"
+        x = np.random.default_rng(2).standard_normal((1, MLP_DIMS[0]), dtype=np.float32)
+        raw, headers = binary_body("input", x)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.post(url, content=raw, headers=headers, timeout=5).raise_for_status()
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        body = work / "mlp.bin"
+        body.write_bytes(raw)
+        wrk(url, body, headers, 64, 2)
+        with cpu_window(proc.pid) as cpu:
+            r = wrk(url, body, headers, 64, seconds)
+        return {"rows_s": r["rps"], "cpu_us": cpu["cpu_s"] / max(1, r["requests"]) * 1e6}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
+
+
 # --------------------------------------------------------------------------- one pass
 
 
@@ -455,6 +494,11 @@ def main() -> int:
             minimal = empty_handler(args.seconds, "--minimal", model)
             if empty:
                 minimal["cpu_vs_empty"] = minimal["cpu_us"] / empty["cpu_us"]
+            if "mlp" in only:
+                batched = minimal_batched_mlp(args.seconds)
+                minimal["mlp_rows_s"] = batched["rows_s"]
+                minimal["mlp_cpu_us_per_row"] = batched["cpu_us"]
+                minimal["mlp_vs_inprocess"] = batched["rows_s"] / inproc
             minimals.append(minimal)
             print(json.dumps({"minimal_handler": minimal, "pass": p + 1}), flush=True)
         for label, tree in trees:
@@ -504,6 +548,14 @@ def main() -> int:
             ratio = statistics.median(m["cpu_vs_empty"] for m in minimals)
             line += f" {ratio:.2f}x the empty handler's CPU (median of per-pass ratios)"
         print(line)
+        if "mlp" in only:
+            rate = statistics.median(m["mlp_rows_s"] for m in minimals)
+            share = statistics.median(m["mlp_vs_inprocess"] for m in minimals)
+            cpu = statistics.median(m["mlp_cpu_us_per_row"] for m in minimals)
+            print(
+                f"| minimal batcher (empty_rsgi.py --batch), wide MLP rows/s; CPU-us/row | "
+                f"{rate:,.1f}; {cpu:,.1f} | {share:.2f} of in-process batch 32 |"
+            )
     if "grpc" in only:
         for label, _ in trees:
             mine = [r for r in rows if r["tree"] == label]

@@ -14,9 +14,18 @@ processes (issue 13's CPU-bound model): parse the body, send the input array (pi
 Unix socket to the least busy of N forked workers, which run the busy model's loop LOOPS times
 and send the array back, then write it as v2 JSON. No queue, batching, validation, statistics
 or restarts: the 1 -> 2 process scaling no server of Python models can beat on this host.
+With ``--minimal MODEL.onnx --calls K`` each worker also calls MODEL K times per request (BLS):
+it sends a ``[1, 1]`` FP32 array to the server, which runs MODEL on the event loop and sends
+the output back, so the latency each nested call adds has the same floor.
 
-    .venv/bin/python benchmarks/empty_rsgi.py PORT [--minimal MODEL.onnx | --busy LOOPS
-        [--processes N]]
+``--batch MODEL.onnx [--rows 64] [--delay-ms 50]`` is the floor under dynamic batching: each
+v2 binary request (one input, Inference-Header-Content-Length) is parsed and queued; ``rows``
+queued requests, or the delay after the first, send one batch to MODEL (onnxruntime with
+its default threads, spinning off, as the in-process reference runs) on a worker thread, one
+batch at a time, and each request gets its rows back as binary output.
+
+    .venv/bin/python benchmarks/empty_rsgi.py PORT [--minimal MODEL.onnx] [--busy LOOPS
+        [--processes N] [--calls K]] [--batch MODEL.onnx [--rows N] [--delay-ms MS]]
 """
 
 from __future__ import annotations
@@ -60,6 +69,7 @@ class MinimalApp:
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         session = ort.InferenceSession(model, sess_options=options)
+        self.input = session.get_inputs()[0].name
         self.output = session.get_outputs()[0].name
         self.run = session._sess.run  # the C session, as inferd calls it on the CPU provider
 
@@ -84,8 +94,10 @@ class MinimalApp:
         protocol.response_bytes(200, HEADERS, orjson.dumps(answer))
 
 
-def _busy_worker(sock: socket.socket, loops: int) -> None:
-    """A worker process: receive an array, run the busy loop, send the array back."""
+def _busy_worker(sock: socket.socket, loops: int, calls: int) -> None:
+    """A worker process: receive an array, run the busy loop, call the server's model
+    ``calls`` times, send the array back."""
+    one = np.ones((1, 1), np.float32)
     while True:
         message = sock.recv(1 << 16)
         if not message:
@@ -94,20 +106,27 @@ def _busy_worker(sock: socket.socket, loops: int) -> None:
         total = 0
         for i in range(loops):  # the busy model's loop (python_models.py BUSY)
             total += i
-        sock.send(pickle.dumps(array))  # the identity's answer
+        for _ in range(calls):  # the caller model's nested calls (python_models.py CALLER)
+            sock.send(pickle.dumps(("call", one)))
+            pickle.loads(sock.recv(1 << 16))
+        sock.send(pickle.dumps(("done", array)))  # the identity's answer
 
 
 class BusyApp:
     """The irreducible work of serving a CPU-bound Python model from worker processes."""
 
-    def __init__(self, loops: int, processes: int) -> None:
+    def __init__(
+        self, loops: int, processes: int, calls: int = 0, model: MinimalApp | None = None
+    ) -> None:
+        self.model = model
         self.sockets: list[socket.socket] = []
-        self.pending: list[deque[asyncio.Future[bytes]]] = []
+        self.pending: list[deque[asyncio.Future[np.ndarray]]] = []
         self.watched = False
         context = multiprocessing.get_context("fork")  # before the loop and granian's threads
         for _ in range(processes):
             mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            context.Process(target=_busy_worker, args=(theirs, loops), daemon=True).start()
+            worker = context.Process(target=_busy_worker, args=(theirs, loops, calls), daemon=True)
+            worker.start()
             theirs.close()
             mine.setblocking(False)
             self.sockets.append(mine)
@@ -122,9 +141,15 @@ class BusyApp:
                 return
             if not message:
                 os._exit(1)  # a worker died: this floor has no restarts
+            kind, array = pickle.loads(message)
+            if kind == "call" and self.model is not None:
+                model = self.model
+                (result,) = model.run([model.output], {model.input: array.reshape(-1)}, None)
+                sock.send(pickle.dumps(("called", result)))
+                continue
             future = pending.popleft()
             if not future.done():  # not cancelled by a client that hung up
-                future.set_result(message)
+                future.set_result(array)
 
     async def __rsgi__(self, scope: Any, protocol: Any) -> None:
         if scope.proto != "http":
@@ -138,10 +163,10 @@ class BusyApp:
         tensor = request["inputs"][0]
         array = np.asarray(tensor["data"], dtype=np.float32).reshape(tensor["shape"])
         index = min(range(len(self.pending)), key=lambda i: len(self.pending[i]))
-        future: asyncio.Future[bytes] = loop.create_future()
+        future: asyncio.Future[np.ndarray] = loop.create_future()
         self.pending[index].append(future)
         self.sockets[index].send(pickle.dumps(array))
-        result = pickle.loads(await future)
+        result = await future
         answer = {
             "model_name": "busy",
             "outputs": [
@@ -154,6 +179,89 @@ class BusyApp:
             ],
         }
         protocol.response_bytes(200, HEADERS, orjson.dumps(answer))
+
+
+class BatchApp:
+    """The irreducible work of serving one-input rows through a dynamic batcher."""
+
+    def __init__(self, model: str, rows: int, delay_s: float) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        session = ort.InferenceSession(model, options)
+        self.input = session.get_inputs()[0].name
+        self.output = session.get_outputs()[0].name
+        self.run = session._sess.run
+        self.rows, self.delay_s = rows, delay_s
+        self.queue: list[tuple[np.ndarray, asyncio.Future[np.ndarray]]] = []
+        self.running = False
+        self.timer: asyncio.TimerHandle | None = None
+
+    def _maybe_ship(self) -> None:
+        if self.running or not self.queue:
+            return
+        if len(self.queue) < self.rows and self.timer is not None:
+            return  # the timer ships a partial batch
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        batch, self.queue = self.queue[: self.rows], self.queue[self.rows :]
+        self.running = True
+        asyncio.get_running_loop().create_task(self._execute(batch))
+
+    def _expire(self) -> None:
+        self.timer = None
+        self._maybe_ship()
+
+    async def _execute(self, batch: list[tuple[np.ndarray, asyncio.Future[np.ndarray]]]) -> None:
+        stacked = np.concatenate([array for array, _ in batch])
+        run = self.run
+        (result,) = await asyncio.to_thread(run, [self.output], {self.input: stacked}, None)
+        start = 0
+        for array, future in batch:
+            stop = start + len(array)
+            if not future.done():
+                future.set_result(result[start:stop])
+            start = stop
+        self.running = False
+        if self.queue and len(self.queue) < self.rows:
+            self.timer = asyncio.get_running_loop().call_later(self.delay_s, self._expire)
+        self._maybe_ship()
+
+    async def __rsgi__(self, scope: Any, protocol: Any) -> None:
+        if scope.proto != "http":
+            return
+        body = await protocol()
+        split = int(scope.headers.get("inference-header-content-length"))
+        header = orjson.loads(body[:split])
+        tensor = header["inputs"][0]
+        array = np.frombuffer(body, np.float32, offset=split).reshape(tensor["shape"])
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[np.ndarray] = loop.create_future()
+        self.queue.append((array, future))
+        if len(self.queue) == 1 and not self.running:
+            self.timer = loop.call_later(self.delay_s, self._expire)
+        self._maybe_ship()
+        result = await future
+        raw = result.tobytes()
+        out = {
+            "model_name": "batch",
+            "outputs": [
+                {
+                    "name": self.output,
+                    "datatype": "FP32",
+                    "shape": list(result.shape),
+                    "parameters": {"binary_data_size": len(raw)},
+                }
+            ],
+        }
+        head = orjson.dumps(out)
+        headers = [
+            ("content-type", "application/octet-stream"),
+            ("inference-header-content-length", str(len(head))),
+        ]
+        protocol.response_bytes(200, headers, head + raw)
 
 
 async def serve(port: int, app: Any) -> None:
@@ -180,12 +288,20 @@ def main() -> None:
     parser.add_argument("--minimal", metavar="MODEL.onnx", help="do the irreducible work")
     parser.add_argument("--busy", type=int, metavar="LOOPS", help="a busy Python model's floor")
     parser.add_argument("--processes", type=int, default=1, help="--busy worker processes")
+    parser.add_argument("--calls", type=int, default=0, help="--busy: nested calls per request")
+    parser.add_argument("--batch", metavar="MODEL.onnx", help="a dynamic batcher's floor")
+    parser.add_argument("--rows", type=int, default=64, help="--batch: requests per batch")
+    parser.add_argument("--delay-ms", type=float, default=50.0, help="--batch: queue delay")
     args = parser.parse_args()
     app: Any = EmptyApp()
-    if args.minimal:
-        app = MinimalApp(args.minimal)
-    elif args.busy:
-        app = BusyApp(args.busy, args.processes)
+    if args.batch:
+        uvloop.run(serve(args.port, BatchApp(args.batch, args.rows, args.delay_ms / 1e3)))
+        return
+    model = MinimalApp(args.minimal) if args.minimal else None
+    if args.busy is not None:
+        app = BusyApp(args.busy, args.processes, args.calls, model)
+    elif model is not None:
+        app = model
     uvloop.run(serve(args.port, app))
 
 

@@ -15,7 +15,9 @@
    process instances against thread instances, beside a 16 MB copy in this process, to show
    what crossing to a worker costs (two copies, one each way);
 4. BLS: a Python model that calls ``half_plus_two`` N times per request against the same model
-   making none, one request at a time: the added median latency per nested call.
+   making none, one request at a time: the added median latency per nested call; and the same
+   calls through the minimal server (``empty_rsgi.py --busy 0 --calls N``: a pickled array
+   over a Unix socket, ``half_plus_two`` run on the event loop, the answer pickled back).
 
 Every inferd figure comes with the server's CPU-µs per request (its process tree: workers
 included). Needs ``wrk``.
@@ -364,14 +366,24 @@ def pair_ceiling(loops: int, seconds: float) -> float:
     return two / one
 
 
-def minimal_busy(body: Path, loops: int, processes: int, seconds: float) -> dict[str, float]:
-    """The busy model behind ``empty_rsgi.py --busy`` with ``processes`` workers, as ``load``."""
+def minimal_busy(
+    body: Path,
+    loops: int,
+    processes: int,
+    seconds: float,
+    calls: tuple[Path, int] | None = None,
+    conns: int = 8,
+) -> dict[str, float]:
+    """The busy model behind ``empty_rsgi.py --busy`` with ``processes`` workers, as ``load``;
+    ``calls``: (model.onnx, nested calls per request)."""
     from tests.support import free_port
 
     port = free_port()
     script = str(Path(__file__).resolve().parent / "empty_rsgi.py")
-    args = [sys.executable, script, str(port), "--busy", str(loops)]
-    proc = subprocess.Popen([*args, "--processes", str(processes)])
+    args = [sys.executable, script, str(port), "--busy", str(loops), "--processes", str(processes)]
+    if calls is not None:
+        args += ["--minimal", str(calls[0]), "--calls", str(calls[1])]
+    proc = subprocess.Popen(args)
     url = f"http://127.0.0.1:{port}/v2/models/busy/infer"
     try:
         deadline = time.monotonic() + 30
@@ -383,7 +395,7 @@ def minimal_busy(body: Path, loops: int, processes: int, seconds: float) -> dict
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-        return load(proc.pid, url, body, 8, seconds)
+        return load(proc.pid, url, body, conns, seconds)
     finally:
         proc.terminate()
         proc.wait(10)
@@ -425,6 +437,12 @@ def measure(repo: Path, work: Path, seconds: float, only: set[str], loops: int) 
             row["bls_cpu_us_per_call"] = (
                 row[f"caller_{BLS_CALLS}_cpu_us"] - row["caller_0_cpu_us"]
             ) / BLS_CALLS
+            model = repo / "half_plus_two" / "1" / "model.onnx"
+            floor = {
+                calls: minimal_busy(body, 0, 1, seconds, (model, calls), conns=1)["p50_us"]
+                for calls in (0, BLS_CALLS)
+            }
+            row["minimal_bls_added_us_per_call"] = (floor[BLS_CALLS] - floor[0]) / BLS_CALLS
     finally:
         server.stop()
     return row
