@@ -5,7 +5,7 @@ JSON path's CPU per request can be given as a multiple of this floor on the same
 
 ``--minimal MODEL.onnx`` adds the work no v2 JSON server can skip, and nothing else: parse the
 body (orjson), make the first input's array (numpy), run the model on the event loop thread
-(onnxruntime, one intra-op thread, as inferd runs half_plus_two inline), write the first output
+(onnxruntime's C session, as inferd runs half_plus_two inline), write the first output
 as v2 JSON. No validation, routing, statistics, logging or error handling: a lower bound on any
 server answering that request in Python on this stack, not a server.
 
@@ -13,7 +13,7 @@ server answering that request in Python on this stack, not a server.
 processes (issue 13's CPU-bound model): parse the body, send the input array (pickled) over a
 Unix socket to the least busy of N forked workers, which run the busy model's loop LOOPS times
 and send the array back, then write it as v2 JSON. No queue, batching, validation, statistics
-or restarts: the 1 -> 2 process scaling no server of Python models can beat on this host.
+or restarts: the 1 -> 2 process scaling of a server that costs nothing beyond that.
 With ``--minimal MODEL.onnx --calls K`` each worker also calls MODEL K times per request (BLS):
 it sends a ``[1, 1]`` FP32 array to the server, which runs MODEL on the event loop and sends
 the output back, so the latency each nested call adds has the same floor.
@@ -197,6 +197,7 @@ class BatchApp:
         self.queue: list[tuple[np.ndarray, asyncio.Future[np.ndarray]]] = []
         self.running = False
         self.timer: asyncio.TimerHandle | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
 
     def _maybe_ship(self) -> None:
         if self.running or not self.queue:
@@ -208,7 +209,9 @@ class BatchApp:
             self.timer = None
         batch, self.queue = self.queue[: self.rows], self.queue[self.rows :]
         self.running = True
-        asyncio.get_running_loop().create_task(self._execute(batch))
+        task = asyncio.get_running_loop().create_task(self._execute(batch))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     def _expire(self) -> None:
         self.timer = None
@@ -216,15 +219,21 @@ class BatchApp:
 
     async def _execute(self, batch: list[tuple[np.ndarray, asyncio.Future[np.ndarray]]]) -> None:
         stacked = np.concatenate([array for array, _ in batch])
-        run = self.run
-        (result,) = await asyncio.to_thread(run, [self.output], {self.input: stacked}, None)
-        start = 0
-        for array, future in batch:
-            stop = start + len(array)
-            if not future.done():
-                future.set_result(result[start:stop])
-            start = stop
-        self.running = False
+        try:
+            feeds = {self.input: stacked}
+            (result,) = await asyncio.to_thread(self.run, [self.output], feeds, None)
+            start = 0
+            for array, future in batch:
+                stop = start + len(array)
+                if not future.done():
+                    future.set_result(result[start:stop])
+                start = stop
+        except Exception as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+        finally:
+            self.running = False
         if self.queue and len(self.queue) < self.rows:
             self.timer = asyncio.get_running_loop().call_later(self.delay_s, self._expire)
         self._maybe_ship()
@@ -293,15 +302,16 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=64, help="--batch: requests per batch")
     parser.add_argument("--delay-ms", type=float, default=50.0, help="--batch: queue delay")
     args = parser.parse_args()
-    app: Any = EmptyApp()
-    if args.batch:
-        uvloop.run(serve(args.port, BatchApp(args.batch, args.rows, args.delay_ms / 1e3)))
-        return
+    if args.calls and not (args.minimal and args.busy is not None):
+        parser.error("--calls needs --busy and --minimal (the model the calls run)")
     model = MinimalApp(args.minimal) if args.minimal else None
-    if args.busy is not None:
+    app: Any
+    if args.batch:
+        app = BatchApp(args.batch, args.rows, args.delay_ms / 1e3)
+    elif args.busy is not None:
         app = BusyApp(args.busy, args.processes, args.calls, model)
-    elif model is not None:
-        app = model
+    else:
+        app = model or EmptyApp()
     uvloop.run(serve(args.port, app))
 
 
