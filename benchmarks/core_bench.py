@@ -328,72 +328,72 @@ def plain_vs_batched(
     return result
 
 
-def empty_handler(seconds: float, *extra: str) -> dict[str, float]:
-    """req/s and CPU-µs/req of ``empty_rsgi.py`` (with ``extra`` arguments) under the JSON
-    test's load."""
+@contextmanager
+def floor_server(
+    *args: str, path: str, body: bytes, headers: dict[str, str], wait_s: float = 60.0
+) -> Iterator[tuple[str, int]]:
+    """``empty_rsgi.py`` with ``args`` on a free port, once it has answered ``body`` at
+    ``path``: its URL and pid. Stopped on exit."""
     from tests.support import free_port
 
     port = free_port()
     script = str(ROOT / "benchmarks" / "empty_rsgi.py")
-    proc = subprocess.Popen([sys.executable, script, str(port), *extra])
-    work = Path(tempfile.mkdtemp())
+    proc = subprocess.Popen([sys.executable, script, str(port), *args])
+    url = f"http://127.0.0.1:{port}{path}"
     try:
-        url = f"http://127.0.0.1:{port}/v2/models/half_plus_two/infer"
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + wait_s
         while True:
             try:
-                httpx.post(url, content=JSON_BODY, timeout=1)
+                httpx.post(url, content=body, headers=headers, timeout=5).raise_for_status()
                 break
             except httpx.HTTPError:
-                if time.monotonic() > deadline:
+                if proc.poll() is not None or time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-        body = work / "empty.json"
-        body.write_text(JSON_BODY)
-        wrk(url, body, {"Content-Type": "application/json"}, 16, 2)
-        with cpu_window(proc.pid) as cpu:
-            r = wrk(url, body, {"Content-Type": "application/json"}, 16, seconds)
-        return {"rps": r["rps"], "cpu_us": cpu["cpu_s"] / max(1, r["requests"]) * 1e6}
+        yield url, proc.pid
     finally:
         proc.terminate()
         proc.wait(10)
-        shutil.rmtree(work, ignore_errors=True)
+
+
+def floor_load(
+    args: tuple[str, ...],
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+    conns: int,
+    seconds: float,
+) -> dict[str, float]:
+    """req/s and CPU-µs/req of ``floor_server(*args)`` under wrk (``conns``, after 2 s of
+    warm-up) posting ``body``."""
+    with (
+        floor_server(*args, path=path, body=body, headers=headers) as (url, pid),
+        tempfile.TemporaryDirectory() as work,
+    ):
+        body_file = Path(work) / "body.bin"
+        body_file.write_bytes(body)
+        wrk(url, body_file, headers, conns, 2)
+        with cpu_window(pid) as cpu:
+            r = wrk(url, body_file, headers, conns, seconds)
+    return {"rps": r["rps"], "cpu_us": cpu["cpu_s"] / max(1, r["requests"]) * 1e6}
+
+
+def empty_handler(seconds: float, *extra: str) -> dict[str, float]:
+    """req/s and CPU-µs/req of ``empty_rsgi.py`` (with ``extra`` arguments) under the JSON
+    test's load."""
+    headers = {"Content-Type": "application/json"}
+    path = "/v2/models/half_plus_two/infer"
+    return floor_load(extra, path, JSON_BODY.encode(), headers, 16, seconds)
 
 
 def minimal_batched_mlp(seconds: float) -> dict[str, float]:
     """rows/s and CPU-µs/row of the wide MLP behind ``empty_rsgi.py --batch`` (64 rows, 50 ms),
     under the batched MLP test's load (c=64, one row per request)."""
-    from tests.support import free_port
-
-    port = free_port()
-    script = str(ROOT / "benchmarks" / "empty_rsgi.py")
-    proc = subprocess.Popen(
-        [sys.executable, script, str(port), "--batch", str(CACHE / "wide_mlp.onnx")]
-    )
-    work = Path(tempfile.mkdtemp())
-    try:
-        url = f"http://127.0.0.1:{port}/v2/models/mlp/infer"
-        x = np.random.default_rng(2).standard_normal((1, MLP_DIMS[0]), dtype=np.float32)
-        raw, headers = binary_body("input", x)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.post(url, content=raw, headers=headers, timeout=5).raise_for_status()
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        body = work / "mlp.bin"
-        body.write_bytes(raw)
-        wrk(url, body, headers, 64, 2)
-        with cpu_window(proc.pid) as cpu:
-            r = wrk(url, body, headers, 64, seconds)
-        return {"rows_s": r["rps"], "cpu_us": cpu["cpu_s"] / max(1, r["requests"]) * 1e6}
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        shutil.rmtree(work, ignore_errors=True)
+    x = np.random.default_rng(2).standard_normal((1, MLP_DIMS[0]), dtype=np.float32)
+    raw, headers = binary_body("input", x)
+    args = ("--batch", str(CACHE / "wide_mlp.onnx"))
+    r = floor_load(args, "/v2/models/mlp/infer", raw, headers, 64, seconds)
+    return {"rows_s": r["rps"], "cpu_us": r["cpu_us"]}
 
 
 # --------------------------------------------------------------------------- one pass

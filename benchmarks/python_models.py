@@ -49,7 +49,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from core_bench import binary_body, cpu_window, wrk  # noqa: E402
+from core_bench import binary_body, cpu_window, floor_server, wrk  # noqa: E402
 
 from tests.support import ServerProcess, free_port  # noqa: E402
 
@@ -376,29 +376,13 @@ def minimal_busy(
 ) -> dict[str, float]:
     """The busy model behind ``empty_rsgi.py --busy`` with ``processes`` workers, as ``load``;
     ``calls``: (model.onnx, nested calls per request)."""
-    from tests.support import free_port
-
-    port = free_port()
-    script = str(Path(__file__).resolve().parent / "empty_rsgi.py")
-    args = [sys.executable, script, str(port), "--busy", str(loops), "--processes", str(processes)]
+    args = ["--busy", str(loops), "--processes", str(processes)]
     if calls is not None:
         args += ["--minimal", str(calls[0]), "--calls", str(calls[1])]
-    proc = subprocess.Popen(args)
-    url = f"http://127.0.0.1:{port}/v2/models/busy/infer"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.post(url, content=body.read_bytes(), timeout=5)
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        return load(proc.pid, url, body, conns, seconds)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    headers = {"Content-Type": "application/json"}
+    path = "/v2/models/busy/infer"
+    with floor_server(*args, path=path, body=body.read_bytes(), headers=headers) as (url, pid):
+        return load(pid, url, body, conns, seconds)
 
 
 def measure(repo: Path, work: Path, seconds: float, only: set[str], loops: int) -> dict[str, Any]:
@@ -437,9 +421,9 @@ def measure(repo: Path, work: Path, seconds: float, only: set[str], loops: int) 
             row["bls_cpu_us_per_call"] = (
                 row[f"caller_{BLS_CALLS}_cpu_us"] - row["caller_0_cpu_us"]
             ) / BLS_CALLS
-            model = repo / "half_plus_two" / "1" / "model.onnx"
+            onnx_model = repo / "half_plus_two" / "1" / "model.onnx"
             floor = {
-                calls: minimal_busy(body, 0, 1, seconds, (model, calls), conns=1)["p50_us"]
+                calls: minimal_busy(body, 0, 1, seconds, (onnx_model, calls), conns=1)["p50_us"]
                 for calls in (0, BLS_CALLS)
             }
             row["minimal_bls_added_us_per_call"] = (floor[BLS_CALLS] - floor[0]) / BLS_CALLS
