@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -268,6 +269,18 @@ def set_gil_switch_interval(interval_us: int) -> None:
         sys.setswitchinterval(interval_us * 1e-6)
 
 
+def set_gc_threshold(threshold: int) -> None:
+    """Python's young generation is collected every 700 net container allocations: with 64
+    requests in flight (a dynamic batcher filling) that is several collections per batch, each
+    traversing the requests' live objects and promoting them to older generations that are
+    traversed again (batched 4 KiB binary requests at c=64: 298,000 CPU instructions per
+    request on the event loop at 700, 268,000 at 5,000). Reference counting still frees what
+    a request leaves behind; the collector runs for cycles only. 0 keeps Python's."""
+    if threshold > 0:
+        _, older, oldest = gc.get_threshold()
+        gc.set_threshold(threshold, older, oldest)
+
+
 def run(settings: Settings, worker: WorkerRole | None = None) -> None:
     """Serve until stopped: one process, or (``--http-workers``) a supervisor of several."""
     if worker is None:
@@ -284,6 +297,7 @@ def run(settings: Settings, worker: WorkerRole | None = None) -> None:
     # steals the CPU the event loop needs to decode the next request; a user's own setting wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     set_gil_switch_interval(settings.gil_switch_interval_us)
+    set_gc_threshold(settings.gc_threshold)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux

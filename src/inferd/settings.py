@@ -134,6 +134,15 @@ class Settings:
             "that finished a batch does not wait behind the busy event loop"
         ),
     )
+    gc_threshold: int = field(
+        default=10_000,
+        metadata=_opt(
+            "container allocations (less deallocations) between two young-generation garbage "
+            "collections (gc.set_threshold's first value; Python's default is 700): above what "
+            "the requests in flight hold, so their short-lived objects are freed by reference "
+            "counting instead of being traversed and promoted by the collector; 0 keeps Python's"
+        ),
+    )
     disable_auto_complete_config: bool = field(
         default=False,
         metadata=_opt("do not complete configs from model files; config.pbtxt must be complete"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import pytest
@@ -10,7 +11,7 @@ from inferd import settings
 from inferd.errors import ConfigError
 from inferd.registry import Registry
 from inferd.repository.manager import ModelManager
-from inferd.server import set_gil_switch_interval
+from inferd.server import set_gc_threshold, set_gil_switch_interval
 
 
 def test_defaults() -> None:
@@ -54,6 +55,20 @@ def test_repository_fault_and_readiness_flags() -> None:
         bad = settings.parse(["--model-repository", "/tmp", flag, value], environ={})
         with pytest.raises(ConfigError, match=message):
             ModelManager.from_settings(bad, Registry(), None)
+
+
+def test_gc_threshold() -> None:
+    assert settings.parse([], environ={}).gc_threshold == 10_000
+    s = settings.parse([], environ={"INFERD_GC_THRESHOLD": "5000"})
+    assert s.gc_threshold == 5000
+    before = gc.get_threshold()
+    try:
+        set_gc_threshold(s.gc_threshold)
+        assert gc.get_threshold() == (5000, before[1], before[2])
+        set_gc_threshold(0)  # 0: the current thresholds stay
+        assert gc.get_threshold() == (5000, before[1], before[2])
+    finally:
+        gc.set_threshold(*before)
 
 
 def test_gil_switch_interval() -> None:
