@@ -32,6 +32,17 @@ Body = dict[str, Any] | tuple[bytes, dict[str, str]]
 ONE_THREAD = 'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
 
 
+HELD = """
+name: "held"
+backend: "echo"
+max_batch_size: 1
+input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [1] }]
+instance_group [{ count: 1 kind: KIND_CPU }]
+dynamic_batching { }
+parameters { key: "delay_ms" value: { string_value: "1000" } }
+"""
+
+
 def _model(root: Path, name: str, source: Path, config: str) -> None:
     (root / name / "1").mkdir(parents=True)
     os.link(source, root / name / "1" / "model.onnx")
@@ -85,6 +96,10 @@ def sched_server(
         'max_batch_size: 4\nmodel_warmup [{ name: "file" batch_size: 1 '
         'inputs { key: "x" value: { data_type: TYPE_FP32 dims: [1] input_data_file: "nope" } } }]',
     )
+    # An echo model busy for a second per execution: longer than any wait before a queued
+    # request starts watching its client (protocols.http.WATCH_AFTER_S).
+    (root / "held" / "1").mkdir(parents=True)
+    (root / "held" / "config.pbtxt").write_text(HELD)
     _model(root, "cached", hpt, "max_batch_size: 4\nresponse_cache { enable: true }")
     _model(root, "two", hpt, "max_batch_size: 4\ninstance_group [{ count: 2, kind: KIND_CPU }]")
     # warm_broken fails to load on purpose: ready means "startup is done", not "all READY".
@@ -241,23 +256,28 @@ def test_queue_timeout_reject_and_delay(sched_server: ServerProcess) -> None:
 
 
 def test_disconnected_client_is_dropped_from_the_queue(sched_server: ServerProcess) -> None:
-    body, headers = _image()
+    body = json.dumps(
+        {"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}]}
+    ).encode()
     request = (
-        f"POST /v2/models/slow/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n"
-        f"Inference-Header-Content-Length: {headers['Inference-Header-Content-Length']}\r\n\r\n"
+        f"POST /v2/models/held/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode() + body
-    before = _stats(sched_server, "slow")["execution_count"]
+    before = _stats(sched_server, "held")["execution_count"]
     with socket.create_connection(("127.0.0.1", sched_server.http_port)) as first:
-        first.sendall(request)  # keeps the only instance busy
-        time.sleep(0.01)
+        first.sendall(request)  # keeps the only instance busy for a second
+        time.sleep(0.05)
         with socket.create_connection(("127.0.0.1", sched_server.http_port)) as gone:
             gone.sendall(request)  # waits in the queue ...
-            time.sleep(0.02)  # ... and its client hangs up
+            time.sleep(0.05)  # ... and its client hangs up
         first.settimeout(60)
-        assert first.recv(65536).startswith(b"HTTP/1.1 200")
-    time.sleep(0.5)  # had it stayed queued, it would have run by now
-    after = _stats(sched_server, "slow")
+        answer = first.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+        assert b'"data":[1.0]' in answer
+    time.sleep(1.5)  # had it stayed queued, its second of execution would be over by now
+    after = _stats(sched_server, "held")
     assert after["execution_count"] == before + 1  # the abandoned request never ran
+    assert after["inference_stats"]["success"]["count"] == 1
 
 
 def test_warmup_runs_before_ready(sched_server: ServerProcess) -> None:
