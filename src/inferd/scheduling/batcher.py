@@ -80,11 +80,14 @@ class _Pending:
 def _compat_key(work: Work) -> tuple[Any, ...]:
     """Requests with equal keys can share a batch: same signature, outputs, input dtypes and
     row shapes. Each request keeps its own id and parameters inside the batch."""
-    return (
-        work.signature,
-        work.outputs,
-        *((n, a.dtype, a.shape[1:]) for n, a in work.inputs.items()),
-    )
+    inputs = work.inputs
+    if len(inputs) == 1:  # the usual request: no generator to run
+        for name, array in inputs.items():
+            return (work.signature, work.outputs, name, array.dtype, array.shape[1:])
+    key: list[Any] = [work.signature, work.outputs]
+    for name, array in inputs.items():
+        key += (name, array.dtype, array.shape[1:])
+    return tuple(key)
 
 
 @dataclass(eq=False, slots=True)
@@ -122,6 +125,13 @@ class DynamicBatcher:
         self._in_flight: deque[_Batch] = deque()  # submitted, not yet delivered, in order
         self._timer: asyncio.TimerHandle | None = None  # the oldest request's queue delay
         self._closed = False
+        # Read on every arrival: a request with neither a priority nor a timeout parameter
+        # (the usual one) takes the default level's policy without parsing parameters.
+        self._default_level = max(options.default_level, 1)
+        self._default_policy = options.policies[self._default_level - 1]
+        self._default_timeout_ns = self._default_policy.timeout_ns(None)
+        self._target_rows = options.target_rows
+        self._first_ship_rows = options.first_ship_rows
 
     @property
     def queue_limited(self) -> bool:
@@ -147,9 +157,15 @@ class DynamicBatcher:
     async def run(self, work: Work, timings: Timings) -> Tensors:
         if self._closed:
             raise Unavailable(f"model '{self.name}' is unloading")
-        level = self.options.level_of(work.parameters, self.name)
-        policy = self.options.policies[level - 1]
-        timeout_ns = policy.timeout_ns(timeout_parameter_us(work.parameters))
+        parameters = work.parameters
+        if "priority" in parameters or "timeout" in parameters:
+            level = self.options.level_of(parameters, self.name)
+            policy = self.options.policies[level - 1]
+            timeout_ns = policy.timeout_ns(timeout_parameter_us(parameters))
+        else:
+            level = self._default_level
+            policy = self._default_policy
+            timeout_ns = self._default_timeout_ns
         queue = self._queues[level - 1]
         if policy.max_queue_size and len(queue) >= policy.max_queue_size:
             _purge(queue)
@@ -178,9 +194,9 @@ class DynamicBatcher:
         # set, only a batch of a preferred size or more. Skipping ``_schedule`` then spares a
         # walk over the whole queue per arrival (``_queued_rows`` is an upper bound).
         if len(self._in_flight) >= self.pool.count:
-            if rows >= self.options.target_rows:
+            if rows >= self._target_rows:
                 self._schedule()
-        elif self._timer is None or rows >= self.options.first_ship_rows:
+        elif self._timer is None or rows >= self._first_ship_rows:
             self._schedule()
         return await entry.future
 
