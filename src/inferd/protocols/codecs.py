@@ -113,7 +113,7 @@ def from_raw(
             f"input '{name}': shape {list(shape)} of {datatype.name} needs {expected} bytes, "
             f"got {len(raw)}"
         )
-    return np.frombuffer(raw, dtype=datatype.numpy, count=count).reshape(shape)
+    return np.ndarray(shape, datatype.numpy, raw)  # frombuffer + reshape in one call
 
 
 def _bytes_from_raw(
@@ -144,6 +144,12 @@ def to_raw(array: np.ndarray) -> bytes | memoryview:
     """The tensor's wire bytes; a view of the array's memory where that is possible."""
     if array.dtype == object or array.dtype.kind in "SU":
         return b"".join(_LEN.pack(len(b)) + b for b in _as_bytes_list(array))
+    if array.flags.c_contiguous:  # its own buffer, as bytes: one call
+        exported: Any = array  # numpy exports the buffer protocol; its stubs do not say so
+        try:
+            return memoryview(exported).cast("B")
+        except (ValueError, TypeError):  # a dtype the buffer protocol lacks (bfloat16)
+            pass
     flat: Any = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
     return memoryview(flat)
 
