@@ -31,7 +31,7 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.core_bench import CACHE, MLP_DIMS, ROOT, binary_body, floor_server, wrk
+from benchmarks.core_bench import CACHE, MLP_DIMS, binary_body, floor_server, trees_from, wrk
 from tests.support import ServerProcess
 
 DELAY_MS = 25
@@ -144,9 +144,7 @@ def main() -> int:
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=8.0)
     args = parser.parse_args()
-    trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in args.tree] or [
-        ("this", ROOT)
-    ]
+    trees = trees_from(args.tree)
     x = np.random.default_rng(2).standard_normal((1, MLP_DIMS[0]), dtype=np.float32)
     body, headers = binary_body("input", x)
     print(f"load average at start: {os.getloadavg()[0]:.2f}", flush=True)

@@ -452,6 +452,13 @@ def measure(
     return result
 
 
+def trees_from(specs: list[str]) -> list[tuple[str, Path]]:
+    """``--tree LABEL=PATH`` arguments as (label, path); this checkout when none is given."""
+    return [(s.split("=", 1)[0], Path(s.split("=", 1)[1]).resolve()) for s in specs] or [
+        ("this", ROOT)
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tree", action="append", default=[], help="LABEL=PATH (repeat)")
@@ -466,9 +473,7 @@ def main() -> int:
         "on a 2-core host)",
     )
     args = parser.parse_args()
-    trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in args.tree] or [
-        ("this", ROOT)
-    ]
+    trees = trees_from(args.tree)
     only = set(args.only.split(","))
     CACHE.mkdir(parents=True, exist_ok=True)
     repo = build_repository()
