@@ -97,7 +97,7 @@ def sched_server(
         'inputs { key: "x" value: { data_type: TYPE_FP32 dims: [1] input_data_file: "nope" } } }]',
     )
     # An echo model busy for a second per execution: longer than any wait before a queued
-    # request starts watching its client (protocols.http.WATCH_AFTER_S).
+    # request starts watching its client (protocols.watch.WATCH_AFTER_S).
     (root / "held" / "1").mkdir(parents=True)
     (root / "held" / "config.pbtxt").write_text(HELD)
     _model(root, "cached", hpt, "max_batch_size: 4\nresponse_cache { enable: true }")

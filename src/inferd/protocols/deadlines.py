@@ -34,9 +34,11 @@ class BodyDeadlines:
         self._expired: set[asyncio.Task[Any]] = set()  # cancelled by the sweep
         self._sweeping: asyncio.TimerHandle | None = None
 
-    async def read(self, work: Awaitable[T]) -> T:
-        """Await ``work`` (a body read); RequestTimeout when it takes too long."""
-        task = asyncio.current_task()
+    async def read(self, work: Awaitable[T], task: asyncio.Task[Any] | None = None) -> T:
+        """Await ``work`` (a body read, in ``task``: the current one when not given);
+        RequestTimeout when it takes too long."""
+        if task is None:
+            task = asyncio.current_task()
         if task is None:  # not in a task: nothing to cancel
             return await work
         self._due[task] = time.monotonic() + self.timeout_s

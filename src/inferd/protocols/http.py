@@ -16,16 +16,14 @@ import logging
 import re
 import sys
 import time
-import types
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
 
 from inferd.errors import (
-    ClientGone,
     ErrorCode,
     InferdError,
     InvalidInput,
@@ -37,6 +35,7 @@ from inferd.observability.requests import Finished, RequestObserver, new_request
 from inferd.protocols.access import Access
 from inferd.protocols.deadlines import BodyDeadlines
 from inferd.protocols.http_guard import NO_CORS, HttpGuard
+from inferd.protocols.watch import ClientWatch
 from inferd.redact import redact
 from inferd.types import Timings
 
@@ -93,6 +92,8 @@ class HttpRequest:
     disconnected: Callable[[], Awaitable[None]] | None = None
     # A streamed route's body, chunk by chunk, limits and timeouts applied (else None).
     chunks: AsyncIterator[bytes] | None = None
+    task: asyncio.Task[Any] | None = None  # the task serving it
+    watch: ClientWatch | None = None  # cancels the task when the client hangs up
 
 
 @dataclass(slots=True)
@@ -228,6 +229,7 @@ class HttpApp:
         self.router = router
         self.limits = limits or Limits(max_body_bytes=max_body_bytes)
         self._deadlines = BodyDeadlines(self.limits.body_timeout_s)
+        self._watch = ClientWatch()
         self.max_body_bytes = self.limits.max_body_bytes
         self.observer = observer
         self.guard = guard
@@ -276,8 +278,17 @@ class HttpApp:
             if route.admit is not None:
                 route.admit(params)
             limit = route.max_body_bytes or self.limits.max_body_bytes
+            task = asyncio.current_task()
             request = HttpRequest(
-                method, path, headers, b"", params, scope.query_string, protocol.client_disconnect
+                method,
+                path,
+                headers,
+                b"",
+                params,
+                scope.query_string,
+                protocol.client_disconnect,
+                task=task,
+                watch=self._watch,
             )
             unread = False  # from here on, the body is read (or streamed by the handler)
             if route.stream:
@@ -289,7 +300,7 @@ class HttpApp:
                 and declared <= limit
                 and ("content-encoding" not in headers)
             ):  # the usual body, read in one call (as ``_read_body`` would, one frame less)
-                body = request.body = await self._deadlines.read(protocol())
+                body = request.body = await self._deadlines.read(protocol(), task)
             else:
                 body = request.body = await self._read_body(
                     headers, protocol, declared, limit, route.limit_flag
@@ -428,96 +439,13 @@ def _too_large(size: int, limit: int, flag: str) -> PayloadTooLarge:
     )
 
 
-# A request still running after this long starts watching its client. The watch costs the
-# event loop two calls into granian (~20 us together): noise beside a wait this long, but 10 %
-# of a batched request's loop time (a dynamic batcher answers in tens of ms; wide MLP at c=64,
-# 64-row batches: 1,116 -> 1,074 server CPU-us per row without it).
-WATCH_AFTER_S = 0.1
-
-
-async def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> T:
-    """Await ``work``, cancelling it if the client hangs up first (so a queued request is
-    dropped, not executed). Granian's disconnect awaitable is a future: a done-callback
-    cancels this task, with no watcher task per request. It is asked for only once the work
-    has run ``WATCH_AFTER_S`` (a timer): most answers are ready before, and watching a
-    connection costs more than the call of a small model. A client that hung up earlier is
-    noticed then (its disconnect future is already done), so only work dispatched within
-    that first wait runs for a client that has gone."""
-    if request.disconnected is None:
-        return await work
-    # Run the work up to its first wait: a model that answers inline never waits, and then
-    # needs neither a timer nor a watch.
-    steps = work.__await__()
-    try:
-        waiting_on = next(steps)
-    except StopIteration as done:
-        result: T = done.value
-        return result
-    task = asyncio.current_task()
-    assert task is not None
-    loop = asyncio.get_running_loop()
-    left = False
-    gone: Any = None
-
-    def on_gone(_: Any) -> None:
-        nonlocal left
-        if not left:
-            left = True
-            loop.call_soon_threadsafe(task.cancel)
-
-    def watch() -> None:
-        nonlocal gone
-        assert request.disconnected is not None
-        gone = request.disconnected()
-        if not isinstance(gone, asyncio.Future) and not hasattr(gone, "add_done_callback"):
-            gone = asyncio.ensure_future(gone)  # a plain coroutine (not granian's future)
-        gone.add_done_callback(on_gone)
-
-    timer = loop.call_later(WATCH_AFTER_S, watch)
-    try:
-        return await _resume(steps, waiting_on)
-    except asyncio.CancelledError:
-        if not left:
-            raise
-        task.uncancel()
-        raise ClientGone(f"client disconnected during {request.method} {request.path}") from None
-    finally:
-        timer.cancel()
-        if not left:
-            left = True  # the answer is ready: a hang-up from now on cancels nothing
-            if gone is not None:
-                gone.remove_done_callback(on_gone)
-                gone.cancel()
-
-
-@types.coroutine
-def _resume(steps: Iterator[Any], waiting_on: Any) -> Generator[Any, Any, T]:
-    """Go on with an awaitable already run up to its first wait (``waiting_on``, what it
-    yielded to the task), as ``await`` would have (``yield from`` semantics: a plain iterator,
-    such as granian's futures, takes no sent values and has exceptions raised here)."""
-    while True:
-        try:
-            sent = yield waiting_on
-        except GeneratorExit:
-            close = getattr(steps, "close", None)
-            if close is not None:
-                close()
-            raise
-        except BaseException as exc:  # thrown in by the task: a cancellation
-            throw = getattr(steps, "throw", None)
-            if throw is None:
-                raise
-            try:
-                waiting_on = throw(exc)
-            except StopIteration as done:
-                result: T = done.value
-                return result
-        else:
-            try:
-                waiting_on = next(steps) if sent is None else steps.send(sent)  # type: ignore[attr-defined]
-            except StopIteration as done:
-                result = done.value
-                return result
+def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> Awaitable[T]:
+    """``work``, cancelled (``ClientGone``, answered 499 to nobody) when the client hangs up
+    before it is done: work still queued is then dropped, not executed (``protocols.watch``)."""
+    watch = request.watch
+    if watch is None:
+        return work
+    return watch.guard(request, work)
 
 
 def _decompress(encoding: str, body: bytes, limit: int) -> bytes:
