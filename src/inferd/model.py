@@ -77,7 +77,7 @@ class ModelVersion:
         try:
             spec = self.spec if not signature else self.signature_spec(signature)
             inputs, rows = validate.check_inputs(spec, request.inputs)
-            names = tuple(validate.check_outputs(spec, request.output_names()))
+            names = validate.check_outputs(spec, request.output_names())
             counts = class_counts(request.outputs) if request.outputs else None
             key = None
             outputs = None
@@ -120,7 +120,7 @@ class ModelVersion:
         sent: asyncio.Queue[tuple[Result, bool]] = asyncio.Queue()
         try:
             inputs, rows = validate.check_inputs(self.spec, request.inputs)
-            names = tuple(validate.check_outputs(self.spec, request.output_names()))
+            names = validate.check_outputs(self.spec, request.output_names())
             work = Work(inputs, rows, names, request.id, request.parameters)
             work.responses = lambda result, final: sent.put_nowait((result, final))
             task = asyncio.ensure_future(self.scheduler.run(work, Timings()))

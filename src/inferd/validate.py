@@ -7,6 +7,7 @@ module checks it against the model: names, datatypes, shapes, batch size, output
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -34,23 +35,27 @@ def check_inputs(spec: ModelSpec, inputs: Tensors) -> tuple[Tensors, int]:
 
     Names, datatypes and shapes decide the answer, so a signature that passed is remembered
     (up to ``ACCEPTED_LIMIT`` per spec) and the next request with it is only reshaped."""
-    key = tuple([(name, array.dtype, array.shape) for name, array in inputs.items()])
+    if len(inputs) == 1:  # the usual request: no comprehension to run
+        for name, array in inputs.items():
+            key: tuple[Any, ...] = ((name, array.dtype, array.shape),)
+    else:
+        key = tuple([(name, array.dtype, array.shape) for name, array in inputs.items()])
     known = spec.accepted.get(key)
     if known is not None:
         batch, shapes = known
+        if shapes is None:  # every input as it came
+            return inputs, batch
         return {
             name: inputs[name] if shape is None else inputs[name].reshape(shape)
             for name, shape in shapes
         }, batch
     out, batch = _check_inputs(spec, inputs)
     if len(spec.accepted) < ACCEPTED_LIMIT:
-        spec.accepted[key] = (
-            batch,
-            tuple(
-                (name, None if array is inputs[name] else array.shape)
-                for name, array in out.items()
-            ),
+        reshapes = tuple(
+            (name, None if array is inputs[name] else array.shape) for name, array in out.items()
         )
+        as_came = list(out) == list(inputs) and all(shape is None for _, shape in reshapes)
+        spec.accepted[key] = (batch, None if as_came else reshapes)
     return out, batch
 
 
@@ -121,10 +126,10 @@ def _to_model_shape(
     )
 
 
-def check_outputs(spec: ModelSpec, requested: Sequence[str] | None) -> list[str]:
+def check_outputs(spec: ModelSpec, requested: Sequence[str] | None) -> tuple[str, ...]:
     """The output names to compute: the requested ones, or all of them."""
     if requested is None:
-        return [o.name for o in spec.outputs]
+        return spec.output_names
     seen: set[str] = set()
     for name in requested:
         if name not in spec.output_by_name:
@@ -135,7 +140,7 @@ def check_outputs(spec: ModelSpec, requested: Sequence[str] | None) -> list[str]
         if name in seen:
             raise InvalidInput(f"output '{name}' is requested twice")
         seen.add(name)
-    return list(requested)
+    return tuple(requested)
 
 
 def shape_outputs(spec: ModelSpec, outputs: Tensors, batch: int) -> Tensors:

@@ -107,8 +107,8 @@ def test_bad_inputs_name_the_problem(inputs: dict[str, np.ndarray], message: str
 
 
 def test_outputs_requested_and_reshaped_both_ways() -> None:
-    assert validate.check_outputs(SPEC, None) == ["y", "flat"]
-    assert validate.check_outputs(SPEC, ["flat"]) == ["flat"]
+    assert validate.check_outputs(SPEC, None) == ("y", "flat")
+    assert validate.check_outputs(SPEC, ["flat"]) == ("flat",)
     with pytest.raises(InvalidInput, match="unknown output 'z' for model 'm'; it has 'y', 'flat'"):
         validate.check_outputs(SPEC, ["z"])
     with pytest.raises(InvalidInput, match="output 'y' is requested twice"):

@@ -62,9 +62,13 @@ class ModelSpec:
     reshaped_outputs: bool = field(default=False, repr=False)  # some output's dims differ
     # Input signatures that passed ``validate.check_inputs``: (name, dtype, shape) per input,
     # in the request's order -> the batch size and each input's reshape (None: as it came).
-    accepted: dict[tuple[Any, ...], tuple[int, tuple[tuple[str, Any], ...]]] = field(
+    accepted: dict[tuple[Any, ...], tuple[int, tuple[tuple[str, Any], ...] | None]] = field(
         default_factory=dict, repr=False, compare=False
     )
+    output_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "output_names", tuple(o.name for o in self.outputs))
 
 
 # TF Serving's signature methods (SignatureDef.method_name) and its default signature key.
