@@ -115,6 +115,7 @@ class ModelStats:
         "_last_inference_ms",
         "_lock",
         "_queue",
+        "_queued",
         "_success",
         "_successes",
         "cache_hit",
@@ -140,6 +141,7 @@ class ModelStats:
         # EXECUTION_FIELDS per execution of one request; the ns of each successful request.
         self._executions = array("q")
         self._successes = array("q")
+        self._queued = array("q")  # the queue ns of requests a batcher answered
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ the request path
@@ -158,6 +160,12 @@ class ModelStats:
         the log first."""
         self._queue.add(ns)
 
+    def log_queue(self, ns: list[int]) -> None:
+        """The queue times of a batch's requests: as ``queue.add`` for each."""
+        self._queued.extend(ns)
+        if len(self._queued) >= FLUSH_AT:
+            self.flush()
+
     def log_success(self, ns: int) -> None:
         """One request answered in ``ns``: as ``success.add``."""
         self._successes.append(ns)
@@ -166,12 +174,15 @@ class ModelStats:
 
     def flush(self) -> None:
         """Add up the logged observations."""
-        if not (self._executions or self._successes):
+        if not (self._executions or self._successes or self._queued):
             return
         with self._lock:
             successes = _drain(self._successes)
             if len(successes):
                 _merge_array(self._success, successes)
+            queued = _drain(self._queued)
+            if len(queued):
+                _merge_array(self._queue, queued)
             executions = _drain(self._executions)
             if len(executions):
                 self._add_executions(executions.reshape(-1, EXECUTION_FIELDS))

@@ -330,11 +330,12 @@ class DynamicBatcher:
         executed = batch.executed
         ended = batch.ended_ns or time.perf_counter_ns()
         compute_ns = executed.input_ns + executed.infer_ns + executed.output_ns if executed else 0
+        started = ended - compute_ns
         for entry in batch.entries:
             timings = entry.timings
-            timings.compute_start_ns = ended - compute_ns
+            timings.compute_start_ns = started
             timings.compute_end_ns = ended
-            self.stats.add_queue(ended - compute_ns - entry.enqueued_ns)
+        self.stats.log_queue([started - entry.enqueued_ns for entry in batch.entries])
         if executed is None:
             error = batch.error or InternalError("the batch produced no result")
             for entry in batch.entries:
