@@ -6,8 +6,9 @@ import subprocess
 import sys
 import threading
 import time
+from bisect import bisect_left
 
-from inferd.stats import FLUSH_AT, ModelStats
+from inferd.stats import _BOUNDS_NS, FLUSH_AT, ModelStats
 
 
 def _direct(stats: ModelStats, rows: int, queue_ns: int, parts: tuple[int, int, int]) -> None:
@@ -70,3 +71,14 @@ def test_adding_up_the_log_imports_nothing_on_the_request_path() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     ).stdout.splitlines()
     assert out == ["[]", "[1, 2, 3, 4]"]
+
+
+def test_a_batchs_queue_times_are_logged_at_once_and_added_up_on_read() -> None:
+    stats = ModelStats()
+    stats.log_queue([1_000, 2_000_000, 3_000])
+    queue = stats.queue  # reading adds up the log
+    assert (queue.count, queue.ns) == (3, 2_004_000)
+    assert sum(queue.buckets) == 3
+    assert queue.buckets[bisect_left(_BOUNDS_NS, 2_000_000)] == 1
+    stats.log_queue([5_000])
+    assert stats.queue.count == 4
