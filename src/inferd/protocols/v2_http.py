@@ -34,6 +34,7 @@ from inferd.types import InferRequest, InferResponse, RequestedOutput, Tensors
 
 HEADER_LENGTH = "inference-header-content-length"
 OFFLOAD_BYTES = 1 << 20  # bodies larger than this are decoded on a worker thread
+_NO_PARAMETERS: dict[str, Any] = {}  # read only
 COMMA_SLACK = 4096  # commas allowed beyond the values (ids, parameters, names)
 _MODEL = r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+)|/labels/(?P<label>[^/]+))?"
 
@@ -108,13 +109,16 @@ def decode_request(
             raise InvalidInput(f"input '{name}' is given twice")
         if "datatype" not in item:
             raise InvalidInput(f"input '{name}': 'datatype' is missing")
-        datatype = datatypes.from_name(item["datatype"])
+        named = item["datatype"]
+        datatype = datatypes.BY_NAME.get(named) if named.__class__ is str else None
+        if datatype is None:
+            datatype = datatypes.from_name(named)  # raises, naming the problem
         shape = codecs.check_shape(name, item.get("shape"))
-        params = item.get("parameters") or {}
-        if not isinstance(params, dict):
+        params = item.get("parameters") or _NO_PARAMETERS
+        if params.__class__ is not dict:
             raise InvalidInput(f"input '{name}': 'parameters' must be an object")
         size = params.get("binary_data_size")
-        if params and shm_tensors.names_region(params):
+        if shm_tensors.REGION in params:
             if regions is None or "data" in item or size is not None:
                 raise InvalidInput(
                     f"input '{name}' names a shared memory region: it takes no 'data' nor "
@@ -147,22 +151,20 @@ def decode_request(
             f"the request carries {len(binary)} bytes of binary data but its inputs "
             f"declare {offset}"
         )
-    return InferRequest(
-        model_name=model,
-        model_version=version,
-        inputs=inputs,
-        id=_request_id(doc),
-        outputs=_requested_outputs(doc.get("outputs")),
-        parameters=json_object(doc.get("parameters"), "parameters"),
-        input_parameters=input_parameters,
-    )
-
-
-def _request_id(doc: dict[str, Any]) -> str:
-    value = doc.get("id", "")
-    if not isinstance(value, str):
+    request_id = doc.get("id", "")
+    if request_id.__class__ is not str:
         raise InvalidInput("'id' must be a string")
-    return value
+    outputs = doc.get("outputs")
+    parameters = doc.get("parameters")
+    return InferRequest(
+        model,
+        inputs,
+        version,
+        request_id,
+        None if outputs is None else _requested_outputs(outputs),
+        {} if parameters is None else json_object(parameters, "parameters"),
+        input_parameters,
+    )
 
 
 def json_object(value: Any, what: str) -> dict[str, Any]:
@@ -194,20 +196,22 @@ def encode_response(
 ) -> HttpResponse:
     """``in_shared_memory``: the parameters of outputs already written to shared memory."""
     binary_default = bool(request.parameters.get("binary_data_output", False))
-    per_output = {o.name: o.parameters for o in request.outputs or ()}
+    requested = request.outputs
+    per_output = {o.name: o.parameters for o in requested} if requested else _NO_PARAMETERS
     entries = []
     chunks: list[bytes | memoryview] = []
     for name, array in response.outputs.items():
         entry: dict[str, Any] = {
             "name": name,
-            "datatype": datatypes.of_array(array).name,
+            "datatype": datatypes.from_numpy(array.dtype).name,
             "shape": array.shape,
         }
         if in_shared_memory and name in in_shared_memory:
             entry["parameters"] = in_shared_memory[name]
             entries.append(entry)
             continue
-        binary = bool(per_output.get(name, {}).get("binary_data", binary_default))
+        asked = per_output.get(name)
+        binary = bool(asked.get("binary_data", binary_default) if asked else binary_default)
         if binary:
             raw = codecs.to_raw(array)
             entry["parameters"] = {"binary_data_size": len(raw)}
