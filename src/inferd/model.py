@@ -77,8 +77,12 @@ class ModelVersion:
         try:
             spec = self.spec if not signature else self.signature_spec(signature)
             inputs, rows = validate.check_inputs(spec, request.inputs)
-            names = validate.check_outputs(spec, request.output_names())
-            counts = class_counts(request.outputs) if request.outputs else None
+            requested = request.outputs
+            if requested is None:  # every output, unclassified: the usual request
+                names, counts = spec.output_names, None
+            else:
+                names = validate.check_outputs(spec, [o.name for o in requested])
+                counts = class_counts(requested) if requested else None
             key = None
             outputs = None
             if self.cache is not None:
@@ -93,7 +97,8 @@ class ModelVersion:
                 if signature:
                     work.signature = signature
                 outputs = await self.scheduler.run(work, timings)
-                outputs = validate.shape_outputs(spec, outputs, rows)
+                if spec.reshaped_outputs:
+                    outputs = validate.shape_outputs(spec, outputs, rows)
                 if key is not None and self.cache is not None:
                     self.cache.put(key, outputs)
             if counts:
@@ -104,13 +109,7 @@ class ModelVersion:
         finally:
             self.stats.pending -= 1
         self.stats.log_success(time.perf_counter_ns() - started)
-        return InferResponse(
-            model_name=self.name,
-            model_version=self.version_text,
-            outputs=outputs,
-            id=request.id,
-            timings=timings,
-        )
+        return InferResponse(self.name, self.version_text, outputs, request.id, {}, timings)
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         """A decoupled model's responses to one request, as the model sends them; the last one

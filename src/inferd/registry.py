@@ -114,8 +114,14 @@ class Registry:
     ) -> ModelVersion:
         """The version that serves a request: by version, by label, else by the traffic split
         (hashing ``request_id`` when given), else the highest ready version."""
-        record = self.record(name)
+        record = self._models.get(name)
+        if record is None:
+            raise NotFound(unknown_model(name))
         routing = self._routing.get(name)
+        if routing is None and not label and not version:  # the usual request
+            default = record.default_version()
+            if default is not None:
+                return default
         if label:
             if version:
                 raise InvalidInput("a request names a version or a version label, not both")
