@@ -208,3 +208,25 @@ def test_a_model_error_fails_only_its_batch(tmp_path: Path) -> None:
 
     assert asyncio.run(run()) == ["ok", "InternalError", "ok", "InternalError"]
     assert model.stats.fail.count == 2 and model.stats.success.count == 2
+
+
+def test_a_request_whose_caller_left_after_dispatch_is_not_executed(tmp_path: Path) -> None:
+    # max_batch_size 1: each request is a batch that cannot grow, so the second waits in the
+    # busy instance's queue (pipeline depth 2) when its caller goes away.
+    model = echo_version(tmp_path, _batched("dynamic_batching {}\n" + _gated("b9"), 1))
+
+    async def run() -> float:
+        first = asyncio.ensure_future(_infer(model, 1))
+        await asyncio.sleep(0.01)
+        left = asyncio.ensure_future(_infer(model, 2))
+        await asyncio.sleep(0.01)
+        left.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await left
+        echo.gate("b9").set()
+        answer = await first
+        await model.close()
+        return float(answer.outputs["OUTPUT0"][0, 0])
+
+    assert asyncio.run(run()) == 1.0
+    assert [e.rows for e in echo.LOG[model.name]] == [1]  # the second never ran

@@ -10,7 +10,6 @@ the event loop.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections import deque
@@ -198,7 +197,11 @@ class DynamicBatcher:
                 self._schedule()
         elif self._timer is None or rows >= self._first_ship_rows:
             self._schedule()
-        return await entry.future
+        try:
+            return await entry.future
+        except asyncio.CancelledError:  # the caller left (a client gone, a deadline)
+            work.cancelled = True  # if an instance already holds it, it is not executed
+            raise
 
     def _expire(self, entry: _Pending, timeout_ns: int) -> None:
         if entry.future.done():
@@ -297,8 +300,6 @@ class DynamicBatcher:
             self._in_flight.remove(batch)
             self._answer(batch)
             return
-        for entry in entries:
-            entry.future.add_done_callback(functools.partial(_cancel_work, entry.work))
         future.add_done_callback(lambda f: self._executed(batch, f))
 
     def _executed(self, batch: _Batch, future: asyncio.Future[Executed]) -> None:
@@ -384,12 +385,6 @@ class DynamicBatcher:
         if self._timer is not None:
             self._timer.cancel()
         await self.pool.close()
-
-
-def _cancel_work(work: Work, future: asyncio.Future[Tensors]) -> None:
-    """A request whose caller left after it was handed to an instance is not executed."""
-    if future.cancelled():
-        work.cancelled = True
 
 
 def _purge(queue: deque[_Pending]) -> None:
