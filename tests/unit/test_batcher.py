@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -230,3 +231,23 @@ def test_a_request_whose_caller_left_after_dispatch_is_not_executed(tmp_path: Pa
 
     assert asyncio.run(run()) == 1.0
     assert [e.rows for e in echo.LOG[model.name]] == [1]  # the second never ran
+
+
+def test_a_request_cancelled_in_the_queue_leaves_it_and_its_batch(tmp_path: Path) -> None:
+    model = echo_version(tmp_path, _batched("dynamic_batching {}\n" + _gated("b10")))
+
+    async def run() -> list[float]:
+        first = asyncio.ensure_future(_infer(model, 0))
+        await asyncio.sleep(0.01)
+        queued = [asyncio.ensure_future(_infer(model, v)) for v in (1, 2, 3)]
+        await asyncio.sleep(0.01)
+        queued[1].cancel()
+        echo.gate("b10").set()
+        answers = await asyncio.gather(first, queued[0], queued[2])
+        batcher: Any = model.scheduler
+        assert [len(q) for q in batcher._queues] == [0] and batcher._queued_rows == 0
+        await model.close()
+        return [float(a.outputs["OUTPUT0"][0, 0]) for a in answers]
+
+    assert asyncio.run(run()) == [0.0, 1.0, 3.0]
+    assert [e.rows for e in echo.LOG[model.name]] == [1, 2]

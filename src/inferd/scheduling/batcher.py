@@ -231,20 +231,24 @@ class DynamicBatcher:
         """The next batch (highest priority first) and whether more could join it."""
         chosen: list[_Pending] = []
         rows = 0
-        more = False
-        for entry in self._live():
-            if not chosen:
+        key: tuple[Any, ...] = ()
+        most = self.options.max_batch_size
+        for queue in (*self._queues, self._delayed) if self._delayed else self._queues:
+            for entry in queue:
+                if entry.future.done():
+                    continue
+                if not chosen:
+                    chosen.append(entry)
+                    rows = entry.rows
+                    key = entry.key
+                    continue
+                if entry.key != key:
+                    continue
+                if rows + entry.rows > most:
+                    return chosen, True
                 chosen.append(entry)
-                rows = entry.rows
-                continue
-            if entry.key != chosen[0].key:
-                continue
-            if rows + entry.rows > self.options.max_batch_size:
-                more = True
-                break
-            chosen.append(entry)
-            rows += entry.rows
-        return chosen, more
+                rows += entry.rows
+        return chosen, False
 
     def _schedule(self) -> None:
         """Send out every batch that should go now; arm the queue-delay timer for the rest."""
@@ -365,13 +369,34 @@ class DynamicBatcher:
         )
 
     def _take(self, batch: list[_Pending]) -> None:
+        queues = self._queues
+        if len(queues) == 1 and not self._delayed:  # one level: the batch is mostly its head
+            queue = queues[0]
+            for entry in batch:
+                if queue and queue[0] is entry:
+                    queue.popleft()
+                else:
+                    queue.remove(entry)
+                if entry.timer is not None:
+                    entry.timer.cancel()
+            rows = 0
+            stale = False  # requests whose callers left while queued
+            for entry in queue:
+                if entry.future.done():
+                    stale = True
+                else:
+                    rows += entry.rows
+            if stale:
+                queues[0] = deque(e for e in queue if not e.future.done())
+            self._queued_rows = rows
+            return
         taken = {id(e) for e in batch}
-        for i, queue in enumerate(self._queues):
-            self._queues[i] = deque(e for e in queue if id(e) not in taken and not e.future.done())
+        for i, queue in enumerate(queues):
+            queues[i] = deque(e for e in queue if id(e) not in taken and not e.future.done())
         self._delayed = deque(
             e for e in self._delayed if id(e) not in taken and not e.future.done()
         )
-        self._queued_rows = sum(e.rows for q in (*self._queues, self._delayed) for e in q)
+        self._queued_rows = sum(e.rows for q in (*queues, self._delayed) for e in q)
         for entry in batch:
             if entry.timer is not None:
                 entry.timer.cancel()
