@@ -177,23 +177,23 @@ class ModelStats:
         if not (self._executions or self._successes or self._queued):
             return
         with self._lock:
-            successes = _drain(self._successes)
+            successes = drain_log(self._successes)
             if len(successes):
-                _merge_array(self._success, successes)
-            queued = _drain(self._queued)
+                merge_log(self._success, successes)
+            queued = drain_log(self._queued)
             if len(queued):
-                _merge_array(self._queue, queued)
-            executions = _drain(self._executions)
+                merge_log(self._queue, queued)
+            executions = drain_log(self._executions)
             if len(executions):
                 self._add_executions(executions.reshape(-1, EXECUTION_FIELDS))
 
     def _add_executions(self, table: np.ndarray) -> None:
         sizes, queue_ns, parts, ended_ns = table[:, 0], table[:, 1], table[:, 2:5], table[:, 5]
-        _merge_array(self._queue, queue_ns)
+        merge_log(self._queue, queue_ns)
         for column, each in enumerate(
             (self._compute_input, self._compute_infer, self._compute_output)
         ):
-            _merge_array(each, parts[:, column])
+            merge_log(each, parts[:, column])
         self._execution_count += len(table)
         self._inference_count += int(sizes.sum())
         ago_ns = time.perf_counter_ns() - int(ended_ns.max())
@@ -348,14 +348,14 @@ class ModelStatistics:
     batch_stats: tuple[BatchStatistics, ...]
 
 
-def _drain(log: array[int]) -> np.ndarray:
+def drain_log(log: array[int]) -> np.ndarray:
     """What the log holds now, taken out (appends from another thread land after)."""
     taken = log[: len(log)]  # one C call each: a copy of the start, then its removal
     del log[: len(taken)]
     return np.frombuffer(taken, dtype=np.int64)
 
 
-def _merge_array(into: Duration, values: np.ndarray) -> None:
+def merge_log(into: Duration, values: np.ndarray) -> None:
     """Add observations at once: the count, the total and the histogram (``bisect_left``)."""
     into.count += len(values)
     into.ns += int(values.sum())

@@ -1,14 +1,15 @@
 """Prometheus metrics, rendered at scrape time from the counters the server keeps anyway.
 
-Nothing here runs on the request path except ``EndpointStats.observe`` (two dict updates and
-a bisect): model figures come from each version's ``ModelStats`` when Prometheus scrapes.
+Nothing here runs on the request path except ``EndpointStats.observe`` (a dict look-up and
+an array append): model figures come from each version's ``ModelStats`` when Prometheus scrapes.
 Labels are bounded: only loaded model versions and registered routes ever become labels.
 """
 
 from __future__ import annotations
 
+import threading
+from array import array
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -22,7 +23,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from inferd.registry import Registry
-from inferd.stats import BUCKETS_S, Duration
+from inferd.stats import BUCKETS_S, FLUSH_AT, Duration, drain_log, merge_log
 
 if TYPE_CHECKING:
     from inferd.repository.manager import RepositoryStatus
@@ -40,21 +41,53 @@ _DURATIONS = (
 )
 
 
-@dataclass(slots=True)
 class EndpointStats:
-    """Requests per protocol and endpoint (a route or an RPC), with their latency."""
+    """Requests per protocol, endpoint and status, with their latency.
 
-    counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    durations: dict[tuple[str, str], Duration] = field(default_factory=dict)
+    ``observe`` (on the request path) appends a duration to the log of its (protocol, endpoint,
+    status); reading ``counts`` or ``durations`` adds the logs up (numpy, under a lock: the
+    metrics port reads from its own thread), as does a log reaching ``FLUSH_AT`` entries."""
+
+    __slots__ = ("_counts", "_durations", "_lock", "_logs")
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str, str], int] = {}
+        self._durations: dict[tuple[str, str], Duration] = {}
+        self._logs: dict[tuple[str, str, str], array[int]] = {}
+        self._lock = threading.Lock()
 
     def observe(self, protocol: str, endpoint: str, status: str, ns: int) -> None:
         key = (protocol, endpoint, status)
-        self.counts[key] = self.counts.get(key, 0) + 1
-        where = (protocol, endpoint)
-        duration = self.durations.get(where)
-        if duration is None:
-            duration = self.durations[where] = Duration()
-        duration.add(ns)
+        log = self._logs.get(key)
+        if log is None:
+            log = self._logs[key] = array("q")
+        log.append(ns)
+        if len(log) >= FLUSH_AT:
+            self.flush()
+
+    def flush(self) -> None:
+        """Add up the logged observations."""
+        with self._lock:
+            for key, log in list(self._logs.items()):
+                if not log:
+                    continue
+                taken = drain_log(log)
+                protocol, endpoint, _ = key
+                self._counts[key] = self._counts.get(key, 0) + len(taken)
+                duration = self._durations.get((protocol, endpoint))
+                if duration is None:
+                    duration = self._durations[protocol, endpoint] = Duration()
+                merge_log(duration, taken)
+
+    @property
+    def counts(self) -> dict[tuple[str, str, str], int]:
+        self.flush()
+        return self._counts
+
+    @property
+    def durations(self) -> dict[tuple[str, str], Duration]:
+        self.flush()
+        return self._durations
 
 
 def _histogram(family: HistogramMetricFamily, labels: list[str], duration: Duration) -> None:
