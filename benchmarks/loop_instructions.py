@@ -6,8 +6,9 @@ granian would (``HttpApp.__rsgi__`` with a stand-in for granian's protocol objec
 own cost is not counted), with rounds of 64 concurrent one-row binary requests (1x1024 FP32)
 for an echo model batched as the wide-MLP benchmark's (max_batch_size 64, preferred 64; the
 queue delay is long, so every batch holds 64 under valgrind's slowness too, and the disconnect
-watch never starts). Run under callgrind twice, with 4 and 24 rounds; the difference divided
-by 20 x 64 is the instructions per request, start-up taken out.
+watch never starts). Run under callgrind twice, with 4 and 24 rounds, counting the main
+thread (the event loop) only; the difference divided by 20 x 64 is the instructions per
+request, start-up taken out.
 
     python benchmarks/loop_instructions.py [--tree LABEL=PATH ...]   # instructions per request
     python benchmarks/loop_instructions.py --rounds N --child TREE    # one run (no valgrind)
@@ -25,12 +26,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.core_bench import trees_from
+from benchmarks.rsgi_stub import Protocol, Scope
 
 CONCURRENCY = 64
 ROUNDS = (4, 24)
@@ -59,37 +60,16 @@ async def drive(repository: str, rounds: int) -> None:
 
     body, header_length = request_body()
 
-    class Scope:
-        proto = "http"
-        method = "POST"
-        path = "/v2/models/echo/infer"
-        query_string = ""
-        client = "127.0.0.1:5555"
-
-        def __init__(self) -> None:
-            self.headers = {
-                "host": "127.0.0.1:8000",
-                "content-type": "application/octet-stream",
-                "content-length": str(len(body)),
-                "inference-header-content-length": str(header_length),
-            }
-
-    class Protocol:  # granian's RSGI protocol object, as far as the infer route uses it
-        async def __call__(self) -> bytes:
-            await asyncio.sleep(0)  # the body arrives later, as from granian's thread
-            return body
-
-        def client_disconnect(self) -> asyncio.Future[None]:
-            return asyncio.get_running_loop().create_future()
-
-        def response_bytes(self, status: int, headers: Any, answer: bytes) -> None:
-            if status != 200:
-                raise SystemExit(f"status {status}: {answer[:300]!r}")
-
     argv = ["--model-repository", repository, "--model-control-mode", "explicit"]
     server = Server(settings.parse([*argv, "--load-model", "echo"]))
     await server._load_models()
     app = server.http_app
+    path = "/v2/models/echo/infer"
+    headers = {
+        "content-type": "application/octet-stream",
+        "inference-header-content-length": str(header_length),
+    }
+    protocol = Protocol(body, arrives_later=True)
     # Valgrind slows requests past the disconnect watch's start: keep it off.
     watch = getattr(app, "_watch", None)
     if watch is not None:
@@ -98,15 +78,19 @@ async def drive(repository: str, rounds: int) -> None:
         import inferd.protocols.http as http
 
         setattr(http, "WATCH_AFTER_S", 1e6)  # noqa: B010
-    protocol = Protocol()
 
     async def one_round() -> None:
-        await asyncio.gather(*(app.__rsgi__(Scope(), protocol) for _ in range(CONCURRENCY)))
+        rsgi = app.__rsgi__
+        await asyncio.gather(
+            *(rsgi(Scope(path, body, headers), protocol) for _ in range(CONCURRENCY))
+        )
 
     for _ in range(8):  # warm: caches filled, every signature accepted once
         await one_round()
     for _ in range(rounds):
         await one_round()
+    if set(protocol.answers) != {200}:
+        raise SystemExit(f"answers by status: {dict(protocol.answers)}")
     os._exit(0)  # no shutdown work in the count
 
 
@@ -125,12 +109,15 @@ def instructions(tree: str, rounds: int) -> int:
     with tempfile.TemporaryDirectory() as work:
         out = Path(work) / "callgrind.out"
         subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
-             __file__, "--child", tree, "--rounds", str(rounds)],
+            ["valgrind", "--tool=callgrind", "--separate-threads=yes",
+             f"--callgrind-out-file={out}", sys.executable, __file__, "--child", tree,
+             "--rounds", str(rounds)],
             check=True, capture_output=True,
+            env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
         )  # fmt: skip
+        main_thread = Path(f"{out}-01")  # the event loop's thread only
         summary = subprocess.run(
-            ["callgrind_annotate", str(out)], check=True, capture_output=True, text=True
+            ["callgrind_annotate", str(main_thread)], check=True, capture_output=True, text=True
         ).stdout
     found = re.search(r"([\d,]+) \([^)]*\)\s+PROGRAM TOTALS", summary)
     assert found is not None, summary[:500]

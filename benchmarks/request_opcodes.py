@@ -13,13 +13,15 @@ as it is in a real run.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import sys
 import tempfile
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.rsgi_stub import Protocol, Scope
 
 BODY = b'{"inputs":[{"name":"x","shape":[1,1],"datatype":"FP32","data":[1.0]}]}'
 
@@ -40,7 +42,6 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
         (
             "v2_http.py:decode_request",
             "v2_http.py:_split_body",
-            "v2_http.py:_request_id",
             "v2_http.py:_requested_outputs",
             "v2_http.py:json_object",
             "v2_http.py:parse_json",
@@ -51,7 +52,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ),
     (
         "HTTP edge (route, limits, body read and its deadline, client watch)",
-        ("protocols/http.py:", "deadlines.py:", "asyncio/", "v2_http.py:admit"),
+        ("protocols/http.py:", "deadlines.py:", "watch.py:", "asyncio/", "v2_http.py:admit"),
     ),
     ("v2 handler", ("v2_http.py:",)),
     ("validation (inputs and outputs against the config)", ("validate.py:", "spec.py:")),
@@ -70,35 +71,6 @@ def stage_of(key: str) -> str:
     return "other"
 
 
-class _Scope:
-    proto = "http"
-    method = "POST"
-    path = "/v2/models/half_plus_two/infer"
-    query_string = ""
-    client = "127.0.0.1:5555"
-
-    def __init__(self) -> None:
-        self.headers = {
-            "host": "127.0.0.1:8000",
-            "content-type": "application/json",
-            "content-length": str(len(BODY)),
-        }
-
-
-class _Protocol:
-    def __init__(self) -> None:
-        self.answers: collections.Counter[int] = collections.Counter()
-
-    async def __call__(self) -> bytes:
-        return BODY
-
-    def client_disconnect(self) -> asyncio.Future[None]:
-        return asyncio.get_running_loop().create_future()
-
-    def response_bytes(self, status: int, headers: Any, body: bytes) -> None:
-        self.answers[status] += 1
-
-
 async def count(requests: int) -> tuple[collections.Counter[str], collections.Counter[int]]:
     from inferd import settings
     from inferd.demo.models import write_demo_repository
@@ -113,7 +85,9 @@ async def count(requests: int) -> tuple[collections.Counter[str], collections.Co
             "--load-model", "half_plus_two"]  # fmt: skip
     server = Server(settings.parse(args))
     await server._load_models()
-    app, scope, protocol = server.http_app, _Scope(), _Protocol()
+    app = server.http_app
+    scope = Scope("/v2/models/half_plus_two/infer", BODY, {"content-type": "application/json"})
+    protocol = Protocol(BODY)
     for _ in range(3000):
         await app.__rsgi__(scope, protocol)
     counts: collections.Counter[str] = collections.Counter()
