@@ -166,3 +166,42 @@ def test_repository_index(server: ServerProcess) -> None:
         ("half_plus_two", "1", "READY"),
         ("resnet50", "1", "READY"),
     }
+
+
+def test_a_repeated_binary_header_decodes_each_body(server: ServerProcess) -> None:
+    """The same JSON header with new tensors, then with too few bytes, then right again: each
+    answer is its own (the header's decode is remembered, the checks are not skipped)."""
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "shape": [2, 1],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": 8},
+                }
+            ],
+            "parameters": {"binary_data_output": True},
+        }
+    ).encode()
+    headers = {
+        "Content-Type": "application/octet-stream",
+        "Inference-Header-Content-Length": str(len(header)),
+    }
+    url = f"{server.http_url}/v2/models/half_plus_two/infer"
+    for values in ([1.0, 2.0], [5.0, -4.0], [0.0, 10.0]):
+        body = header + np.array(values, np.float32).tobytes()
+        r = httpx.post(url, content=body, headers=headers)
+        assert r.status_code == 200, r.text
+        split = int(r.headers["inference-header-content-length"])
+        expected = [v / 2 + 2 for v in values]
+        assert np.frombuffer(r.content[split:], np.float32).tolist() == expected
+    r = httpx.post(url, content=header + b"\0" * 4, headers=headers)
+    assert r.status_code == 400
+    assert "binary_data_size 8 overruns the binary data (4 bytes left)" in r.json()["error"]
+    r = httpx.post(
+        url, content=header + np.array([3.0, 4.0], np.float32).tobytes(), headers=headers
+    )
+    assert r.status_code == 200
+    split = int(r.headers["inference-header-content-length"])
+    assert np.frombuffer(r.content[split:], np.float32).tolist() == [3.5, 4.0]

@@ -28,6 +28,7 @@ from inferd.protocols.http import (
     cancel_on_disconnect,
     json_response,
 )
+from inferd.protocols.v2_headers import HeaderPlans
 from inferd.routing import LABEL_PARAMETER
 from inferd.shared_memory import SystemSharedMemory
 from inferd.types import InferRequest, InferResponse, RequestedOutput, Tensors
@@ -244,6 +245,7 @@ class V2Http:
     def __init__(self, plane: DataPlane) -> None:
         self.plane = plane
         self._queue_limited = plane.queue_limited
+        self._plans = HeaderPlans()
 
     def register(self, router: Router) -> None:
         router.add("POST", _MODEL + "/infer", self.infer, admit=self.admit)
@@ -286,8 +288,7 @@ class V2Http:
         model, version = request.params["model"], request.params.get("version", "")
         regions = self.plane.shared_memory
         if len(request.body) <= OFFLOAD_BYTES:
-            doc, binary = _split_body(request)
-            infer_request = decode_request(doc, binary, model, version, regions)
+            infer_request = self._decode(request, model, version, regions)
         else:  # a large body: cheap checks first, then decoded off the event loop
             if HEADER_LENGTH not in request.headers and "label" not in request.params:
                 self._check_value_count(request.body, model, version)
@@ -307,6 +308,38 @@ class V2Http:
         if accept:
             answer.encoding = response_encoding(accept)
         return answer
+
+    def _decode(
+        self,
+        request: HttpRequest,
+        model: str,
+        version: str,
+        regions: SystemSharedMemory | None,
+    ) -> InferRequest:
+        """A request's decode; a binary request whose JSON header was seen before reads
+        only its tensors (``v2_headers``)."""
+        body = request.body
+        length = request.headers.get(HEADER_LENGTH)
+        if (
+            length is None
+            or body.__class__ is not bytes
+            or not (length.isascii() and length.isdigit())
+            or int(length) > len(body)
+        ):  # not a binary request, or one _split_body refuses, naming the problem
+            doc, binary = _split_body(request)
+            return decode_request(doc, binary, model, version, regions)
+        split = int(length)
+        header = body[:split]
+        binary = memoryview(body)[split:]
+        plan = self._plans.get(header)
+        if plan is not None:
+            found = plan.decode(binary, model, version)
+            if found is not None:
+                return found
+        doc = parse_json(header, "the JSON header")
+        decoded = decode_request(doc, binary, model, version, regions)
+        self._plans.remember(header, doc, decoded)
+        return decoded
 
     async def statistics(self, request: HttpRequest) -> HttpResponse:
         p = request.params
