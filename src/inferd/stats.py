@@ -95,10 +95,10 @@ _BOUNDS = np.array(_BOUNDS_NS, dtype=np.int64)
 
 class ModelStats:
     """A version's live figures. Readers use the attributes as they are; the request path
-    logs its observations with ``log_execution`` / ``log_success`` (an array append, where
-    updating seven counters and histograms cost more than a small model's call) and every
-    read of a logged figure first adds up what the log holds. Writers never read through
-    those properties (``add_queue``, ``record_execution``): a read would add up the log on
+    logs its observations with ``log_execution`` / ``log_success`` / ``log_queue`` (an array
+    append, where updating seven counters and histograms cost more than a small model's call)
+    and every read of a logged figure first adds up what the log holds. Writers never read
+    through those properties (``record_execution`` neither): a read would add up the log on
     the request path. The log is appended to on the event
     loop and may be read from another thread (the metrics port): appending to the log, copying
     its start and deleting that start are each one C call under the GIL, so nothing is lost;
@@ -155,13 +155,9 @@ class ModelStats:
         if len(self._executions) >= FLUSH_AT * EXECUTION_FIELDS:
             self.flush()
 
-    def add_queue(self, ns: int) -> None:
-        """One request's time in a queue (a batcher's): as ``queue.add``, without adding up
-        the log first."""
-        self._queue.add(ns)
-
     def log_queue(self, ns: list[int]) -> None:
-        """The queue times of a batch's requests: as ``queue.add`` for each."""
+        """Requests' times in a batcher's queue (a batch's, or one): as ``queue.add`` for
+        each."""
         self._queued.extend(ns)
         if len(self._queued) >= FLUSH_AT:
             self.flush()

@@ -194,7 +194,7 @@ class SequenceBatcher:
             raise result
         compute_ns = executed.input_ns + executed.infer_ns + executed.output_ns
         timings.compute_start_ns = ended - compute_ns
-        self.stats.add_queue(max(ended - started - compute_ns, 0))
+        self.stats.log_queue([max(ended - started - compute_ns, 0)])
         for spec in options.states:
             sequence.state[spec.input_name] = result[spec.output_name]
         return {n: result[n] for n in asked}
