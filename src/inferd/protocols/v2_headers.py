@@ -81,7 +81,7 @@ class HeaderPlans:
         size = 0
         for item in doc["inputs"]:
             params = item.get("parameters")
-            if not params or "data" in item or "binary_data_size" not in params:
+            if not params or "binary_data_size" not in params:
                 return  # JSON data or shared memory: not planned
             name = item["name"]
             array = request.inputs[name]

@@ -288,7 +288,7 @@ class V2Http:
         model, version = request.params["model"], request.params.get("version", "")
         regions = self.plane.shared_memory
         if len(request.body) <= OFFLOAD_BYTES:
-            infer_request = self._decode(request, model, version, regions)
+            infer_request = self._decode_inline(request, model, version, regions)
         else:  # a large body: cheap checks first, then decoded off the event loop
             if HEADER_LENGTH not in request.headers and "label" not in request.params:
                 self._check_value_count(request.body, model, version)
@@ -309,26 +309,22 @@ class V2Http:
             answer.encoding = response_encoding(accept)
         return answer
 
-    def _decode(
+    def _decode_inline(
         self,
         request: HttpRequest,
         model: str,
         version: str,
         regions: SystemSharedMemory | None,
     ) -> InferRequest:
-        """A request's decode; a binary request whose JSON header was seen before reads
-        only its tensors (``v2_headers``)."""
+        """A small body's decode, on the event loop; a binary request whose JSON header was
+        seen before reads only its tensors (``v2_headers``)."""
         body = request.body
         length = request.headers.get(HEADER_LENGTH)
-        if (
-            length is None
-            or body.__class__ is not bytes
-            or not (length.isascii() and length.isdigit())
-            or int(length) > len(body)
-        ):  # not a binary request, or one _split_body refuses, naming the problem
+        split = int(length) if length and length.isascii() and length.isdigit() else -1
+        if split < 0 or split > len(body) or body.__class__ is not bytes:
+            # not a binary request, or one _split_body refuses, naming the problem
             doc, binary = _split_body(request)
             return decode_request(doc, binary, model, version, regions)
-        split = int(length)
         header = body[:split]
         binary = memoryview(body)[split:]
         plan = self._plans.get(header)
