@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -12,8 +13,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
+
+
+def binary_header(name: str, shape: list[int], datatype: str, size: int, **doc: Any) -> bytes:
+    """A v2 binary request's JSON header: one input of ``size`` bytes, then ``doc``'s keys."""
+    item: dict[str, Any] = {"name": name, "shape": shape, "datatype": datatype}
+    item["parameters"] = {"binary_data_size": size}
+    return json.dumps({"inputs": [item], **doc}).encode()
 
 
 def free_port() -> int:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from inferd.demo.models import write_demo_repository
-from tests.support import ServerProcess
+from tests.support import ServerProcess, binary_header
 
 X = {"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}
 
@@ -76,18 +75,7 @@ def test_malformed_json_and_unknown_model(server: ServerProcess) -> None:
 
 
 def test_binary_length_mismatch(server: ServerProcess) -> None:
-    header = json.dumps(
-        {
-            "inputs": [
-                {
-                    "name": "x",
-                    "shape": [2, 1],
-                    "datatype": "FP32",
-                    "parameters": {"binary_data_size": 4},
-                }
-            ]
-        }
-    ).encode()
+    header = binary_header("x", [2, 1], "FP32", 4)
     r = httpx.post(
         f"{server.http_url}/v2/models/half_plus_two/infer",
         content=header + b"\x00\x00\x80\x3f",

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tritonclient.http as triton_http
 
-from tests.support import ServerProcess
+from tests.support import ServerProcess, binary_header
 
 
 @pytest.fixture(scope="module")
@@ -171,19 +171,7 @@ def test_repository_index(server: ServerProcess) -> None:
 def test_a_repeated_binary_header_decodes_each_body(server: ServerProcess) -> None:
     """The same JSON header with new tensors, then with too few bytes, then right again: each
     answer is its own (the header's decode is remembered, the checks are not skipped)."""
-    header = json.dumps(
-        {
-            "inputs": [
-                {
-                    "name": "x",
-                    "shape": [2, 1],
-                    "datatype": "FP32",
-                    "parameters": {"binary_data_size": 8},
-                }
-            ],
-            "parameters": {"binary_data_output": True},
-        }
-    ).encode()
+    header = binary_header("x", [2, 1], "FP32", 8, parameters={"binary_data_output": True})
     headers = {
         "Content-Type": "application/octet-stream",
         "Inference-Header-Content-Length": str(len(header)),
