@@ -55,8 +55,8 @@ def request_body() -> tuple[bytes, int]:
 
 
 async def drive(repository: str, rounds: int) -> None:
-    from inferd import settings
-    from inferd.server import Server
+    from inferd.app import settings
+    from inferd.app.server import Server
 
     body, header_length = request_body()
 

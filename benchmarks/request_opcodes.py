@@ -72,10 +72,10 @@ def stage_of(key: str) -> str:
 
 
 async def count(requests: int) -> tuple[collections.Counter[str], collections.Counter[int]]:
-    from inferd import settings
+    from inferd.app import settings
+    from inferd.app.server import Server
     from inferd.demo.models import write_demo_repository
     from inferd.scheduling import instances
-    from inferd.server import Server
 
     instances.INLINE_BELOW_S = 1.0  # tracing is slow: keep the model inline, as in a real run
     instances.INLINE_BELOW_NS = 10**9

@@ -26,13 +26,13 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from inferd.config.spec import build_spec
 from inferd.config.text import parse_config_text
-from inferd.model import ModelState, ModelVersion
-from inferd.registry import ModelRecord, Registry, VersionStatus
-from inferd.routing import RoutingPolicy
+from inferd.core.model import ModelState, ModelVersion
+from inferd.core.registry import ModelRecord, Registry, VersionStatus
+from inferd.core.routing import RoutingPolicy
+from inferd.core.stats import ModelStats
+from inferd.core.types import Tensors
 from inferd.scheduling.batcher import DirectScheduler
 from inferd.scheduling.instances import InstancePool
-from inferd.stats import ModelStats
-from inferd.types import Tensors
 from tests.e2e.lifecycle_support import remove_version, write_version, x_body
 from tests.support import ServerProcess
 

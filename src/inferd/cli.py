@@ -8,18 +8,15 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from inferd import __version__, settings
+from inferd import __version__
+from inferd.app import settings
+from inferd.app.envoy_config import add_parser as add_envoy_parser
+from inferd.app.repo_cli import add_parser as add_repo_parser
 from inferd.bench.options import add_arguments as add_bench_arguments
-from inferd.envoy_config import add_parser as add_envoy_parser
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 from inferd.optimize.command import add_parser as add_optimize_parser
-from inferd.repo_cli import add_parser as add_repo_parser
 from inferd.tune.command import add_parser as add_tune_parser
-
-if TYPE_CHECKING:
-    from inferd.workers.peers import WorkerRole
 
 
 def _setup_logging(verbose: int) -> None:
@@ -36,19 +33,9 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"inferd: {exc.message}", file=sys.stderr)
         return 2
-    return serve_settings(config)
+    from inferd.app.server import serve
 
-
-def serve_settings(config: settings.Settings, role: WorkerRole | None = None) -> int:
-    """Serve (one worker of a multi-worker server when ``role`` is given); the exit code."""
-    from inferd.server import run
-
-    try:
-        run(config, role)  # the server configures the engine and access logs from its settings
-    except ConfigError as exc:
-        print(f"inferd: {exc.message}", file=sys.stderr)
-        return 2
-    return 0
+    return serve(config)
 
 
 def _demo_models(args: argparse.Namespace) -> int:

@@ -91,7 +91,7 @@ def test_missing_extra_says_what_to_install(
 ) -> None:
     from inferd.backends.lightgbm import LightGBMBackend
     from inferd.config.text import parse_config_text
-    from inferd.errors import ModelLoadError
+    from inferd.core.errors import ModelLoadError
 
     monkeypatch.setitem(sys.modules, "lightgbm", None)
     with pytest.raises(ModelLoadError, match=r"inferd\[lightgbm\]"):

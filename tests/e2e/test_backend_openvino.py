@@ -119,7 +119,7 @@ def test_missing_extra_says_what_to_install(
 ) -> None:
     from inferd.backends.openvino import OpenVinoBackend
     from inferd.config.text import parse_config_text
-    from inferd.errors import ModelLoadError
+    from inferd.core.errors import ModelLoadError
 
     monkeypatch.setitem(sys.modules, "openvino", None)
     with pytest.raises(ModelLoadError, match=r"inferd\[openvino\]"):

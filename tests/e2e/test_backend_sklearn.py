@@ -143,8 +143,8 @@ def test_missing_extra_says_what_to_install(
 ) -> None:
     from inferd.backends.sklearn import SklearnBackend
     from inferd.config.text import parse_config_text
-    from inferd.errors import ModelLoadError
-    from inferd.trust import CodePolicy, Origin, granted
+    from inferd.core.errors import ModelLoadError
+    from inferd.security.trust import CodePolicy, Origin, granted
 
     monkeypatch.setitem(sys.modules, "joblib", None)  # import joblib now fails
     config = parse_config_text("")

@@ -130,7 +130,7 @@ def test_missing_extra_says_what_to_install(
     from inferd.backends.base import InstancePlacement
     from inferd.backends.torch import TorchBackend
     from inferd.config.text import parse_config_text
-    from inferd.errors import ModelLoadError
+    from inferd.core.errors import ModelLoadError
 
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(ModelLoadError, match=r"inferd\[torch\]"):

@@ -93,7 +93,7 @@ def test_missing_extra_says_what_to_install(
 ) -> None:
     from inferd.backends.xgboost import XGBoostBackend
     from inferd.config.text import parse_config_text
-    from inferd.errors import ModelLoadError
+    from inferd.core.errors import ModelLoadError
 
     monkeypatch.setitem(sys.modules, "xgboost", None)
     with pytest.raises(ModelLoadError, match=r"inferd\[xgboost\]"):

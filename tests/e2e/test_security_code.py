@@ -25,7 +25,7 @@ import pytest
 import tritonclient.grpc as triton_grpc
 from tritonclient.utils import InferenceServerException
 
-from inferd.repo_cli import pack
+from inferd.app.repo_cli import pack
 from tests.e2e.lifecycle_support import HTTP, index, wait_for
 from tests.e2e.s3_support import CREDENTIALS, MotoServer
 from tests.support import ServerProcess

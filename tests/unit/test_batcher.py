@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from inferd.backends import echo
-from inferd.errors import DeadlineExceeded, Unavailable
-from inferd.model import ModelVersion
-from inferd.types import InferResponse
+from inferd.core.errors import DeadlineExceeded, Unavailable
+from inferd.core.model import ModelVersion
+from inferd.core.types import InferResponse
 from tests.echo_support import echo_version, request
 
 

@@ -16,7 +16,7 @@ from inferd.bench import encode, inputs
 from inferd.bench.inputs import InputTensor
 from inferd.bench.options import BenchError, Target
 from inferd.bench.specs import ModelSpec, TensorSpec
-from inferd.datatypes import BY_NAME
+from inferd.core.datatypes import BY_NAME
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols import v2_http
 

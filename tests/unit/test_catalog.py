@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.errors import NotFound
+from inferd.core.errors import NotFound
 from inferd.repository.catalog import Catalog, version_keys
 from inferd.repository.local import LocalStorage
 from inferd.repository.storage import WRITING_MARKER, ModelFiles, StorageError

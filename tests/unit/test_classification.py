@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferd.classification import class_counts, classify, read_labels, top_classes
 from inferd.config.text import parse_config_text
-from inferd.errors import ConfigError, InvalidInput
-from inferd.types import RequestedOutput
+from inferd.core.classification import class_counts, classify, read_labels, top_classes
+from inferd.core.errors import ConfigError, InvalidInput
+from inferd.core.types import RequestedOutput
 
 
 def test_top_classes_per_row_with_labels() -> None:

@@ -6,8 +6,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from inferd import datatypes
-from inferd.errors import InvalidInput
+from inferd.core import datatypes
+from inferd.core.errors import InvalidInput
 from inferd.protocols import codecs
 
 NUMERIC = [d for d in datatypes.ALL if not d.is_bytes and d.name != "BF16"]

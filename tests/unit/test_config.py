@@ -9,7 +9,7 @@ import pytest
 from inferd.config.model_config_pb2 import ModelVersionPolicy
 from inferd.config.spec import build_spec
 from inferd.config.text import config_to_dict, parse_config_text
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 from inferd.repository import layout
 from inferd.repository.config import read_config
 

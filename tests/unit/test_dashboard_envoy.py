@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from inferd.core.errors import ConfigError, Unavailable
 from inferd.dashboard import envoy
-from inferd.errors import ConfigError, Unavailable
 from tests.e2e.dashboard_support import envoy_clusters, fake_envoy_admin
 from tests.support import free_port
 

@@ -12,13 +12,19 @@ import orjson
 import pytest
 
 from inferd import __version__
-from inferd.dataplane import DataPlane
-from inferd.errors import InvalidInput, NotFound, Unavailable, Unimplemented
-from inferd.model import ModelState, ModelVersion
-from inferd.routing import RoutingPolicy, ShadowCounts, ShadowPolicy
-from inferd.stats import ModelStatistics, StatDuration
-from inferd.types import InferRequest
-from inferd.views import ModelMetadata, ModelStatus, ServerMetadata, TensorMetadata, VersionState
+from inferd.core.dataplane import DataPlane
+from inferd.core.errors import InvalidInput, NotFound, Unavailable, Unimplemented
+from inferd.core.model import ModelState, ModelVersion
+from inferd.core.routing import RoutingPolicy, ShadowCounts, ShadowPolicy
+from inferd.core.stats import ModelStatistics, StatDuration
+from inferd.core.types import InferRequest
+from inferd.core.views import (
+    ModelMetadata,
+    ModelStatus,
+    ServerMetadata,
+    TensorMetadata,
+    VersionState,
+)
 from tests.echo_support import echo_version, registry_with, request, rows
 
 UNBATCHED = """backend: "echo"

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from inferd.errors import RequestTimeout
+from inferd.core.errors import RequestTimeout
 from inferd.protocols.deadlines import BodyDeadlines
 
 

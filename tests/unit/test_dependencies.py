@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 from inferd.repository.dependencies import Dependencies
 
 

@@ -6,11 +6,11 @@ import asyncio
 import threading
 from pathlib import Path
 
+from inferd.app.drain import STOP_GRACE_S, Drain
 from inferd.backends import echo
-from inferd.dataplane import DataPlane
-from inferd.drain import STOP_GRACE_S, Drain
-from inferd.model import ModelVersion
-from inferd.registry import ModelRecord, Registry
+from inferd.core.dataplane import DataPlane
+from inferd.core.model import ModelVersion
+from inferd.core.registry import ModelRecord, Registry
 from tests.echo_support import echo_version, request
 
 SLOW = """

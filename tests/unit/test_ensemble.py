@@ -13,13 +13,13 @@ import pytest
 from inferd.backends import echo
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import parse_config_text
-from inferd.dataplane import DataPlane
-from inferd.errors import ConfigError, InternalError
-from inferd.model import ModelVersion
-from inferd.registry import Registry
+from inferd.core.dataplane import DataPlane
+from inferd.core.errors import ConfigError, InternalError
+from inferd.core.model import ModelVersion
+from inferd.core.registry import Registry
+from inferd.core.types import InferRequest
 from inferd.repository.loader import LoadOptions, load_version, plan
 from inferd.scheduling.ensemble import build_graph
-from inferd.types import InferRequest
 from tests.e2e.ensemble_support import ensemble, step
 from tests.echo_support import echo_version, registry_with
 

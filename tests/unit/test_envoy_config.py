@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from inferd.envoy_config import (
+from inferd.app.envoy_config import (
     INFER_PATHS,
     Options,
     Upstream,

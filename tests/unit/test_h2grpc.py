@@ -237,9 +237,9 @@ def test_a_port_in_use_is_refused() -> None:
 def test_the_auth_interceptor_answers_its_codes() -> None:
     """inferd's interceptor refuses with a handler that aborts and has no deserializer: the
     request is never parsed, and the status reaches the client."""
-    from inferd.protocols.access import AccessPolicy
-    from inferd.protocols.grpc_auth import AuthInterceptor
-    from inferd.tokens import TokenStore
+    from inferd.security.access import AccessPolicy
+    from inferd.security.grpc_auth import AuthInterceptor
+    from inferd.security.tokens import TokenStore
 
     policy = AccessPolicy(TokenStore(["inference-token"], ["admin-token"]))
 
@@ -289,9 +289,9 @@ def test_calls_past_the_concurrency_limit_are_refused_at_once() -> None:
 def test_an_interceptor_is_skipped_only_for_the_methods_it_passes() -> None:
     """With no tokens and the admin API off, inferd's interceptor passes inference calls
     (the server skips it for them) and still refuses admin ones."""
-    from inferd.protocols.access import AccessPolicy
-    from inferd.protocols.grpc_auth import AuthInterceptor
-    from inferd.tokens import TokenStore
+    from inferd.security.access import AccessPolicy
+    from inferd.security.grpc_auth import AuthInterceptor
+    from inferd.security.tokens import TokenStore
 
     auth = AuthInterceptor(AccessPolicy(TokenStore()))
     assert auth.active

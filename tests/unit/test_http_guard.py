@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from inferd.errors import PermissionDenied, Unauthenticated, UnsupportedMediaType
-from inferd.protocols.access import Access, AccessPolicy
-from inferd.protocols.http_guard import ACCEPTED_HOSTS_KEPT, HttpGuard, host_name
-from inferd.tokens import TokenStore
+from inferd.core.errors import PermissionDenied, Unauthenticated, UnsupportedMediaType
+from inferd.security.access import Access, AccessPolicy
+from inferd.security.http_guard import ACCEPTED_HOSTS_KEPT, HttpGuard, host_name
+from inferd.security.tokens import TokenStore
 
 LOCAL = {"host": "127.0.0.1:8080"}
 

@@ -11,7 +11,7 @@ import pytest
 from inferd.backends import echo
 from inferd.backends.echo import EchoExecutor, EchoRuntime
 from inferd.config.text import parse_config_text
-from inferd.errors import InferdError
+from inferd.core.errors import InferdError
 from inferd.scheduling import instances
 from inferd.scheduling.instances import ThreadInstances
 from inferd.scheduling.work import BatchExecutor, Executor, InstanceFailed, Work

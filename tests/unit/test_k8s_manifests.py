@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from inferd.drain import QUIET_S, STOP_GRACE_S
+from inferd.app.drain import QUIET_S, STOP_GRACE_S
+from inferd.app.settings import Settings
+from inferd.core.registry import ModelRecord, Registry
 from inferd.observability.metrics import EndpointStats, build_registry, render
-from inferd.registry import ModelRecord, Registry
-from inferd.settings import Settings
 from tests.echo_support import echo_version
 
 if TYPE_CHECKING:

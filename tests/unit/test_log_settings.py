@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.errors import InvalidInput
+from inferd.core.errors import InvalidInput
 from inferd.observability.log_settings import LogSettings
 from inferd.observability.logging import Logs
 

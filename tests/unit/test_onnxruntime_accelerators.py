@@ -13,7 +13,7 @@ from inferd.backends.onnxruntime import OnnxRuntimeBackend, OnnxRuntimeSession
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import build_spec
 from inferd.config.text import parse_config_text
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 from tests.optimize_support import write_small_cnn
 
 CPU = InstancePlacement("CPU", 0, 1)

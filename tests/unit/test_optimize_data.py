@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 from inferd.optimize import data
 from inferd.optimize.data import InputSpec
 from inferd.optimize.steps import Options, split_rows

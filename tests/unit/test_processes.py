@@ -18,7 +18,7 @@ import pytest
 from inferd.backends import get_backend
 from inferd.backends.base import InstancePlacement
 from inferd.config.text import parse_config_text
-from inferd.errors import ModelLoadError
+from inferd.core.errors import ModelLoadError
 from inferd.scheduling.processes import ProcessInstances
 from inferd.scheduling.recipe import WorkerRecipe, backend_recipe
 from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Work

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from inferd.backends.python.env import interpreter_for
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 
 
 def _venv(where: Path) -> Path:

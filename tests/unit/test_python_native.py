@@ -14,7 +14,7 @@ import pytest
 
 from inferd.backends.python.host import python_executor
 from inferd.backends.python.native import complete_native
-from inferd.errors import InternalError, ModelLoadError
+from inferd.core.errors import InternalError, ModelLoadError
 from inferd.scheduling.work import Work
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from inferd.backends.python.host import python_executor
-from inferd.errors import InferdError, InternalError, InvalidInput, ModelLoadError, NotFound
+from inferd.core.errors import InferdError, InternalError, InvalidInput, ModelLoadError, NotFound
 from inferd.scheduling.work import Executor, Work
 
 CONFIG = {

@@ -15,7 +15,7 @@ from inferd.backends.python.backend import PythonBackend
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import parse_config_text
 from inferd.scheduling.work import Work
-from inferd.trust import CodePolicy, Origin, granted
+from inferd.security.trust import CodePolicy, Origin, granted
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 PLACEMENT = InstancePlacement("CPU", 0, 1, 0)

@@ -15,11 +15,11 @@ import pytest
 
 from inferd.config.spec import build_spec
 from inferd.config.text import parse_config_text
-from inferd.dataplane import DataPlane
-from inferd.errors import ConfigError, InvalidInput, NotFound
-from inferd.model import ModelVersion
-from inferd.registry import ModelRecord, Registry, VersionStatus
-from inferd.routing import (
+from inferd.core.dataplane import DataPlane
+from inferd.core.errors import ConfigError, InvalidInput, NotFound
+from inferd.core.model import ModelVersion
+from inferd.core.registry import ModelRecord, Registry, VersionStatus
+from inferd.core.routing import (
     ModelRouting,
     RoutingPolicy,
     ShadowCounts,
@@ -30,11 +30,11 @@ from inferd.routing import (
     shadow_from_mapping,
     split_from_mapping,
 )
+from inferd.core.stats import ModelStats
+from inferd.core.types import InferRequest, Tensors
 from inferd.scheduling.batcher import DirectScheduler
 from inferd.scheduling.instances import ThreadInstances
 from inferd.scheduling.work import BatchExecutor
-from inferd.stats import ModelStats
-from inferd.types import InferRequest, Tensors
 
 CONFIG = """
 name: "m"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from inferd.errors import ConfigError, InvalidInput
+from inferd.core.errors import ConfigError, InvalidInput
+from inferd.core.routing import RoutingPolicy, ShadowPolicy
 from inferd.repository import routing_file
-from inferd.routing import RoutingPolicy, ShadowPolicy
 
 CONFIG_POLICY = RoutingPolicy({"stable": 1, "canary": 2}, (("stable", 90.0), ("canary", 10.0)))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from inferd.backends import echo
-from inferd.errors import InvalidInput
+from inferd.core.errors import InvalidInput
 from tests.echo_support import echo_version, request
 
 INPUT = 'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [2] }]\n'

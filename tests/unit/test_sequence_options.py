@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from inferd.config.text import parse_config_text
-from inferd.errors import ConfigError, InvalidInput
+from inferd.core.errors import ConfigError, InvalidInput
 from inferd.scheduling.sequence_options import SequenceOptions, sequence_parameters
 
 CONFIG = """

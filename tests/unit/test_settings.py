@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from inferd import settings
-from inferd.errors import ConfigError
-from inferd.registry import Registry
+from inferd.app import settings
+from inferd.app.server import set_gc_threshold, set_gil_switch_interval
+from inferd.core.errors import ConfigError
+from inferd.core.registry import Registry
 from inferd.repository.manager import ModelManager
-from inferd.server import set_gc_threshold, set_gil_switch_interval
 
 
 def test_defaults() -> None:

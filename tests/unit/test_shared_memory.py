@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from inferd.errors import InvalidInput, NotFound, Unavailable
-from inferd.shared_memory import SHM_DIR, RegionStatus, SystemSharedMemory
+from inferd.core.errors import InvalidInput, NotFound, Unavailable
+from inferd.core.shared_memory import SHM_DIR, RegionStatus, SystemSharedMemory
 
 
 @pytest.fixture

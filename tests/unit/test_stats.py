@@ -8,7 +8,7 @@ import threading
 import time
 from bisect import bisect_left
 
-from inferd.stats import _BOUNDS_NS, FLUSH_AT, ModelStats
+from inferd.core.stats import _BOUNDS_NS, FLUSH_AT, ModelStats
 
 
 def _direct(stats: ModelStats, rows: int, queue_ns: int, parts: tuple[int, int, int]) -> None:
@@ -59,7 +59,7 @@ def test_adding_up_the_log_imports_nothing_on_the_request_path() -> None:
     first call imported numpy.ma, a 16 ms stall)."""
     script = (
         "import sys, time\n"
-        "from inferd.stats import FLUSH_AT, ModelStats\n"
+        "from inferd.core.stats import FLUSH_AT, ModelStats\n"
         "stats = ModelStats()\n"
         "before = set(sys.modules)\n"
         "for i in range(FLUSH_AT):\n"

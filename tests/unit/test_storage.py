@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from inferd.errors import InvalidInput
+from inferd.core.errors import InvalidInput
 from inferd.repository.local import LocalStorage
 from inferd.repository.s3 import S3Storage, _fresh
 from inferd.repository.storage import WRITING_MARKER, Storage, StorageError, StorageOptions

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from inferd.core.tfexample import serialize, serialize_all
 from inferd.protocols.tfserving import tensorflow_pb2
-from inferd.tfexample import serialize, serialize_all
 
 
 def test_examples_encode_as_protobuf_does() -> None:

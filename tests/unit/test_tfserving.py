@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferd import datatypes
 from inferd.config.spec import CLASSIFY_METHOD, PREDICT_METHOD, signature_spec
-from inferd.dataplane import DataPlane
-from inferd.errors import InvalidInput
-from inferd.model import ModelVersion
-from inferd.tfserving import TfServing
+from inferd.core import datatypes
+from inferd.core.dataplane import DataPlane
+from inferd.core.errors import InvalidInput
+from inferd.core.model import ModelVersion
+from inferd.core.tfserving import TfServing
 from tests.echo_support import echo_version, registry_with
 
 SCORES = """backend: "echo"

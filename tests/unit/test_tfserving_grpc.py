@@ -49,7 +49,7 @@ def test_float_val_holds_the_values_and_tensor_content_when_asked() -> None:
 
 
 def test_a_hostile_shape_is_refused_before_anything_is_allocated() -> None:
-    from inferd.errors import InvalidInput
+    from inferd.core.errors import InvalidInput
 
     def tensor(dims: list[int], values: list[float]) -> tensorflow_pb2.TensorProto:
         proto = tensorflow_pb2.TensorProto(dtype=tensorflow_pb2.DT_FLOAT, float_val=values)

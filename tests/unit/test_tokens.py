@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from inferd import tokens
-from inferd.errors import ConfigError
-from inferd.tokens import Scope, TokenStore, token_from_header
+from inferd.core.errors import ConfigError
+from inferd.security import tokens
+from inferd.security.tokens import Scope, TokenStore, token_from_header
 
 
 def test_scopes_and_headers() -> None:

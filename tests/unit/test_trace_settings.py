@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferd.errors import InvalidInput, NotFound
+from inferd.core.errors import InvalidInput, NotFound
 from inferd.observability.trace_settings import TraceSettings
 
 

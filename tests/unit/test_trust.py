@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from inferd.errors import ConfigError
-from inferd.trust import (
+from inferd.core.errors import ConfigError
+from inferd.security.trust import (
     Capability,
     CodeNotAllowed,
     CodePolicy,

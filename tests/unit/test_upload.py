@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.errors import InvalidInput, PayloadTooLarge
+from inferd.core.errors import InvalidInput, PayloadTooLarge
 from inferd.repository import upload
 
 CONFIG = b'name: "m"\n'

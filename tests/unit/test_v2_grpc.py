@@ -6,13 +6,13 @@ import grpc
 import orjson
 from google.protobuf import json_format
 
-from inferd.dataplane import DataPlane
-from inferd.errors import ErrorCode
+from inferd.core.dataplane import DataPlane
+from inferd.core.errors import ErrorCode
+from inferd.core.registry import Registry
+from inferd.core.stats import ModelStats
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols.grpc_common import STATUS_OF
 from inferd.protocols.v2_grpc import V2Grpc, _statistics
-from inferd.registry import Registry
-from inferd.stats import ModelStats
 
 
 def test_every_error_code_has_a_status() -> None:

@@ -16,12 +16,12 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import _utils as triton_utils
 from tritonclient.grpc import service_pb2 as triton_pb
 
-from inferd import datatypes
-from inferd.errors import InvalidInput
+from inferd.core import datatypes
+from inferd.core.errors import InvalidInput
+from inferd.core.types import InferResponse
 from inferd.protocols import codecs
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols import v2_grpc_codec as codec
-from inferd.types import InferResponse
 
 NUMERIC = [d for d in datatypes.ALL if not d.is_bytes]
 TYPED = [d for d in datatypes.ALL if d.name not in ("FP16", "BF16")]

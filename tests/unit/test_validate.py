@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inferd import validate
 from inferd.config.spec import build_spec
 from inferd.config.text import parse_config_text
-from inferd.errors import InvalidInput
+from inferd.core import validate
+from inferd.core.errors import InvalidInput
 
 CONFIG = """
 name: "m"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from inferd.errors import ClientGone
+from inferd.core.errors import ClientGone
 from inferd.protocols.watch import ClientWatch
 
 

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from inferd.errors import InternalError, InvalidInput
+from inferd.core.errors import InternalError, InvalidInput
+from inferd.core.types import Tensors
 from inferd.scheduling.work import (
     CANCELLED,
     BatchExecutor,
@@ -16,7 +17,6 @@ from inferd.scheduling.work import (
     check_rows,
     run_live,
 )
-from inferd.types import Tensors
 from tests.echo_support import ok
 
 

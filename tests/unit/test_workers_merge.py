@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from inferd.core.registry import Registry
+from inferd.core.stats import ModelStats
 from inferd.dashboard.series import FIELDS
 from inferd.observability.metrics import EndpointStats, build_registry, render
-from inferd.registry import Registry
-from inferd.stats import ModelStats
 from inferd.workers.merge import (
     merge_metrics,
     merge_statistics,

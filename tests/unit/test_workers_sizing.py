@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from inferd.errors import ConfigError
-from inferd.settings import Settings
+from inferd.app.settings import Settings
+from inferd.core.errors import ConfigError
 from inferd.workers import sizing
 
 

@@ -6,91 +6,33 @@ group; the class must satisfy ``inferd.backends.base.Backend``.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 
 if TYPE_CHECKING:  # a Python model's worker imports this package without protobuf
     from inferd.backends.base import Backend
     from inferd.config.model_config_pb2 import ModelConfig
 
 
-def _onnxruntime() -> Backend:
-    from inferd.backends.onnxruntime import OnnxRuntimeBackend
-
-    return OnnxRuntimeBackend()
-
-
-def _tensorflow() -> Backend:
-    from inferd.backends.tensorflow import TensorFlowBackend
-
-    return TensorFlowBackend()
-
-
-def _pytorch() -> Backend:
-    from inferd.backends.torch import TorchBackend
-
-    return TorchBackend()
-
-
-def _openvino() -> Backend:
-    from inferd.backends.openvino import OpenVinoBackend
-
-    return OpenVinoBackend()
-
-
-def _sklearn() -> Backend:
-    from inferd.backends.sklearn import SklearnBackend
-
-    return SklearnBackend()
-
-
-def _xgboost() -> Backend:
-    from inferd.backends.xgboost import XGBoostBackend
-
-    return XGBoostBackend()
-
-
-def _lightgbm() -> Backend:
-    from inferd.backends.lightgbm import LightGBMBackend
-
-    return LightGBMBackend()
-
-
-def _python() -> Backend:
-    from inferd.backends.python.backend import PythonBackend
-
-    return PythonBackend()
-
-
-def _ensemble() -> Backend:
-    from inferd.backends.ensemble import EnsembleBackend
-
-    return EnsembleBackend()
-
-
-def _echo() -> Backend:
-    from inferd.backends.echo import EchoBackend
-
-    return EchoBackend()
-
-
-# Each framework is imported by its own backend, when a model first needs it.
-BUILTIN: dict[str, Callable[[], Backend]] = {
-    "echo": _echo,
-    "ensemble": _ensemble,
-    "python": _python,
-    "onnxruntime": _onnxruntime,
-    "tensorflow": _tensorflow,
-    "pytorch": _pytorch,
-    "torch": _pytorch,
-    "openvino": _openvino,
-    "sklearn": _sklearn,
-    "xgboost": _xgboost,
-    "lightgbm": _lightgbm,
+# Each built-in backend as ``module:class``, imported when a model first needs it (the backend
+# imports its framework), the way entry points name third-party ones: this table imports none.
+BUILTIN: dict[str, str] = {
+    "echo": "inferd.backends.echo:EchoBackend",
+    "ensemble": "inferd.backends.ensemble:EnsembleBackend",
+    "python": "inferd.backends.python.backend:PythonBackend",
+    "onnxruntime": "inferd.backends.onnxruntime:OnnxRuntimeBackend",
+    "tensorflow": "inferd.backends.tensorflow:TensorFlowBackend",
+    "pytorch": "inferd.backends.torch:TorchBackend",
+    "torch": "inferd.backends.torch:TorchBackend",
+    "openvino": "inferd.backends.openvino:OpenVinoBackend",
+    "sklearn": "inferd.backends.sklearn:SklearnBackend",
+    "xgboost": "inferd.backends.xgboost:XGBoostBackend",
+    "lightgbm": "inferd.backends.lightgbm:LightGBMBackend",
 }
 # Triton's ``platform`` values and the backend each selects.
 PLATFORMS: dict[str, str] = {
@@ -123,8 +65,11 @@ _cache: dict[str, Backend] = {}
 def get_backend(name: str) -> Backend:
     if name in _cache:
         return _cache[name]
-    factory = BUILTIN.get(name)
-    if factory is None:
+    factory: Callable[[], Backend] | None = None
+    if name in BUILTIN:
+        module, _, attr = BUILTIN[name].partition(":")
+        factory = getattr(importlib.import_module(module), attr)
+    else:
         for ep in entry_points(group="inferd.backends"):
             if ep.name == name:
                 factory = ep.load()

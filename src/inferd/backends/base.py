@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.types import Tensors
+from inferd.core.types import Tensors
 
 
 @dataclass(frozen=True, slots=True)

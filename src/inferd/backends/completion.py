@@ -15,8 +15,8 @@ from typing import Any
 
 from inferd.config.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
 from inferd.config.spec import config_enum_of, datatype_of
-from inferd.datatypes import DataType
-from inferd.errors import ConfigError, ModelLoadError
+from inferd.core.datatypes import DataType
+from inferd.core.errors import ConfigError, ModelLoadError
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,9 +40,9 @@ from pathlib import Path
 from inferd.backends.base import InstancePlacement
 from inferd.backends.completion import bool_parameter, check_parameters, int_parameter
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import ConfigError, InternalError
+from inferd.core.errors import ConfigError, InternalError
+from inferd.core.types import Tensors
 from inferd.scheduling.work import Executed, InstanceFailed, Work, check_rows
-from inferd.types import Tensors
 
 _KNOWN = {
     "delay_ms",

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from inferd.backends.base import InstancePlacement, Runtime
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
+from inferd.core.stats import ModelStats
+from inferd.core.types import ModelCaller
 from inferd.scheduling.ensemble import ENSEMBLE_PLATFORM, EnsembleScheduler, build_graph
-from inferd.stats import ModelStats
-from inferd.types import ModelCaller
 
 
 class EnsembleBackend:

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from inferd import datatypes
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import config_enum_of, datatype_of
-from inferd.errors import ConfigError, InternalError, InvalidInput, ModelLoadError
-from inferd.types import Tensors
+from inferd.core import datatypes
+from inferd.core.errors import ConfigError, InternalError, InvalidInput, ModelLoadError
+from inferd.core.types import Tensors
 
 GRAPHDEF_PLATFORM = "tensorflow_graphdef"
 GRAPHDEF_FILE = "model.graphdef"

@@ -25,7 +25,7 @@ from inferd.backends.tabular import (
     binary_proba,
 )
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import ModelLoadError
+from inferd.core.errors import ModelLoadError
 
 _KNOWN_PARAMETERS = {"num_threads"}
 

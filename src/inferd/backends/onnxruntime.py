@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from inferd import datatypes
 from inferd.backends import onnxruntime_accelerators as accelerators
 from inferd.backends.base import InstancePlacement, Runtime, model_path
 from inferd.backends.completion import (
@@ -27,8 +26,9 @@ from inferd.backends.completion import (
     string_parameters,
 )
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import ConfigError, InternalError, InvalidInput, ModelLoadError
-from inferd.types import Tensors
+from inferd.core import datatypes
+from inferd.core.errors import ConfigError, InternalError, InvalidInput, ModelLoadError
+from inferd.core.types import Tensors
 
 log = logging.getLogger("inferd.backends.onnxruntime")
 

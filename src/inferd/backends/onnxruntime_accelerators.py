@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.config.model_config_pb2 import ModelConfig, ModelOptimizationPolicy
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 
 log = logging.getLogger("inferd.backends.onnxruntime")
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from inferd import datatypes
 from inferd.backends.base import InstancePlacement
 from inferd.backends.completion import (
     TensorIO,
@@ -28,8 +27,9 @@ from inferd.backends.completion import (
     string_parameters,
 )
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import ConfigError, InternalError, InvalidInput, ModelLoadError
-from inferd.types import Tensors
+from inferd.core import datatypes
+from inferd.core.errors import ConfigError, InternalError, InvalidInput, ModelLoadError
+from inferd.core.types import Tensors
 
 PLATFORM = "openvino"
 _HINTS = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")

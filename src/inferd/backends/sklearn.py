@@ -1,7 +1,7 @@
 """scikit-learn backend: a fitted estimator or pipeline saved with joblib (``model.joblib``).
 
 Loading a pickle runs code from the file, so a model loads only when the server allows it for
-the model's origin (``--allow-pickle``, ``inferd.trust``); no config can. Classifiers (with
+the model's origin (``--allow-pickle``, ``inferd.security.trust``); no config can. Classifiers (with
 ``predict_proba``) serve ``label`` and ``probabilities``; regressors serve ``prediction``
 (see ``inferd.backends.tabular``). A forest classifier (random forest, extra trees; one
 output), whose ``predict`` is by scikit-learn's own code the class of highest
@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from inferd import datatypes
 from inferd.backends.completion import (
     check_parameters,
     missing_extra,
@@ -25,8 +24,9 @@ from inferd.backends.completion import (
 )
 from inferd.backends.tabular import TabularBackend, TabularModel
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import ModelLoadError
-from inferd.trust import Capability, require
+from inferd.core import datatypes
+from inferd.core.errors import ModelLoadError
+from inferd.security.trust import Capability, require
 
 log = logging.getLogger("inferd.backends")
 

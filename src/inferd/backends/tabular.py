@@ -20,14 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-from inferd import datatypes
 from inferd.backends.base import InstancePlacement
 from inferd.backends.completion import TensorIO, complete
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import datatype_of
-from inferd.datatypes import DataType
-from inferd.errors import ConfigError, InternalError
-from inferd.types import Tensors
+from inferd.core import datatypes
+from inferd.core.datatypes import DataType
+from inferd.core.errors import ConfigError, InternalError
+from inferd.core.types import Tensors
 
 INPUT = "input"
 LABEL = "label"

@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from inferd import datatypes
 from inferd.backends.base import InstancePlacement, available_cpus
 from inferd.backends.completion import (
     TensorIO,
@@ -44,9 +43,10 @@ from inferd.backends.graphdef import (
 from inferd.backends.tf_graph import graph_def_unsafe_ops, unsafe_ops
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import CLASSIFY_METHOD, REGRESS_METHOD, SignatureSpec, signature_spec
-from inferd.errors import ConfigError, InferdError, InternalError, InvalidInput, ModelLoadError
-from inferd.trust import Capability, allowed, require
-from inferd.types import Tensors
+from inferd.core import datatypes
+from inferd.core.errors import ConfigError, InferdError, InternalError, InvalidInput, ModelLoadError
+from inferd.core.types import Tensors
+from inferd.security.trust import Capability, allowed, require
 
 log = logging.getLogger("inferd.backends.tensorflow")
 

@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from inferd import datatypes
 from inferd.backends.base import InstancePlacement
 from inferd.backends.completion import (
     TensorIO,
@@ -39,8 +38,9 @@ from inferd.backends.completion import (
 )
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import datatype_of
-from inferd.errors import ConfigError, InternalError, ModelLoadError
-from inferd.types import Tensors
+from inferd.core import datatypes
+from inferd.core.errors import ConfigError, InternalError, ModelLoadError
+from inferd.core.types import Tensors
 
 log = logging.getLogger("inferd.backends.torch")
 

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from inferd import datatypes
 from inferd.bench.options import BenchError
 from inferd.bench.specs import ModelSpec, TensorSpec
-from inferd.datatypes import DataType
-from inferd.errors import InvalidInput
+from inferd.core import datatypes
+from inferd.core.datatypes import DataType
+from inferd.core.errors import InvalidInput
 from inferd.protocols import codecs
 
 

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferd import datatypes
 from inferd.config.model_config_pb2 import DataType as DataTypeEnum
 from inferd.config.model_config_pb2 import (
     ModelConfig,
@@ -18,8 +17,9 @@ from inferd.config.model_config_pb2 import (
     ModelInstanceGroup,
     ModelOutput,
 )
-from inferd.datatypes import DataType
-from inferd.errors import ConfigError
+from inferd.core import datatypes
+from inferd.core.datatypes import DataType
+from inferd.core.errors import ConfigError
 
 _INPUT_NOT_IMPLEMENTED = ("is_shape_tensor", "allow_ragged_batch")
 _OUTPUT_NOT_IMPLEMENTED = ("is_shape_tensor",)

@@ -13,7 +13,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 
 CONFIG_FILENAME = "config.pbtxt"
 

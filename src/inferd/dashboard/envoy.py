@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from inferd.errors import ConfigError, Unavailable
+from inferd.core.errors import ConfigError, Unavailable
 
 TIMEOUT_S = 2.0
 MAX_BYTES = 8 * 1024 * 1024

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.config.text import CONFIG_FILENAME
-from inferd.errors import InvalidInput, NotFound, PayloadTooLarge, Unavailable
+from inferd.core.errors import InvalidInput, NotFound, PayloadTooLarge, Unavailable
 from inferd.repository.local import LocalStorage
 from inferd.repository.manager import ModelManager
 from inferd.repository.storage import ModelFiles, Stamp, Storage, check_relative

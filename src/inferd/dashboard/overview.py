@@ -13,9 +13,9 @@ from typing import Any
 
 from inferd import __version__
 from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
-from inferd.model import ModelVersion
+from inferd.core.model import ModelVersion
+from inferd.core.registry import ModelRecord, Registry
 from inferd.protocols.repository_http import routing_json
-from inferd.registry import ModelRecord, Registry
 from inferd.repository.manager import ModelManager
 
 RESCAN_S = 10.0

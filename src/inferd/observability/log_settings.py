@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from inferd.errors import InvalidInput
+from inferd.core.errors import InvalidInput
 from inferd.observability.logging import FORMATS, Logs
 
 TYPES: dict[str, type] = {

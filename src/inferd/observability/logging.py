@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 
 ENGINE = "inferd"
 ACCESS = "inferd.access"

@@ -22,8 +22,8 @@ from prometheus_client.core import (
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from inferd.registry import Registry
-from inferd.stats import BUCKETS_S, FLUSH_AT, Duration, drain_log, merge_log
+from inferd.core.registry import Registry
+from inferd.core.stats import BUCKETS_S, FLUSH_AT, Duration, drain_log, merge_log
 
 if TYPE_CHECKING:
     from inferd.repository.manager import RepositoryStatus

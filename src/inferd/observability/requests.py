@@ -8,11 +8,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from inferd.core.types import Timings
 from inferd.observability.logging import Logs
 from inferd.observability.metrics import EndpointStats
 from inferd.observability.trace_settings import TraceSettings
 from inferd.observability.tracing import Tracer
-from inferd.types import Timings
 
 _PREFIX = os.urandom(4).hex()
 _COUNTER = itertools.count(1)

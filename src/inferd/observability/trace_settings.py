@@ -14,7 +14,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from inferd.errors import InvalidInput
+from inferd.core.errors import InvalidInput
 
 LEVELS = ("OFF", "TIMESTAMPS")
 MODE = "opentelemetry"

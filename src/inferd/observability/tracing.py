@@ -11,8 +11,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from inferd.errors import ConfigError
-from inferd.types import Timings
+from inferd.core.errors import ConfigError
+from inferd.core.types import Timings
 
 # perf_counter_ns() + EPOCH_OFFSET_NS = time.time_ns(), for explicit span times.
 EPOCH_OFFSET_NS = time.time_ns() - time.perf_counter_ns()

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from inferd.errors import InferdError
+from inferd.core.errors import InferdError
 from inferd.optimize import data
 from inferd.optimize.steps import Options, Refused, Result
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 
 Arrays = dict[str, npt.NDArray[Any]]
 LABELS_KEY = "labels"

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from onnxruntime.quantization import CalibrationDataReader
 
-from inferd.errors import ConfigError, ModelLoadError
+from inferd.core.errors import ConfigError, ModelLoadError
 from inferd.optimize.check import Run
 from inferd.optimize.data import Arrays, InputSpec, Rows, feeds
 

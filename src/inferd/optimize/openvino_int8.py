@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from inferd.backends.completion import missing_extra
-from inferd.errors import ConfigError, ModelLoadError
+from inferd.core.errors import ConfigError, ModelLoadError
 from inferd.optimize.check import Run
 from inferd.optimize.data import Arrays, InputSpec, Rows, feeds
 

@@ -11,11 +11,11 @@ from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry
 
-from inferd.errors import InvalidInput
+from inferd.core.errors import InvalidInput
 from inferd.observability.logging import TAIL_LINES, Logs
 from inferd.observability.metrics import CONTENT_TYPE, render
-from inferd.protocols.access import Access
 from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
+from inferd.security.access import Access
 
 
 class AdminHttp:

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from inferd import datatypes
-from inferd.datatypes import DataType
-from inferd.errors import InvalidInput
+from inferd.core import datatypes
+from inferd.core.datatypes import DataType
+from inferd.core.errors import InvalidInput
 
 _LEN = struct.Struct("<I")
 MAX_DIMS = 32  # numpy allows 64; no model takes more

@@ -24,15 +24,15 @@ from urllib.parse import parse_qs
 from granian.constants import Interfaces
 from granian.server.embed import Server as GranianServer
 
+from inferd.app.settings import Settings
+from inferd.core.dataplane import DataPlane
+from inferd.core.errors import ConfigError, InvalidInput, NotFound
 from inferd.dashboard import envoy
 from inferd.dashboard.assets import CSP, Asset, load_assets
 from inferd.dashboard.files import list_model, read_model_file
 from inferd.dashboard.overview import Overview, ServerFacts
 from inferd.dashboard.series import TrafficSeries
-from inferd.dataplane import DataPlane
-from inferd.errors import ConfigError, InvalidInput, NotFound
 from inferd.observability.requests import RequestObserver
-from inferd.protocols.access import Access
 from inferd.protocols.http import (
     HttpApp,
     HttpRequest,
@@ -42,7 +42,7 @@ from inferd.protocols.http import (
     json_response,
 )
 from inferd.repository.manager import ModelManager
-from inferd.settings import Settings
+from inferd.security.access import Access
 
 log = logging.getLogger("inferd.dashboard")
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from inferd.errors import RequestTimeout
+from inferd.core.errors import RequestTimeout
 
 T = TypeVar("T")
 

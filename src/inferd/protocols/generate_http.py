@@ -14,13 +14,13 @@ from typing import Any
 
 import orjson
 
-from inferd import datatypes
-from inferd.dataplane import DataPlane
-from inferd.errors import InferdError, InvalidInput
+from inferd.core import datatypes
+from inferd.core.dataplane import DataPlane
+from inferd.core.errors import InferdError, InvalidInput
+from inferd.core.types import InferRequest, InferResponse, Tensors
 from inferd.protocols import codecs
 from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2_http import json_object, parse_json
-from inferd.types import InferRequest, InferResponse, Tensors
 
 _MODEL = r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?"
 _RESERVED = ("parameters", "id")

@@ -12,10 +12,10 @@ from typing import Any
 
 import grpc
 
-from inferd.errors import ErrorCode, InferdError, InvalidInput
+from inferd.core.errors import ErrorCode, InferdError, InvalidInput
 from inferd.observability.requests import Finished, RequestObserver, new_request_id
 from inferd.protocols.v2_grpc_codec import EncodedInferResponse, WireInferRequest
-from inferd.redact import redact
+from inferd.security.redact import redact
 
 log = logging.getLogger("inferd.grpc")
 

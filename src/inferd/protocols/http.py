@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from inferd.errors import (
+from inferd.core.errors import (
     ErrorCode,
     InferdError,
     InvalidInput,
@@ -31,13 +31,13 @@ from inferd.errors import (
     Overloaded,
     PayloadTooLarge,
 )
+from inferd.core.types import Timings
 from inferd.observability.requests import Finished, RequestObserver, new_request_id
-from inferd.protocols.access import Access
 from inferd.protocols.deadlines import BodyDeadlines
-from inferd.protocols.http_guard import NO_CORS, HttpGuard
 from inferd.protocols.watch import ClientWatch
-from inferd.redact import redact
-from inferd.types import Timings
+from inferd.security.access import Access
+from inferd.security.http_guard import NO_CORS, HttpGuard
+from inferd.security.redact import redact
 
 log = logging.getLogger("inferd.http")
 

@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 
 from inferd import __version__
-from inferd.protocols.access import Access
 from inferd.protocols.http import HttpRequest, HttpResponse, Router
+from inferd.security.access import Access
 
 JSON = "application/json"
 Schema = dict[str, Any]

@@ -16,14 +16,14 @@ import binascii
 import time
 from typing import Any
 
-from inferd.dataplane import DataPlane
-from inferd.errors import InvalidInput, Unavailable
-from inferd.protocols.access import Access
+from inferd.core.dataplane import DataPlane
+from inferd.core.errors import InvalidInput, Unavailable
+from inferd.core.routing import RoutingPolicy, RoutingView, policy_document
+from inferd.core.views import IndexEntry
 from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2_http import json_object, parse_json
-from inferd.redact import redact
-from inferd.routing import RoutingPolicy, RoutingView, policy_document
-from inferd.views import IndexEntry
+from inferd.security.access import Access
+from inferd.security.redact import redact
 
 _REPO_MODEL = r"/v2/repository/models/(?P<model>[^/]+)"
 FILE_PREFIX = "file:"
@@ -187,7 +187,7 @@ def routing_json(view: RoutingView) -> dict[str, Any]:
 
 
 def _entries(entries: list[IndexEntry]) -> list[dict[str, str]]:
-    """Index rows; a reason never shows a server path (``inferd.redact``)."""
+    """Index rows; a reason never shows a server path (``inferd.security.redact``)."""
     return [
         {"name": e.name, "version": e.version, "state": e.state, "reason": redact(e.reason)}
         for e in entries

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferd.errors import InvalidInput
+from inferd.core.errors import InvalidInput
 from inferd.observability.log_settings import LogSettings
 from inferd.observability.trace_settings import TraceSettings
 from inferd.protocols import grpc_service_pb2 as pb

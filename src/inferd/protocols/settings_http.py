@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferd.errors import InvalidInput
+from inferd.core.errors import InvalidInput
 from inferd.observability.log_settings import LogSettings
 from inferd.observability.trace_settings import TraceSettings
-from inferd.protocols.access import Access
 from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2_http import parse_json
+from inferd.security.access import Access
 
 
 class SettingsHttp:

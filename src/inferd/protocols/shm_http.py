@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from inferd.errors import InvalidInput, Unimplemented
+from inferd.core.errors import InvalidInput, Unimplemented
+from inferd.core.shared_memory import SystemSharedMemory
 from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2_http import parse_json
-from inferd.shared_memory import SystemSharedMemory
 
 _SYSTEM = "/v2/systemsharedmemory"
 _CUDA = "/v2/cudasharedmemory"

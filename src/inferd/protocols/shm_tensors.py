@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from inferd.datatypes import DataType
-from inferd.errors import InvalidInput
+from inferd.core.datatypes import DataType
+from inferd.core.errors import InvalidInput
+from inferd.core.shared_memory import SystemSharedMemory
+from inferd.core.types import InferResponse, RequestedOutput
 from inferd.protocols import codecs
-from inferd.shared_memory import SystemSharedMemory
-from inferd.types import InferResponse, RequestedOutput
 
 REGION = "shared_memory_region"
 OFFSET = "shared_memory_offset"

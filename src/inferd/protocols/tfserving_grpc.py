@@ -20,15 +20,15 @@ from typing import Any
 import grpc
 import numpy as np
 
-from inferd import datatypes
-from inferd.dataplane import DataPlane
-from inferd.datatypes import DataType
-from inferd.errors import InvalidInput
+from inferd.core import datatypes
+from inferd.core.dataplane import DataPlane
+from inferd.core.datatypes import DataType
+from inferd.core.errors import InvalidInput
+from inferd.core.tfexample import Features
+from inferd.core.tfserving import ModelSignatures, Target, TensorInfo
 from inferd.observability.requests import RequestObserver
 from inferd.protocols import codecs
 from inferd.protocols.grpc_common import Handler, guarded, safe_deserializer
-from inferd.tfexample import Features
-from inferd.tfserving import ModelSignatures, Target, TensorInfo
 
 # The package registers TF Serving's messages in inferd's private pool (before the pb2 modules).
 from inferd.protocols.tfserving import error_codes_pb2  # isort: skip

@@ -21,14 +21,14 @@ import numpy as np
 import orjson
 
 from inferd.config.spec import ModelSpec, TensorSpec
-from inferd.dataplane import DataPlane
-from inferd.errors import InvalidInput
+from inferd.core.dataplane import DataPlane
+from inferd.core.errors import InvalidInput
+from inferd.core.tfexample import Features
+from inferd.core.tfserving import ModelSignatures, TensorInfo
+from inferd.core.types import InferResponse, Tensors
 from inferd.protocols import codecs
 from inferd.protocols.http import HttpRequest, HttpResponse, Router
 from inferd.protocols.v2_http import OFFLOAD_BYTES
-from inferd.tfexample import Features
-from inferd.tfserving import ModelSignatures, TensorInfo
-from inferd.types import InferResponse, Tensors
 
 _MODEL = r"/v1/models/(?P<model>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
 _UNLOADED = "unloaded"  # a retired or unloaded version: TF Serving's END state

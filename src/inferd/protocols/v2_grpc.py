@@ -18,13 +18,12 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from inferd.dataplane import DataPlane
-from inferd.errors import ConfigError, InferdError, InvalidInput, NotFound, Unimplemented
+from inferd.core.dataplane import DataPlane
+from inferd.core.errors import ConfigError, InferdError, InvalidInput, NotFound, Unimplemented
+from inferd.core.stats import ModelStatistics, StatDuration
 from inferd.observability.requests import RequestObserver
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols import shm_tensors
-from inferd.protocols.access import AccessPolicy
-from inferd.protocols.grpc_auth import AuthInterceptor
 from inferd.protocols.grpc_common import (
     Handler,
     Malformed,
@@ -40,7 +39,6 @@ from inferd.protocols.settings_grpc import SettingsGrpc
 from inferd.protocols.shm_grpc import SharedMemoryGrpc
 from inferd.protocols.tfserving_grpc import SERVICES as TFSERVING_SERVICES
 from inferd.protocols.tfserving_grpc import TfServingGrpc
-from inferd.protocols.tls import Tls
 from inferd.protocols.v2_grpc_codec import (
     EncodedInferResponse,
     StreamResponse,
@@ -50,7 +48,9 @@ from inferd.protocols.v2_grpc_codec import (
     error_header,
     parse_infer_request,
 )
-from inferd.stats import ModelStatistics, StatDuration
+from inferd.security.access import AccessPolicy
+from inferd.security.grpc_auth import AuthInterceptor
+from inferd.security.tls import Tls
 
 log = logging.getLogger("inferd.grpc")
 

@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from inferd import datatypes
-from inferd.datatypes import DataType
-from inferd.errors import InvalidInput
+from inferd.core import datatypes
+from inferd.core.datatypes import DataType
+from inferd.core.errors import InvalidInput
+from inferd.core.shared_memory import SystemSharedMemory
+from inferd.core.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensors
 from inferd.protocols import codecs, shm_tensors
 from inferd.protocols import grpc_service_pb2 as pb
-from inferd.shared_memory import SystemSharedMemory
-from inferd.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensors
 
 REGION = shm_tensors.REGION
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from inferd import datatypes
-from inferd.datatypes import DataType
+from inferd.core import datatypes
+from inferd.core.datatypes import DataType
+from inferd.core.types import InferRequest, Parameters, RequestedOutput
 from inferd.protocols import codecs
-from inferd.types import InferRequest, Parameters, RequestedOutput
 
 MAX_HEADER_BYTES = 4096
 KEPT = 256  # distinct headers remembered; when full, forgotten all at once

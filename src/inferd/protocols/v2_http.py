@@ -15,12 +15,14 @@ from typing import Any
 
 import orjson
 
-from inferd import datatypes
 from inferd.config.text import config_to_dict
-from inferd.dataplane import DataPlane
-from inferd.errors import InvalidInput
+from inferd.core import datatypes
+from inferd.core.dataplane import DataPlane
+from inferd.core.errors import InvalidInput
+from inferd.core.routing import LABEL_PARAMETER
+from inferd.core.shared_memory import SystemSharedMemory
+from inferd.core.types import InferRequest, InferResponse, RequestedOutput, Tensors
 from inferd.protocols import codecs, shm_tensors
-from inferd.protocols.access import Access
 from inferd.protocols.http import (
     HttpRequest,
     HttpResponse,
@@ -29,9 +31,7 @@ from inferd.protocols.http import (
     json_response,
 )
 from inferd.protocols.v2_headers import HeaderPlans
-from inferd.routing import LABEL_PARAMETER
-from inferd.shared_memory import SystemSharedMemory
-from inferd.types import InferRequest, InferResponse, RequestedOutput, Tensors
+from inferd.security.access import Access
 
 HEADER_LENGTH = "inference-header-content-length"
 OFFLOAD_BYTES = 1 << 20  # bodies larger than this are decoded on a worker thread

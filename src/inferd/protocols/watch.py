@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
-from inferd.errors import ClientGone
+from inferd.core.errors import ClientGone
 
 T = TypeVar("T")
 

@@ -5,7 +5,7 @@ last listing and when each store last answered, finds and fetches one model, and
 version with what it was built from, so a reload keeps every version whose files did not
 change. Nothing here runs on a request path: the index answers from the last listing. It also
 remembers each model's files as they were at start, which the code policy trusts more than
-files that arrive later (``inferd.trust``).
+files that arrive later (``inferd.security.trust``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import NotFound
+from inferd.core.errors import NotFound
 from inferd.repository.routing_file import ROUTING_FILE
 from inferd.repository.storage import (
     WRITING_MARKER,
@@ -30,7 +30,7 @@ from inferd.repository.storage import (
     version_files,
 )
 from inferd.repository.upload import check_model_name
-from inferd.trust import Origin
+from inferd.security.trust import Origin
 
 log = logging.getLogger("inferd.repository")
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import CONFIG_FILENAME, parse_config_text
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 
 
 def read_config(model_dir: Path) -> ModelConfig:

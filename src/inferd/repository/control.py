@@ -18,9 +18,9 @@ import orjson
 
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import parse_config_json
-from inferd.errors import ConfigError, InvalidInput
-from inferd.redact import redact
-from inferd.registry import ModelRecord
+from inferd.core.errors import ConfigError, InvalidInput
+from inferd.core.registry import ModelRecord
+from inferd.core.routing import RoutingPolicy
 from inferd.repository import routing_file
 from inferd.repository.manager import ControlMode, ModelManager, Outcome, RepositoryStatus
 from inferd.repository.storage import StorageError
@@ -32,7 +32,7 @@ from inferd.repository.upload import (
     spool,
     stage_archive,
 )
-from inferd.routing import RoutingPolicy
+from inferd.security.redact import redact
 
 DEFAULT_MAX_UPLOAD_BYTES = 1 << 30
 

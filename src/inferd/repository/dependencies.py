@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 
 
 class Dependencies:

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from inferd.config.model_config_pb2 import ModelVersionPolicy
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 
 
 def list_models(roots: Iterable[Path]) -> dict[str, Path]:

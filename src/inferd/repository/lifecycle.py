@@ -18,15 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import NotFound
-from inferd.model import ModelState, ModelVersion
-from inferd.registry import ModelRecord, Registry, VersionStatus
+from inferd.core.errors import NotFound
+from inferd.core.model import ModelState, ModelVersion
+from inferd.core.registry import ModelRecord, Registry, VersionStatus
 from inferd.repository import records
 from inferd.repository.catalog import Key, version_keys
 from inferd.repository.dependencies import Dependencies
 from inferd.repository.loader import LoadOptions, Plan, load_version, plan
 from inferd.repository.storage import ModelFiles, describe
-from inferd.trust import Origin
+from inferd.security.trust import Origin
 
 log = logging.getLogger("inferd.repository")
 

@@ -15,17 +15,19 @@ from pathlib import Path
 from inferd.backends import select_backend
 from inferd.backends.base import Backend, InstancePlacement
 from inferd.backends.completion import bool_parameter
-from inferd.classification import read_labels
 from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from inferd.config.spec import ModelSpec, build_spec
-from inferd.errors import ConfigError, InvalidInput
-from inferd.model import ModelVersion
+from inferd.core.classification import read_labels
+from inferd.core.errors import ConfigError, InvalidInput
+from inferd.core.model import ModelVersion
+from inferd.core.routing import ROUTING_PARAMETERS, RoutingPolicy, policy_from_config
+from inferd.core.stats import ModelStats
+from inferd.core.types import ModelCaller
 from inferd.repository.config import read_config
 from inferd.repository.layout import select_versions, version_dirs
 from inferd.repository.routing_file import read_policy
 from inferd.repository.storage import check_relative
 from inferd.repository.warmup import run_warmup
-from inferd.routing import ROUTING_PARAMETERS, RoutingPolicy, policy_from_config
 from inferd.scheduling.batcher import DirectScheduler, DynamicBatcher, Scheduler
 from inferd.scheduling.cache import ResponseCache
 from inferd.scheduling.instances import Instances, ThreadInstances
@@ -35,9 +37,7 @@ from inferd.scheduling.recipe import WorkerRecipe, backend_recipe, build_executo
 from inferd.scheduling.sequence import SequenceBatcher
 from inferd.scheduling.sequence_options import SequenceOptions
 from inferd.scheduling.work import Executor
-from inferd.stats import ModelStats
-from inferd.trust import CodePolicy, Grants, Origin, granted
-from inferd.types import ModelCaller
+from inferd.security.trust import CodePolicy, Grants, Origin, granted
 
 log = logging.getLogger("inferd.repository")
 
@@ -126,7 +126,8 @@ def load_version(
     """Load, warm up and wrap one version (raises on failure; nothing is left open).
 
     ``origin`` (where the files came from) and the server's code policy decide what the
-    backend may run while it completes the config and builds instances (``inferd.trust``)."""
+    backend may run while it completes the config and builds instances
+    (``inferd.security.trust``)."""
     started = time.perf_counter()
     grants = options.code_policy.grants(origin)
     backend = model_plan.backend

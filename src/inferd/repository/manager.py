@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import ConfigError, InferdError, InvalidInput, NotFound
-from inferd.registry import ModelRecord, Registry
+from inferd.core.errors import ConfigError, InferdError, InvalidInput, NotFound
+from inferd.core.registry import ModelRecord, Registry
 from inferd.repository import routing_file
 from inferd.repository.catalog import Catalog, Listing, StoreState
 from inferd.repository.guard import Held, UnloadGuard
@@ -34,10 +34,10 @@ from inferd.repository.schemes import open_storage
 from inferd.repository.storage import ModelFiles, Storage, StorageError, StorageOptions
 from inferd.repository.upload import new_staging, remove_tree, write_files
 from inferd.scheduling.cache import ResponseCache
-from inferd.trust import CodePolicy, Origin
+from inferd.security.trust import CodePolicy, Origin
 
 if TYPE_CHECKING:
-    from inferd.settings import Settings
+    from inferd.app.settings import Settings
 
 log = logging.getLogger("inferd.repository")
 
@@ -371,7 +371,7 @@ class ModelManager:
     ) -> Outcome:
         """Plan the folder, load the models it needs, then swap its versions in; ``origin``
         keys the versions (a store's uri, a folder), ``trust`` says where the files came from
-        for the code policy (``inferd.trust``)."""
+        for the code policy (``inferd.security.trust``)."""
         old = self.current(name)
         try:
             model_plan = await self.lifecycle.plan(name, folder, config)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from inferd.model import ModelState, ModelVersion
-from inferd.registry import ModelRecord, VersionStatus
+from inferd.core.model import ModelState, ModelVersion
+from inferd.core.registry import ModelRecord, VersionStatus
 
 log = logging.getLogger("inferd.repository")
 

@@ -14,8 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from inferd.errors import ConfigError, InvalidInput
-from inferd.routing import (
+from inferd.core.errors import ConfigError, InvalidInput
+from inferd.core.routing import (
     RoutingPolicy,
     labels_from_mapping,
     policy_document,

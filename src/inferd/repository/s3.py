@@ -25,7 +25,7 @@ import boto3
 import botocore.exceptions
 from botocore.config import Config
 
-from inferd.errors import ConfigError, InferdError
+from inferd.core.errors import ConfigError, InferdError
 from inferd.repository.storage import WRITING_MARKER as _WRITING
 from inferd.repository.storage import (
     ModelFiles,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 from inferd.repository.local import LocalStorage
 from inferd.repository.storage import Storage, StorageOptions
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from inferd.errors import InferdError, InvalidInput, Unavailable
+from inferd.core.errors import InferdError, InvalidInput, Unavailable
 
 # One file's stamp: (size in bytes, tag); the tag is the mtime in ns locally, the ETag on S3.
 Stamp = tuple[int, str]

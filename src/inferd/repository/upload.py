@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import IO
 
-from inferd.errors import ConfigError, InvalidInput, PayloadTooLarge
+from inferd.core.errors import ConfigError, InvalidInput, PayloadTooLarge
 from inferd.repository.config import read_config
 from inferd.repository.layout import version_dirs
 from inferd.repository.storage import check_relative

@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from inferd.errors import DeadlineExceeded, InferdError, InternalError, Unavailable
+from inferd.core.errors import DeadlineExceeded, InferdError, InternalError, Unavailable
+from inferd.core.stats import ModelStats
+from inferd.core.types import Tensors, Timings
 from inferd.scheduling.instances import Instances
 from inferd.scheduling.policy import BatchingOptions, check_request_parameters, timeout_parameter_us
 from inferd.scheduling.work import CANCELLED, Executed, Work
-from inferd.stats import ModelStats
-from inferd.types import Tensors, Timings
 
 log = logging.getLogger("inferd.scheduling")
 

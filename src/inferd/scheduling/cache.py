@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from inferd.types import Tensors
+from inferd.core.types import Tensors
 
 
 def _update(digest: hashlib.blake2b, array: np.ndarray) -> None:

@@ -16,12 +16,11 @@ from dataclasses import dataclass
 
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import datatype_of
-from inferd.datatypes import DataType, of_array
-from inferd.errors import ConfigError, InferdError, InternalError
-from inferd.routing import LABEL_PARAMETER
-from inferd.scheduling.work import Work
-from inferd.stats import ModelStats
-from inferd.types import (
+from inferd.core.datatypes import DataType, of_array
+from inferd.core.errors import ConfigError, InferdError, InternalError
+from inferd.core.routing import LABEL_PARAMETER
+from inferd.core.stats import ModelStats
+from inferd.core.types import (
     InferRequest,
     ModelCaller,
     Parameters,
@@ -29,6 +28,7 @@ from inferd.types import (
     Tensors,
     Timings,
 )
+from inferd.scheduling.work import Work
 
 ENSEMBLE_PLATFORM = "ensemble"
 _NEEDED_CACHE_SIZE = 64  # sets of requested outputs whose steps are remembered

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from inferd.errors import InferdError, Unavailable
+from inferd.core.errors import InferdError, Unavailable
 from inferd.scheduling.work import (
     CANCELLED,
     Executed,

@@ -6,17 +6,31 @@ from __future__ import annotations
 import contextlib
 import logging
 import subprocess
+import sys
 
-from inferd.errors import ModelLoadError, Unavailable
+from inferd.core.errors import ModelLoadError, Unavailable
 from inferd.scheduling.channel import Channel, socket_pair
 from inferd.scheduling.recipe import WorkerRecipe
-from inferd.scheduling.spawn import WorkerProcess, describe_exit, start_worker
+from inferd.scheduling.spawn import WorkerProcess, describe_exit, start_python
 from inferd.scheduling.wire import Encoder, encode_result
+from inferd.scheduling.zygote import fork_worker
 
 log = logging.getLogger("inferd.scheduling")
 
 CLOSE_TIMEOUT_S = 30.0  # for finalize, after which the worker is killed
 REAP_TIMEOUT_S = 5.0
+
+
+def start_worker(interpreter: str, worker_fd: int) -> WorkerProcess:
+    """A worker process serving the connection ``worker_fd``: forked by the zygote for the
+    server's own Python (fast), else started with the model's interpreter."""
+    if not interpreter or interpreter == sys.executable:
+        try:
+            return fork_worker(worker_fd)
+        except OSError as exc:
+            log.warning("the worker zygote failed (%s); starting the worker directly", exc)
+    env = {"INFERD_WORKER_FD": str(worker_fd)}
+    return start_python(interpreter, "inferd.scheduling.worker", (worker_fd,), env)
 
 
 def launch(label: str, index: int, recipe: WorkerRecipe) -> tuple[WorkerProcess, Channel]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.config.model_config_pb2 import ModelConfig, ModelQueuePolicy
-from inferd.errors import ConfigError, InvalidInput
+from inferd.core.errors import ConfigError, InvalidInput
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferd.errors import InferdError, InternalError, Unavailable
+from inferd.core.errors import InferdError, InternalError, Unavailable
+from inferd.core.types import InferRequest, ModelCaller, RequestedOutput
 from inferd.scheduling.channel import Channel
 from inferd.scheduling.eager import run_eagerly
 from inferd.scheduling.launch import launch, reap, refuse_call, stop_worker
@@ -49,7 +50,6 @@ from inferd.scheduling.wire import (
     encode_works,
 )
 from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Result, Work, live
-from inferd.types import InferRequest, ModelCaller, RequestedOutput
 
 log = logging.getLogger("inferd.scheduling")
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from inferd.backends.base import Backend, InstancePlacement
     from inferd.config.model_config_pb2 import ModelConfig
     from inferd.scheduling.work import Executor
-    from inferd.trust import PlainGrants
+    from inferd.security.trust import PlainGrants
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +63,8 @@ def backend_recipe(
     label: str,
 ) -> WorkerRecipe:
     """A framework backend's model, loaded in the worker by ``backend_executor``, with what
-    the server granted the model's code where the recipe is made (``inferd.trust``)."""
-    from inferd.trust import current
+    the server granted the model's code where the recipe is made (``inferd.security.trust``)."""
+    from inferd.security.trust import current
 
     fields = (placement.kind, placement.device_id, placement.instance_count, placement.index)
     grants = current()
@@ -94,7 +94,7 @@ def backend_executor(
     from inferd.backends import get_backend
     from inferd.backends.base import InstancePlacement
     from inferd.config.model_config_pb2 import ModelConfig
-    from inferd.trust import Grants, granted
+    from inferd.security.trust import Grants, granted
 
     config = ModelConfig.FromString(config_bytes)
     backend = get_backend(backend_name)

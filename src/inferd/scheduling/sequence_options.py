@@ -16,8 +16,8 @@ import numpy as np
 
 from inferd.config.model_config_pb2 import ModelConfig, ModelSequenceBatching
 from inferd.config.spec import datatype_of
-from inferd.errors import ConfigError, InvalidInput
-from inferd.types import Tensors
+from inferd.core.errors import ConfigError, InvalidInput
+from inferd.core.types import Tensors
 
 Control = ModelSequenceBatching.Control
 DEFAULT_IDLE_US = 1_000_000  # Triton's default max_sequence_idle_microseconds

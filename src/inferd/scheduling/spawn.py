@@ -114,17 +114,3 @@ def describe_exit(returncode: int | None) -> str:
         note = _SIGNAL_NOTES.get(sig)
         return f"killed by {sig.name}" + (f" ({note})" if note else "")
     return f"exited with code {returncode}"
-
-
-def start_worker(interpreter: str, worker_fd: int) -> WorkerProcess:
-    """A worker process serving the connection ``worker_fd``: forked by the zygote for the
-    server's own Python (fast), else started with the model's interpreter."""
-    if not interpreter or interpreter == sys.executable:
-        from inferd.scheduling.zygote import fork_worker
-
-        try:
-            return fork_worker(worker_fd)
-        except OSError as exc:
-            log.warning("the worker zygote failed (%s); starting the worker directly", exc)
-    env = {"INFERD_WORKER_FD": str(worker_fd)}
-    return start_python(interpreter, "inferd.scheduling.worker", (worker_fd,), env)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import (
+from inferd.core.errors import (
     ConfigError,
     DeadlineExceeded,
     InferdError,
@@ -27,9 +27,9 @@ from inferd.errors import (
     Unavailable,
     Unimplemented,
 )
+from inferd.core.types import Tensors
 from inferd.scheduling.channel import Channel
 from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Result, Work
-from inferd.types import Tensors
 
 INLINE_BYTES = 16 << 10  # a tensor up to this size rides in the message
 INLINE_BUDGET_BYTES = 32 << 10  # inline bytes per message at most

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from inferd.errors import InferdError, InternalError, InvalidInput, Unavailable
-from inferd.types import Parameters, Tensors
+from inferd.core.errors import InferdError, InternalError, InvalidInput, Unavailable
+from inferd.core.types import Parameters, Tensors
 
 if TYPE_CHECKING:  # a worker process of a Python model imports this module without protobuf
     from inferd.backends.base import Runtime

@@ -28,7 +28,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from inferd.errors import InferdError, InternalError
+from inferd.core.errors import InferdError, InternalError
+from inferd.core.types import Parameters, Tensors
 from inferd.scheduling.channel import Channel
 from inferd.scheduling.recipe import WorkerRecipe
 from inferd.scheduling.wire import (
@@ -40,7 +41,6 @@ from inferd.scheduling.wire import (
     encode_result,
 )
 from inferd.scheduling.work import Executor, InstanceFailed, Result, as_error
-from inferd.types import Parameters, Tensors
 
 log = logging.getLogger("inferd.worker")
 

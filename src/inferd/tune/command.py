@@ -12,7 +12,6 @@ import os
 import sys
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +21,15 @@ from google.protobuf import text_format
 from inferd.bench.options import BenchError, BenchOptions, Target, parse_target
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import config_to_dict, parse_config_json
-from inferd.errors import InferdError
+from inferd.core.errors import InferdError
 from inferd.tune import report
-from inferd.tune.trials import Trial, default_trial, final_config, grid
+from inferd.tune.trials import Measured, Trial, default_trial, final_config, grid
 
 _TIMEOUT_S = 300.0
 
 
 class TuneError(Exception):
     """Bad input or a server that refuses: one line on stderr and exit status 2."""
-
-
-@dataclass(frozen=True, slots=True)
-class Measured:
-    trial: Trial
-    rows: list[dict[str, Any]]  # one per concurrency level, as inferd bench reports them
-    best: dict[str, Any] | None  # the fastest row within the budget
 
 
 def _ints(text: str) -> tuple[int, ...]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from inferd.tune.command import Measured
+    from inferd.tune.trials import Measured
 
 
 def _summary(item: Measured) -> list[str]:

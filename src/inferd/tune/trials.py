@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
-from inferd.routing import ROUTING_PARAMETERS
+from inferd.core.routing import ROUTING_PARAMETERS
 
 # The thread parameter of each backend whose thread pool a config sets.
 THREAD_PARAMETERS = {
@@ -116,3 +116,10 @@ def final_config(served: ModelConfig, trial: Trial) -> ModelConfig:
     for note in [k for k in config.parameters if k.startswith("optimize.")]:
         del config.parameters[note]  # read from the model file, not settings
     return config
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    trial: Trial
+    rows: list[dict[str, Any]]  # one per concurrency level, as inferd bench reports them
+    best: dict[str, Any] | None  # the fastest row within the budget

@@ -16,15 +16,15 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from inferd.errors import InferdError, InternalError
+from inferd.core.errors import InferdError, InternalError
+from inferd.core.registry import ModelRecord, Registry
+from inferd.core.routing import RoutingPolicy
+from inferd.core.shared_memory import SystemSharedMemory
 from inferd.observability.log_settings import LogSettings
 from inferd.observability.trace_settings import TraceSettings
-from inferd.registry import ModelRecord, Registry
 from inferd.repository import routing_file
 from inferd.repository.control import RepositoryControl
 from inferd.repository.manager import ModelManager
-from inferd.routing import RoutingPolicy
-from inferd.shared_memory import SystemSharedMemory
 from inferd.workers.peers import PeerError, Peers
 
 log = logging.getLogger("inferd.workers")

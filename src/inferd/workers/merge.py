@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferd.stats import BatchStatistics, InferStatistics, ModelStatistics, StatDuration
+from inferd.core.stats import BatchStatistics, InferStatistics, ModelStatistics, StatDuration
 
 _COMBINE: dict[str, Callable[[Iterable[float]], float]] = {
     "inferd_model_ready": min,  # READY only when every worker has the version READY

@@ -13,11 +13,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from inferd.core.dataplane import DataPlane
+from inferd.core.errors import InferdError
+from inferd.core.stats import ModelStatistics
 from inferd.dashboard.series import TrafficSeries
-from inferd.dataplane import DataPlane
-from inferd.errors import InferdError
 from inferd.observability.metrics import render
-from inferd.stats import ModelStatistics
 from inferd.workers.control import CHANGES, SharedControl
 from inferd.workers.merge import (
     merge_metrics,

@@ -12,8 +12,8 @@ import math
 import os
 from pathlib import Path
 
-from inferd.errors import ConfigError
-from inferd.settings import Settings
+from inferd.app.settings import Settings
+from inferd.core.errors import ConfigError
 
 SMALL_MODEL_BYTES = 256 << 20
 WORKER_BYTES = 256 << 20  # one worker's own memory: interpreter, frameworks, buffers

@@ -25,11 +25,20 @@ from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
+from typing import Protocol
 
-from inferd.settings import Settings
+from inferd.app.settings import Settings
 from inferd.workers.peers import WorkerRole
 
 log = logging.getLogger("inferd.workers")
+
+
+class Entry(Protocol):
+    """What a worker process runs: serve ``settings`` as ``role``; its exit code. A module-level
+    function, so that the spawned process can import it by name."""
+
+    def __call__(self, settings: Settings, role: WorkerRole, /) -> int: ...
+
 
 CONFIG_EXIT = 2  # what `inferd serve` exits with on a configuration error
 INTERRUPTED_EXIT = 128 + signal.SIGINT  # a worker stopped by SIGINT while starting
@@ -45,7 +54,7 @@ def worker_settings(settings: Settings, index: int) -> Settings:
     return dataclasses.replace(settings, http_workers="1", metrics_port=0, dashboard_port=0)
 
 
-def _worker_main(settings: Settings, role: WorkerRole) -> None:
+def _worker_main(entry: Entry, settings: Settings, role: WorkerRole) -> None:
     os.setpgrp()  # a terminal's Ctrl-C reaches the supervisor, which passes it on once
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -55,9 +64,7 @@ def _worker_main(settings: Settings, role: WorkerRole) -> None:
     if os.getppid() == 1:  # the supervisor died before prctl
         sys.exit(0)
     try:
-        from inferd.cli import serve_settings
-
-        code = serve_settings(settings, role)
+        code = entry(settings, role)
     except KeyboardInterrupt:
         # SIGINT before the server took the signal over (still importing or loading): the
         # supervisor stops every worker this way when one cannot start. A stop, not a crash.
@@ -66,8 +73,9 @@ def _worker_main(settings: Settings, role: WorkerRole) -> None:
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, count: int) -> None:
+    def __init__(self, settings: Settings, count: int, entry: Entry) -> None:
         self.settings = settings
+        self.entry = entry
         self.count = count
         self.run_dir = Path(tempfile.mkdtemp(prefix="inferd-workers-"))
         self.context = multiprocessing.get_context("spawn")
@@ -83,7 +91,7 @@ class Supervisor:
         role = WorkerRole(index, self.count, self.run_dir, restarted=starts > 0)
         proc = self.context.Process(
             target=_worker_main,
-            args=(worker_settings(self.settings, index), role),
+            args=(self.entry, worker_settings(self.settings, index), role),
             name=f"inferd-worker-{index}",
         )
         proc.start()

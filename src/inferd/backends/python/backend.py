@@ -3,8 +3,8 @@ and says how its worker processes build it. The server itself never imports ``mo
 
 Python models always run in worker processes (``processes_only``), each with the interpreter
 ``EXECUTION_ENV_PATH`` names (default: the server's). Whether the server may run Python models
-at all is the operator's decision (``--allow-python-models``, ``inferd.trust``); nothing in a
-model's config or a request enables them.
+at all is the operator's decision (``--allow-python-models``, ``inferd.security.trust``);
+nothing in a model's config or a request enables them.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from inferd.backends.python.modelfile import import_model, model_class
 from inferd.backends.python.native import NativeRuntime
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import config_to_dict, parse_config_json
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 from inferd.scheduling.recipe import WorkerRecipe
 from inferd.scheduling.work import Executor
-from inferd.trust import Capability, require
+from inferd.security.trust import Capability, require
 
 FILENAME = "model.py"
 
@@ -39,7 +39,7 @@ class PythonBackend:
         return False
 
     def _path(self, version_dir: Path, config: ModelConfig) -> Path:
-        """The model's code, once the server has granted Python models (``inferd.trust``):
+        """The model's code, once the server has granted Python models (``inferd.security.trust``):
         every step that runs it (completing the config, building instances) comes here first."""
         path = model_file(version_dir, config, [FILENAME])
         if not path.is_file():

@@ -17,7 +17,7 @@ from typing import Any
 
 from inferd.backends.python import pb_utils
 from inferd.backends.python.triton import TritonExecutor
-from inferd.errors import InternalError
+from inferd.core.errors import InternalError
 from inferd.scheduling import worker
 from inferd.scheduling.work import Executed, Result, Work
 

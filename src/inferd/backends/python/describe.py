@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from inferd.errors import ConfigError, InferdError, ModelLoadError
+from inferd.core.errors import ConfigError, InferdError, ModelLoadError
 
 DESCRIBE_TIMEOUT_S = 120.0
 

@@ -16,7 +16,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 
 ENV_PARAMETER = "EXECUTION_ENV_PATH"
 MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"

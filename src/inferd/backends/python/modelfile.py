@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any
 
 from inferd.backends.python import pb_utils
-from inferd.errors import ModelLoadError
+from inferd.core.errors import ModelLoadError
 
 TRITON_CLASS = "TritonPythonModel"
 NATIVE_CLASS = "Model"

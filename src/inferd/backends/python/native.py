@@ -27,8 +27,8 @@ from typing import Any
 from inferd.backends.python import pb_utils
 from inferd.backends.python.modelfile import where
 from inferd.backends.python.triton import conform, output_types
-from inferd.errors import InternalError, ModelLoadError
-from inferd.types import Tensors
+from inferd.core.errors import InternalError, ModelLoadError
+from inferd.core.types import Tensors
 
 _TYPE_NAMES = {value: name for name, value, _ in pb_utils._TYPES} | {14: "TYPE_BF16"}
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from inferd.backends.python.autocomplete import ModelConfig as ModelConfig
 from inferd.backends.python.autocomplete import TritonModelException as TritonModelException
-from inferd.errors import (
+from inferd.core.errors import (
     InferdError,
     InternalError,
     InvalidInput,

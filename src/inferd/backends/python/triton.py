@@ -21,10 +21,10 @@ import numpy as np
 
 from inferd.backends.python import pb_utils
 from inferd.backends.python.modelfile import where
-from inferd.errors import InferdError, InternalError, ModelLoadError
+from inferd.core.errors import InferdError, InternalError, ModelLoadError
+from inferd.core.types import Tensors
 from inferd.scheduling import worker
 from inferd.scheduling.work import Executed, Result, Work, check_rows
-from inferd.types import Tensors
 
 
 def conform(label: str, name: str, value: Any, wanted: Any) -> np.ndarray:

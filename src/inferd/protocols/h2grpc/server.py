@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 from inferd.protocols.h2grpc import nghttp2
 
 if TYPE_CHECKING:

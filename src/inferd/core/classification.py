@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.datatypes import of_array
-from inferd.errors import ConfigError, InvalidInput
-from inferd.types import RequestedOutput, Tensors
+from inferd.core.datatypes import of_array
+from inferd.core.errors import ConfigError, InvalidInput
+from inferd.core.types import RequestedOutput, Tensors
 
 CLASSIFICATION_PARAMETER = "classification"
 _SCORE_FORMATS = {"f": "%f", "i": "%d", "u": "%d"}  # numpy dtype kind -> Triton's std::to_string

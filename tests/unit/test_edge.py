@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from inferd import security, settings
-from inferd.errors import ConfigError
-from inferd.protocols.access import Access, AccessPolicy
+from inferd.app import edge, settings
+from inferd.core.errors import ConfigError
+from inferd.security.access import Access, AccessPolicy
 
 
 def _policy(*argv: str, address: str) -> AccessPolicy:
     s = settings.parse(["--model-repository", "m", *argv], environ={})
-    return security.access_policy(s, security.token_store(s), address)
+    return edge.access_policy(s, edge.token_store(s), address)
 
 
 def test_admin_api_safe_defaults() -> None:
@@ -29,13 +29,13 @@ def test_admin_api_safe_defaults() -> None:
 def test_tls_flags() -> None:
     s = settings.parse(["--model-repository", "m", "--tls-cert", "c.pem"], environ={})
     with pytest.raises(ConfigError, match="both a certificate and its key"):
-        security.http_tls(s)
+        edge.http_tls(s)
     s = settings.parse(["--model-repository", "m", "--grpc-use-ssl"], environ={})
     with pytest.raises(ConfigError, match="--grpc-use-ssl needs"):
-        security.grpc_tls(s)
+        edge.grpc_tls(s)
     s = settings.parse(["--model-repository", "m", "--grpc-use-ssl-mutual"], environ={})
     with pytest.raises(ConfigError, match="--grpc-root-cert"):
-        security.grpc_tls(s)
+        edge.grpc_tls(s)
 
 
 def test_code_policy_from_flags() -> None:
@@ -43,6 +43,6 @@ def test_code_policy_from_flags() -> None:
         ["--model-repository", "m", "--allow-pickle", "--allow-unsafe-ops", "never"],
         environ={"INFERD_ADMIN_TOKEN": "x"},
     )
-    policy = security.code_policy(s, security.token_store(s))
+    policy = edge.code_policy(s, edge.token_store(s))
     assert policy.pickle.value == "always" and policy.unsafe_ops.value == "never"
     assert policy.python_models.value == "startup" and policy.admin_token

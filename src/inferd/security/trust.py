@@ -10,7 +10,7 @@ config field can grant anything.
 The loader states what is granted around each backend call (``granted``); a backend asks
 before it runs such code (``require``), and gets a ModelLoadError naming the flag otherwise::
 
-    from inferd.trust import Capability, require
+    from inferd.security.trust import Capability, require
     require(Capability.PYTHON_MODELS, "model.py is a Python model")   # in load / load_executor
 """
 
@@ -22,7 +22,7 @@ import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from inferd.errors import ConfigError, ModelLoadError
+from inferd.core.errors import ConfigError, ModelLoadError
 
 
 class Capability(enum.Enum):

@@ -8,14 +8,14 @@ import logging
 import resource
 from typing import Any
 
-from inferd.errors import ConfigError
-from inferd.protocols.access import AccessPolicy, is_loopback
+from inferd.app.settings import Settings
+from inferd.core.errors import ConfigError
 from inferd.protocols.http import Limits
-from inferd.protocols.http_guard import HttpGuard
-from inferd.protocols.tls import Tls, read_pem
-from inferd.settings import Settings
-from inferd.tokens import Scope, TokenStore
-from inferd.trust import CodePolicy, Grant
+from inferd.security.access import AccessPolicy, is_loopback
+from inferd.security.http_guard import HttpGuard
+from inferd.security.tls import Tls, read_pem
+from inferd.security.tokens import Scope, TokenStore
+from inferd.security.trust import CodePolicy, Grant
 
 log = logging.getLogger("inferd.security")
 

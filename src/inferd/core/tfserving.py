@@ -4,18 +4,17 @@ regression signatures, or a fitting output of any model), and the signature meta
 
 Each request is routed once (``TfServing.target``: version, label or traffic split, then the
 signature); the adapter decodes its tensors or examples against that target, and the call runs
-on exactly that version through ``DataPlane.run``.
+on exactly that version through the data plane's ``run``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from inferd import validate
 from inferd.config.spec import (
     CLASSIFY_METHOD,
     DEFAULT_SIGNATURE,
@@ -25,14 +24,15 @@ from inferd.config.spec import (
     SignatureSpec,
     TensorSpec,
 )
-from inferd.datatypes import DataType
-from inferd.errors import InvalidInput
-from inferd.model import ModelVersion
-from inferd.tfexample import Features, check_examples, serialize_all
-from inferd.types import InferRequest, InferResponse, RequestedOutput, Tensors
+from inferd.core import validate
+from inferd.core.datatypes import DataType
+from inferd.core.errors import InvalidInput
+from inferd.core.model import ModelVersion
+from inferd.core.tfexample import Features, check_examples, serialize_all
+from inferd.core.types import InferRequest, InferResponse, RequestedOutput, Tensors
 
 if TYPE_CHECKING:
-    from inferd.dataplane import DataPlane
+    from inferd.core.registry import Registry
 
 SIGNATURE_PARAMETER = "signature_name"  # config parameter: the model's own signature
 _FLOAT_TYPES = ("FP16", "FP32", "FP64", "BF16")
@@ -100,14 +100,23 @@ def _own_signature(model: ModelVersion) -> str:
     return configured or DEFAULT_SIGNATURE
 
 
+class Run(Protocol):
+    """How a request reaches the version routing chose (``DataPlane.run``: retry, shadows)."""
+
+    async def __call__(
+        self, model: ModelVersion, request: InferRequest, label: str = "", signature: str = ""
+    ) -> InferResponse: ...
+
+
 class TfServing:
-    def __init__(self, plane: DataPlane) -> None:
-        self.plane = plane
+    def __init__(self, registry: Registry, run: Run) -> None:
+        self.registry = registry
+        self.run = run
 
     def _version(self, name: str, version: str, label: str) -> ModelVersion:
         if label:
-            return self.plane.registry.route(name, version, label)
-        return self.plane.registry.get(name, version)
+            return self.registry.route(name, version, label)
+        return self.registry.get(name, version)
 
     def target(
         self,
@@ -120,7 +129,7 @@ class TfServing:
         """Route a request (version, label, else the traffic split) and pick its signature:
         the one named, else for classify and regress the model's one signature of that kind
         when it has one, else the model's own (``serving_default``)."""
-        model = self.plane.registry.route(name, version, label)
+        model = self.registry.route(name, version, label)
         own = _own_signature(model)
         signatures = model.signatures
         # "serving_default" names the model's own signature unless the model has one so named.
@@ -176,7 +185,7 @@ class TfServing:
         inputs, lenient = _lenient_inputs(spec, inputs)
         outputs = [RequestedOutput(n) for n in output_filter] or None
         request = InferRequest(target.name, inputs, str(target.version), outputs=outputs)
-        response = await self.plane.run(target._model, request, signature=target._run_as)
+        response = await self.run(target._model, request, signature=target._run_as)
         answer = validate.native_outputs(spec, response.outputs)
         if lenient:
             answer = _squeezed(spec, answer)
@@ -193,7 +202,7 @@ class TfServing:
         else:
             inputs = _columns(spec, examples, context)
         request = InferRequest(target.name, inputs, str(target.version))
-        response = await self.plane.run(target._model, request, signature=target._run_as)
+        response = await self.run(target._model, request, signature=target._run_as)
         response.outputs = validate.native_outputs(spec, response.outputs)
         return response
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 
 log = logging.getLogger("inferd.auth")
 

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import ConfigError, InvalidInput, NotFound
-from inferd.types import Tensors
+from inferd.core.errors import ConfigError, InvalidInput, NotFound
+from inferd.core.types import Tensors
 
 log = logging.getLogger("inferd.routing")
 

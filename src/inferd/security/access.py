@@ -15,8 +15,8 @@ import enum
 import ipaddress
 from dataclasses import dataclass
 
-from inferd.errors import PermissionDenied, Unauthenticated
-from inferd.tokens import Scope, TokenStore, token_from_header
+from inferd.core.errors import PermissionDenied, Unauthenticated
+from inferd.security.tokens import Scope, TokenStore, token_from_header
 
 
 class Access(enum.Enum):

@@ -3,7 +3,7 @@
 The repository manager writes records here; the data plane reads them (protocols never see
 a record or a version). A record is replaced whole, so a request sees either the old set of
 versions or the new one, never half. Each name's routing state (labels, split, shadow;
-``inferd.routing``, which decides with version numbers) outlives its reloads.
+``inferd.core.routing``, which decides with version numbers) outlives its reloads.
 
 Lookup failures use Triton's wording, which client code tests with ``startswith``:
 ``Request for unknown model: 'm' is not found``, ``... 'm' version 3 is not found`` and
@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import InvalidInput, NotFound, Unavailable
-from inferd.model import ModelState, ModelVersion
-from inferd.routing import ModelRouting
+from inferd.core.errors import InvalidInput, NotFound, Unavailable
+from inferd.core.model import ModelState, ModelVersion
+from inferd.core.routing import ModelRouting
 
 _READY = ModelState.READY  # a module constant: an enum attribute lookup costs ~0.3 us here
 

@@ -3,8 +3,8 @@ registry records or model versions behind them.
 
 Field names follow the KServe v2 / Triton documents they answer, so an adapter encodes a view
 field by field (HTTP: ``orjson`` serializes these dataclasses to exactly Triton's JSON).
-Statistics live beside their counters (``inferd.stats.ModelStatistics``) and routing beside its
-policies (``inferd.routing.RoutingView``).
+Statistics live beside their counters (``inferd.core.stats.ModelStatistics``) and routing beside its
+policies (``inferd.core.routing.RoutingView``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 
 
 def _opt(help_text: str, **extra: Any) -> Any:

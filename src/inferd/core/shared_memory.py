@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from inferd.errors import InvalidInput, NotFound, Unavailable
+from inferd.core.errors import InvalidInput, NotFound, Unavailable
 
 SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared-memory objects
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from inferd.errors import InvalidInput
+from inferd.core.errors import InvalidInput
 
 Features = Mapping[str, np.ndarray]
 

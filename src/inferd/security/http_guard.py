@@ -4,7 +4,7 @@ Runs once per request after the route is matched and before its body is read, in
 the ``Host`` header against ``--allowed-hosts`` (or the loopback names when bound to loopback:
 DNS rebinding), a browser's ``Origin`` against the server itself and ``--cors-allow-origin``,
 the ``Content-Type`` of admin calls (no browser "simple" form or text requests), then the
-token and its scope (``inferd.protocols.access``). Each step is skipped when it cannot apply,
+token and its scope (``inferd.security.access``). Each step is skipped when it cannot apply,
 so an open server pays two header look-ups per request.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from inferd.errors import PermissionDenied, UnsupportedMediaType
-from inferd.protocols.access import Access, AccessPolicy, is_loopback
+from inferd.core.errors import PermissionDenied, UnsupportedMediaType
+from inferd.security.access import Access, AccessPolicy, is_loopback
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 # The content types a cross-site page can send without a CORS preflight.

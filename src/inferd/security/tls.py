@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inferd.errors import ConfigError
+from inferd.core.errors import ConfigError
 
 
 def read_pem(path: str) -> bytes:

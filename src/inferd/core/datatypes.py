@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from inferd.errors import InvalidInput
+from inferd.core.errors import InvalidInput
 
 
 @dataclass(frozen=True, slots=True)

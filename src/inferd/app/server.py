@@ -15,10 +15,12 @@ from granian.constants import Interfaces
 from granian.server.embed import Server as GranianServer
 from prometheus_client import start_http_server
 
-from inferd import security
-from inferd.dataplane import DataPlane
-from inferd.drain import Drain
-from inferd.errors import ConfigError
+from inferd.app import edge
+from inferd.app.drain import Drain
+from inferd.app.settings import Settings
+from inferd.core.dataplane import DataPlane
+from inferd.core.errors import ConfigError
+from inferd.core.registry import Registry
 from inferd.observability.log_settings import LogSettings
 from inferd.observability.logging import Logs
 from inferd.observability.metrics import EndpointStats, build_registry
@@ -38,12 +40,10 @@ from inferd.protocols.shm_http import SharedMemoryHttp
 from inferd.protocols.tfserving_http import TfServingHttp
 from inferd.protocols.v2_grpc import build_server
 from inferd.protocols.v2_http import V2Http
-from inferd.registry import Registry
 from inferd.repository.control import RepositoryControl
 from inferd.repository.manager import ControlMode, ModelManager
 from inferd.repository.poller import Poller
 from inferd.scheduling.cache import ResponseCache
-from inferd.settings import Settings
 from inferd.workers.control import SharedControl
 from inferd.workers.node import WorkerNode, merged_registry
 from inferd.workers.peers import Peers, WorkerRole
@@ -65,9 +65,9 @@ class Server:
         self.worker = worker  # one of several processes on the port (--http-workers)
         self.registry = Registry()
         cache = ResponseCache(settings.cache_size) if settings.cache_size > 0 else None
-        self.tokens = security.token_store(settings)
+        self.tokens = edge.token_store(settings)
         self.manager = ModelManager.from_settings(
-            settings, self.registry, cache, security.code_policy(settings, self.tokens)
+            settings, self.registry, cache, edge.code_policy(settings, self.tokens)
         )
         peers = Peers(worker) if worker is not None else None
         control = (
@@ -119,8 +119,8 @@ class Server:
         SharedMemoryHttp(self.plane.shared_memory).register(router)
         GenerateHttp(self.plane).register(router)
         OpenApi(settings.allow_dashboard, not settings.dashboard_port).register(router)
-        self.granian_options = security.granian_options(settings)
-        self.grpc_tls = security.grpc_tls(settings)
+        self.granian_options = edge.granian_options(settings)
+        self.grpc_tls = edge.grpc_tls(settings)
         self.dashboard = (
             Dashboard(
                 settings,
@@ -140,10 +140,10 @@ class Server:
         self.http_app = HttpApp(
             router,
             observer=self.observer,
-            guard=security.http_guard(
-                settings, security.access_policy(settings, self.tokens, settings.http_address)
+            guard=edge.http_guard(
+                settings, edge.access_policy(settings, self.tokens, settings.http_address)
             ),
-            limits=security.http_limits(settings),
+            limits=edge.http_limits(settings),
         )
 
     async def _load_models(self) -> None:
@@ -192,7 +192,7 @@ class Server:
             await self.node.start()
             if late:
                 await self._load_models()
-        security.warn_if_open(self.settings, self.tokens)
+        edge.warn_if_open(self.settings, self.tokens)
         grpc_server = await self._start_grpc()
         if self.settings.allow_metrics and self.settings.metrics_port:
             start_http_server(
@@ -237,7 +237,7 @@ class Server:
         if not self.settings.allow_grpc:
             return None
         address = f"{self.settings.grpc_address}:{self.settings.grpc_port}"
-        policy = security.access_policy(self.settings, self.tokens, self.settings.grpc_address)
+        policy = edge.access_policy(self.settings, self.tokens, self.settings.grpc_address)
         server = build_server(
             self.plane,
             address,
@@ -290,7 +290,7 @@ def run(settings: Settings, worker: WorkerRole | None = None) -> None:
                 raise ConfigError("--model-repository is required (or INFERD_MODEL_REPOSITORY)")
             Logs(verbose=settings.log_verbose, log_format=settings.log_format)
             log.info("%d HTTP workers (%s)", count, why)
-            if Supervisor(settings, count).run() != 0:
+            if Supervisor(settings, count, serve).run() != 0:
                 raise ConfigError("a worker could not start (its error is above)")
             return
     # OpenMP worker threads (PyTorch, XGBoost, LightGBM) spin while waiting by default, which
@@ -304,6 +304,16 @@ def run(settings: Settings, worker: WorkerRole | None = None) -> None:
         asyncio.run(Server(settings, worker=worker).run())
     else:
         uvloop.run(Server(settings, worker=worker).run())
+
+
+def serve(settings: Settings, worker: WorkerRole | None = None) -> int:
+    """``inferd serve``: run until stopped; the exit code (2: a configuration error)."""
+    try:
+        run(settings, worker)  # the server configures the engine and access logs from its settings
+    except ConfigError as exc:
+        print(f"inferd: {exc.message}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def logs_from(settings: Settings) -> Logs:

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from inferd import datatypes
 from inferd.config.spec import ModelSpec, TensorSpec
-from inferd.errors import InvalidInput
-from inferd.types import Tensors
+from inferd.core import datatypes
+from inferd.core.errors import InvalidInput
+from inferd.core.types import Tensors
 
 
 def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:

@@ -13,9 +13,9 @@ from typing import Any
 
 import grpc
 
-from inferd.errors import InferdError
-from inferd.protocols.access import Access, AccessPolicy
+from inferd.core.errors import InferdError
 from inferd.protocols.grpc_common import STATUS_OF
+from inferd.security.access import Access, AccessPolicy
 
 _HEALTH_SERVICE = "grpc.health.v1.Health"
 _HEALTH_METHODS = frozenset({"ServerLive", "ServerReady"})

@@ -1,11 +1,11 @@
 """The protocol-neutral data plane: what every frontend (v2 HTTP, v2 gRPC, TF Serving) calls.
 
 Adapters decode their wire format into an InferRequest, call here, and encode what comes
-back: an InferResponse, or a read-only view (``inferd.views``, ``stats.ModelStatistics``,
+back: an InferResponse, or a read-only view (``inferd.core.views``, ``stats.ModelStatistics``,
 ``routing.RoutingView``); never a registry record or a model version. Routing decides which
 version serves a request (once per request) and whether to mirror it; the data plane runs the
 request and its shadow copy. TF Serving's predict, classify and regress live in
-``inferd.tfserving`` (``DataPlane.tfserving``). This module knows nothing of HTTP or gRPC.
+``inferd.core.tfserving`` (``DataPlane.tfserving``). This module knows nothing of HTTP or gRPC.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import InferdError, InvalidInput, NotFound, Unavailable, Unimplemented
-from inferd.model import ModelState, ModelVersion
-from inferd.registry import Registry, parse_version, unknown_model
-from inferd.routing import (
+from inferd.core.errors import InferdError, InvalidInput, NotFound, Unavailable, Unimplemented
+from inferd.core.model import ModelState, ModelVersion
+from inferd.core.registry import Registry, parse_version, unknown_model
+from inferd.core.routing import (
     LABEL_PARAMETER,
     ModelRouting,
     RoutingPolicy,
@@ -35,11 +35,11 @@ from inferd.routing import (
     shadow_from_mapping,
     split_from_mapping,
 )
-from inferd.shared_memory import SystemSharedMemory
-from inferd.stats import ModelStatistics
-from inferd.tfserving import TfServing
-from inferd.types import InferRequest, InferResponse, Tensors
-from inferd.views import (
+from inferd.core.shared_memory import SystemSharedMemory
+from inferd.core.stats import ModelStatistics
+from inferd.core.tfserving import TfServing
+from inferd.core.types import InferRequest, InferResponse, Tensors
+from inferd.core.views import (
     IndexEntry,
     ModelMetadata,
     ModelStatus,
@@ -90,7 +90,7 @@ class DataPlane:
             self._own_statistics
         )
         self._routing_changes = asyncio.Lock()
-        self.tfserving = TfServing(self)
+        self.tfserving = TfServing(self.registry, self.run)
         self._shadows: set[asyncio.Task[None]] = set()
         # Regions clients registered (Triton's system shared memory extension).
         self.shared_memory = SystemSharedMemory()

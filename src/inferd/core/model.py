@@ -12,16 +12,16 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
-from inferd import validate
-from inferd.classification import class_counts, classify
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import ModelSpec, SignatureSpec
-from inferd.errors import InferdError, InvalidInput
+from inferd.core import validate
+from inferd.core.classification import class_counts, classify
+from inferd.core.errors import InferdError, InvalidInput
+from inferd.core.stats import ModelStats
+from inferd.core.types import InferRequest, InferResponse, Tensors, Timings
 from inferd.scheduling.batcher import Scheduler
 from inferd.scheduling.cache import ResponseCache
 from inferd.scheduling.work import Result, Work
-from inferd.stats import ModelStats
-from inferd.types import InferRequest, InferResponse, Tensors, Timings
 
 
 class ModelState(enum.Enum):

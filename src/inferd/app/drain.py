@@ -16,8 +16,8 @@ import os
 import time
 from collections.abc import Callable
 
-from inferd.dataplane import DataPlane
-from inferd.registry import Registry
+from inferd.core.dataplane import DataPlane
+from inferd.core.registry import Registry
 
 log = logging.getLogger("inferd.server")
 
