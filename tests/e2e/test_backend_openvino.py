@@ -29,10 +29,13 @@ BIAS = RNG.standard_normal(3).astype(np.float32)
 
 
 def expected_scores(server: ServerProcess, x: np.ndarray) -> np.ndarray:
-    """OpenVINO's own answer, in process (its CPU kernels differ from numpy in the 4th digit)."""
+    """OpenVINO's own answer, in process (its CPU kernels differ from numpy in the 4th digit),
+    at f32 as the backend compiles by default (OpenVINO alone picks bf16 where the CPU has it)."""
     core = ov.Core()
     compiled = core.compile_model(
-        core.read_model(str(server.repository / "linear" / "1" / "model.xml")), "CPU"
+        core.read_model(str(server.repository / "linear" / "1" / "model.xml")),
+        "CPU",
+        {"INFERENCE_PRECISION_HINT": "f32"},
     )
     scores: np.ndarray = compiled.create_infer_request().infer({"features": x})["scores"]
     logits = x @ WEIGHTS + BIAS
