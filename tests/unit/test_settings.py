@@ -8,10 +8,10 @@ import sys
 import pytest
 
 from inferd.app import settings
+from inferd.app.repository import model_manager
 from inferd.app.server import set_gc_threshold, set_gil_switch_interval
 from inferd.core.errors import ConfigError
 from inferd.core.registry import Registry
-from inferd.repository.manager import ModelManager
 
 
 def test_defaults() -> None:
@@ -54,7 +54,7 @@ def test_repository_fault_and_readiness_flags() -> None:
     ):
         bad = settings.parse(["--model-repository", "/tmp", flag, value], environ={})
         with pytest.raises(ConfigError, match=message):
-            ModelManager.from_settings(bad, Registry(), None)
+            model_manager(bad, Registry(), None)
 
 
 def test_gc_threshold() -> None:

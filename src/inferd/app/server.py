@@ -17,6 +17,7 @@ from prometheus_client import start_http_server
 
 from inferd.app import edge
 from inferd.app.drain import Drain
+from inferd.app.repository import model_manager
 from inferd.app.settings import Settings
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError
@@ -41,7 +42,7 @@ from inferd.protocols.tfserving_http import TfServingHttp
 from inferd.protocols.v2_grpc import build_server
 from inferd.protocols.v2_http import V2Http
 from inferd.repository.control import RepositoryControl
-from inferd.repository.manager import ControlMode, ModelManager
+from inferd.repository.manager import ControlMode
 from inferd.repository.poller import Poller
 from inferd.scheduling.cache import ResponseCache
 from inferd.workers.control import SharedControl
@@ -66,7 +67,7 @@ class Server:
         self.registry = Registry()
         cache = ResponseCache(settings.cache_size) if settings.cache_size > 0 else None
         self.tokens = edge.token_store(settings)
-        self.manager = ModelManager.from_settings(
+        self.manager = model_manager(
             settings, self.registry, cache, edge.code_policy(settings, self.tokens)
         )
         peers = Peers(worker) if worker is not None else None

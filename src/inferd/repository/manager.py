@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.errors import ConfigError, InferdError, InvalidInput, NotFound
@@ -30,14 +30,10 @@ from inferd.repository.guard import Held, UnloadGuard
 from inferd.repository.lifecycle import Lifecycle, Outcome
 from inferd.repository.loader import LoadOptions
 from inferd.repository.local import LocalStorage
-from inferd.repository.schemes import open_storage
-from inferd.repository.storage import ModelFiles, Storage, StorageError, StorageOptions
+from inferd.repository.storage import ModelFiles, Storage, StorageError
 from inferd.repository.upload import new_staging, remove_tree, write_files
 from inferd.scheduling.cache import ResponseCache
 from inferd.security.trust import CodePolicy, Origin
-
-if TYPE_CHECKING:
-    from inferd.app.settings import Settings
 
 log = logging.getLogger("inferd.repository")
 
@@ -114,49 +110,6 @@ class ModelManager:
         self.wanted: set[str] = set()  # the models that should serve (strict readiness)
         self.followed: set[str] | None = None  # poll mode with --load-model: only these
         self._sources: dict[str, _Source] = {}
-
-    @classmethod
-    def from_settings(
-        cls,
-        settings: Settings,
-        registry: Registry,
-        cache: ResponseCache | None,
-        code_policy: CodePolicy | None = None,
-    ) -> ModelManager:
-        options = StorageOptions(
-            cache_dir=settings.model_cache_dir,
-            s3_endpoint_url=settings.s3_endpoint_url,
-            s3_access_key_id=settings.s3_access_key_id,
-            s3_secret_access_key=settings.s3_secret_access_key,
-            s3_region=settings.s3_region,
-            s3_addressing_style=settings.s3_addressing_style,
-        )
-        storages = [open_storage(uri, options) for uri in settings.model_repository]
-        mode = ControlMode.parse(settings.model_control_mode)
-        if settings.repository_poll_secs < 1:
-            raise ConfigError("--repository-poll-secs must be at least 1")
-        if not 0 < settings.repository_unload_max_fraction <= 1:
-            raise ConfigError("--repository-unload-max-fraction must be above 0 and at most 1")
-        if settings.repository_unload_grace_s < 0:
-            raise ConfigError("--repository-unload-grace-s must be 0 or more")
-        files_dir = (
-            Path(settings.model_cache_dir) / f"load-{os.getpid()}"
-            if settings.model_cache_dir
-            else None
-        )
-        return cls(
-            storages,
-            registry,
-            default_max_batch_size=settings.default_max_batch_size,
-            auto_complete=not settings.disable_auto_complete_config,
-            cache=cache,
-            mode=mode,
-            poll_interval_s=float(settings.repository_poll_secs),
-            files_dir=files_dir,
-            unload_max_fraction=settings.repository_unload_max_fraction,
-            unload_grace_s=float(settings.repository_unload_grace_s),
-            code_policy=code_policy,
-        )
 
     # ------------------------------------------------------------------ what the server knows
 

@@ -34,22 +34,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.core.errors import InferdError, InternalError, Unavailable
-from inferd.core.types import InferRequest, ModelCaller, RequestedOutput
+from inferd.core.types import ModelCaller
 from inferd.scheduling.channel import Channel
-from inferd.scheduling.eager import run_eagerly
 from inferd.scheduling.launch import launch, reap, refuse_call, stop_worker
+from inferd.scheduling.model_calls import ModelCalls
 from inferd.scheduling.recipe import WorkerRecipe
 from inferd.scheduling.spawn import WorkerProcess, describe_exit
 from inferd.scheduling.wire import (
-    Encoder,
     decode_error,
     decode_executed,
     decode_result,
-    decode_tensors,
-    encode_result,
     encode_works,
 )
-from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Result, Work, live
+from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Work, live
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -103,14 +100,13 @@ class ProcessInstances:
         self.name = name
         self.count = len(recipes)
         self.restarts = 0
-        self._call_model = call_model
+        self._calls = ModelCalls(name, call_model)
         self._workers = [_Worker(i, r) for i, r in enumerate(recipes)]
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._stopping = False  # closing, and the queues are drained
         self._drained: asyncio.Future[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
         self._threads: list[threading.Thread] = []
         self._start_all()
 
@@ -310,52 +306,16 @@ class ProcessInstances:
     # ------------------------------------------------------------------ calls to other models
 
     def _call(self, worker: _Worker, payload: Any) -> None:
-        call_id, model, version, request_id, outputs, parameters, inputs = payload
         channel = worker.channel
-        assert channel is not None and self._loop is not None
-        if self._call_model is None:
-            refuse_call(channel, call_id, "not available to this model")
-            return
-        try:
-            tensors = decode_tensors(channel, inputs)
-        except Exception as exc:
-            result: Result = InternalError(f"a call to model '{model}' could not be read: {exc}")
-            self._send(worker, "called", (call_id, encode_result(Encoder(channel), result)))
-            return
-        request = InferRequest(
-            model,
-            tensors,
-            model_version=version,
-            id=request_id,
-            outputs=[RequestedOutput(n) for n in outputs] if outputs else None,
-            parameters=dict(parameters),
-        )
-        # Most called models answer without suspending: no task, no loop iteration per call.
-        task = run_eagerly(self._serve_call(worker, channel, call_id, request))
-        if task is not None:
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        assert channel is not None
 
-    async def _serve_call(
-        self, worker: _Worker, channel: Channel, call_id: int, request: InferRequest
-    ) -> None:
-        assert self._call_model is not None
-        result: Result
-        try:
-            result = (await self._call_model(request)).outputs
-        except InferdError as exc:
-            result = exc
-        except Exception as exc:
-            log.exception("model '%s' calling '%s'", self.name, request.model_name)
-            result = InternalError(f"calling model '{request.model_name}' failed: {exc}")
-        del request
-        if worker.channel is not channel or worker.state is not _UP:
-            return  # the worker that asked is gone
-        try:
-            encoded = encode_result(Encoder(channel), result)
-        except Exception as exc:
-            encoded = encode_result(Encoder(channel), InternalError(str(exc)))
-        self._send(worker, "called", (call_id, encoded))
+        def reply(answer: Any) -> None:
+            self._send(worker, "called", answer)
+
+        def alive() -> bool:
+            return worker.channel is channel and worker.state is _UP
+
+        self._calls.serve(channel, payload, reply, alive)
 
     # ------------------------------------------------------------------ failures and restarts
 

@@ -2,9 +2,9 @@
 
 In a worker, ``import triton_python_backend_utils as pb_utils`` gives this module: tensors,
 requests and responses, errors, the logger, config helpers, the auto-complete ``ModelConfig``,
-and model-to-model calls (``InferenceRequest(...).exec()`` / ``await .async_exec()``), which
-the server runs through the called model's own scheduler. Written from Triton's documented
-interface; custom metrics, the model-loading API and GPU (DLPack device) tensors are not here.
+and model-to-model calls (``InferenceRequest(...).exec()`` / ``await .async_exec()``) run
+through the called model's own scheduler. Written from Triton's documented interface; no custom
+metrics, model-loading API or GPU (DLPack device) tensors.
 """
 
 from __future__ import annotations
@@ -400,8 +400,7 @@ class InferenceRequest:
 
 
 def _host() -> Any:
-    """This worker's ``Host`` (None outside a worker): imported on first use, then kept (an
-    import statement per call costs microseconds)."""
+    """This worker's ``Host`` (None outside a worker): imported once, then kept."""
     global _current_host
     if _current_host is None:
         from inferd.scheduling.worker import current
