@@ -1,8 +1,9 @@
 """Dynamic batching, priorities, queue policy, timeouts, warmup, instances and the cache.
 
 Each behaviour is proven by counts from the statistics API and by the values each caller
-gets back, never by timing. A slow model (ResNet-50, one row per batch) keeps the single
-instance busy so that later requests really wait in the queue.
+gets back, never by timing. A gated echo model (one row per batch) keeps its single instance
+busy until the test opens the gate, so that later requests really wait in the queue; the test
+sends each next request once the server counts the previous one in flight.
 """
 
 from __future__ import annotations
@@ -23,13 +24,33 @@ import pytest
 from tests.support import ServerProcess
 
 HPT = "half_plus_two"
-IMAGE = np.zeros((1, 3, 224, 224), dtype=np.float32).tobytes()
+ROW = np.ones((1, 1), dtype=np.float32).tobytes()
 # A JSON body, or one pre-encoded (bytes, headers) so that sending costs the client nothing.
 Body = dict[str, Any] | tuple[bytes, dict[str, str]]
 
 
-# One ORT thread for the slow models leaves a core to the clients and the server's loop.
-ONE_THREAD = 'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
+def _gated(gate: Path, queue: str) -> str:
+    """An echo model whose executions wait until ``gate`` exists, one row per batch."""
+    return (
+        'backend: "echo"\nmax_batch_size: 1\n'
+        'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [1] }]\n'
+        "instance_group [{ count: 1 kind: KIND_CPU }]\n"
+        f"dynamic_batching {{ {queue} }}\n"
+        f'parameters {{ key: "gate_file" value: {{ string_value: "{gate}" }} }}\n'
+    )
+
+
+GATED = {
+    "slow": "priority_levels: 2 default_priority_level: 2 "
+    "default_queue_policy { max_queue_size: 3 }",
+    "slow_full": "default_queue_policy { max_queue_size: 3 }",
+    "slow_timeout": "default_queue_policy { default_timeout_microseconds: 20000 "
+    "allow_timeout_override: true }",
+    "slow_timeout_default": "default_queue_policy { default_timeout_microseconds: 20000 "
+    "allow_timeout_override: true }",
+    "slow_delay": "default_queue_policy { default_timeout_microseconds: 20000 "
+    "timeout_action: DELAY }",
+}
 
 
 HELD = """
@@ -55,33 +76,14 @@ def sched_server(
 ) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("sched") / "models"
     hpt = demo_repo / HPT / "1" / "model.onnx"
-    resnet = demo_repo / "resnet50" / "1" / "model.onnx"
     digits = demo_repo / "digits" / "1" / "model.onnx"
     batching = "dynamic_batching { max_queue_delay_microseconds: %d preferred_batch_size: [4] }"
     _model(root, "batched", hpt, "max_batch_size: 8\n" + batching % 2_000_000)
     _model(root, "digits_batched", digits, "max_batch_size: 16\n" + batching % 300_000)
-    _model(
-        root,
-        "slow",
-        resnet,
-        ONE_THREAD + "max_batch_size: 1\ninstance_group [{ count: 1 }]\n"
-        "dynamic_batching { priority_levels: 2 default_priority_level: 2 "
-        "default_queue_policy { max_queue_size: 3 } }",
-    )
-    _model(
-        root,
-        "slow_timeout",
-        resnet,
-        ONE_THREAD + "max_batch_size: 1\ndynamic_batching { default_queue_policy { "
-        "default_timeout_microseconds: 20000 allow_timeout_override: true } }",
-    )
-    _model(
-        root,
-        "slow_delay",
-        resnet,
-        ONE_THREAD + "max_batch_size: 1\ndynamic_batching { default_queue_policy { "
-        "default_timeout_microseconds: 20000 timeout_action: DELAY } }",
-    )
+    for name, queue in GATED.items():
+        (root / name / "1").mkdir(parents=True)
+        gate = root.parent / f"{name}.gate"
+        (root / name / "config.pbtxt").write_text(f'name: "{name}"\n' + _gated(gate, queue))
     _model(
         root,
         "warm",
@@ -117,15 +119,15 @@ def _x(values: list[float], **extra: Any) -> dict[str, Any]:
     return body
 
 
-def _image(**params: Any) -> tuple[bytes, dict[str, str]]:
-    """One zero image as a binary tensor (the binary tensor data extension)."""
-    tensor: dict[str, object] = {"name": "input", "shape": [1, 3, 224, 224], "datatype": "FP32"}
-    tensor["parameters"] = {"binary_data_size": len(IMAGE)}
+def _row(**params: Any) -> tuple[bytes, dict[str, str]]:
+    """One row for a gated model as a binary tensor (the binary tensor data extension)."""
+    tensor: dict[str, object] = {"name": "INPUT0", "shape": [1, 1], "datatype": "FP32"}
+    tensor["parameters"] = {"binary_data_size": len(ROW)}
     header: dict[str, Any] = {"inputs": [tensor]}
     if params:
         header["parameters"] = params
     head = json.dumps(header).encode()
-    return head + IMAGE, {"Inference-Header-Content-Length": str(len(head))}
+    return head + ROW, {"Inference-Header-Content-Length": str(len(head))}
 
 
 def _kwargs(body: Body) -> dict[str, Any]:
@@ -191,35 +193,61 @@ def test_only_compatible_requests_share_a_batch(
     assert stats["batch_stats"][0]["compute_infer"]["count"] == 2
 
 
+def _in_flight(server: ServerProcess, model: str) -> int:
+    """The server's count of the model's requests in flight (queued or executing)."""
+    text = httpx.get(f"{server.http_url}/metrics").text
+    prefix = f'inferd_pending_requests{{model="{model}",'
+    lines = [ln for ln in text.splitlines() if ln.startswith(prefix)]
+    return int(float(lines[0].rsplit(" ", 1)[1])) if lines else 0
+
+
+async def _gated_run(
+    server: ServerProcess, model: str, bodies: Sequence[Body], until: str = "sent"
+) -> tuple[list[str], list[httpx.Response]]:
+    """Send ``bodies`` one by one, each once the one before is counted in flight by the server
+    (the first executes and holds the gate, the next wait in the queue) or was answered (a full
+    queue refuses at once); then open the gate: at once (``until="sent"``), once the last request
+    was answered (``"answered"``: it timed out in the queue), or 0.2 s later (``"delayed"``: past
+    a 20 ms queue timeout whose action is to keep waiting). The indexes in the order the answers
+    came, and the answers in the order sent."""
+    finished: list[str] = []
+    async with httpx.AsyncClient(base_url=server.http_url, timeout=60) as client:
+
+        async def send(index: int, body: Body) -> httpx.Response:
+            r = await client.post(f"/v2/models/{model}/infer", **_kwargs(body))
+            finished.append(str(index))
+            return r
+
+        tasks: list[asyncio.Task[httpx.Response]] = []
+        for i, body in enumerate(bodies):
+            in_flight = _in_flight(server, model)
+            tasks.append(asyncio.create_task(send(i, body)))
+            deadline = time.monotonic() + 30
+            while not tasks[-1].done() and _in_flight(server, model) <= in_flight:
+                assert time.monotonic() < deadline, f"{model}: request {i} never arrived"
+                await asyncio.sleep(0.01)
+        if until == "answered":
+            await asyncio.wait_for(asyncio.shield(tasks[-1]), 30)
+        elif until == "delayed":
+            await asyncio.sleep(0.2)
+        (server.repository.parent / f"{model}.gate").touch()
+        answers = list(await asyncio.gather(*tasks))
+    return finished, answers
+
+
 def test_priorities_jump_the_queue(sched_server: ServerProcess) -> None:
-    async def scenario() -> list[str]:
-        finished: list[str] = []
-        async with httpx.AsyncClient(base_url=sched_server.http_url, timeout=60) as client:
-
-            async def send(tag: str, body: Body) -> None:
-                r = await client.post("/v2/models/slow/infer", **_kwargs(body))
-                assert r.status_code == 200, r.text
-                finished.append(tag)
-
-            tasks = [asyncio.create_task(send("first", _image()))]
-            await asyncio.sleep(0.03)
-            for i in range(2):
-                tasks.append(asyncio.create_task(send(f"low{i}", _image())))
-                await asyncio.sleep(0.03)
-            tasks.append(asyncio.create_task(send("high", _image(priority=1))))
-            await asyncio.gather(*tasks)
-        return finished
-
-    order = asyncio.run(scenario())
-    assert order.index("high") < order.index("low1")
+    bodies = [_row(), _row(), _row(), _row(priority=1)]  # first, low, low, high
+    order, answers = asyncio.run(_gated_run(sched_server, "slow", bodies))
+    assert [r.status_code for r in answers] == [200] * 4
+    assert order == ["0", "3", "1", "2"]
 
 
 def test_bad_priority_and_timeout_parameters(sched_server: ServerProcess) -> None:
     url = f"{sched_server.http_url}/v2/models"
-    r = _post(sched_server, "slow", _image(priority=3))
+    r = _post(sched_server, "slow", _row(priority=3))
     assert r.status_code == 400
     assert "priority 3 is out of range 1..2" in r.json()["error"]
-    r = _post(sched_server, "slow", _image(timeout="soon"))
+    r = _post(sched_server, "slow", _row(timeout="soon"))
     assert r.status_code == 400
     assert "parameter 'timeout' must be a non-negative integer" in r.json()["error"]
     r = httpx.post(f"{url}/batched/infer", json=_x([1.0], parameters={"priority": 1}))
@@ -230,28 +258,29 @@ def test_bad_priority_and_timeout_parameters(sched_server: ServerProcess) -> Non
 
 
 def test_full_queue_rejects_at_once(sched_server: ServerProcess) -> None:
-    responses = asyncio.run(_post_all(sched_server, "slow", [_image() for _ in range(6)], 0.005))
-    codes = [r.status_code for r in responses]
-    assert codes.count(200) >= 4  # one executing and three queued at least
-    rejected = [r for r in responses if r.status_code != 200]
-    assert rejected, codes
-    for r in rejected:
-        assert r.status_code == 503
-        assert "queue of model 'slow/1' is full (max_queue_size 3" in r.json()["error"]
+    _, answers = asyncio.run(_gated_run(sched_server, "slow_full", [_row()] * 7))
+    codes = [r.status_code for r in answers]
+    # One runs (the batcher may hold one more, taken off the queue for the instance's next
+    # batch), three wait in the queue: the rest are refused while the gate is still closed.
+    assert codes[:4] == [200] * 4 and set(codes[4:]) <= {200, 503}, codes
+    assert codes.count(503) >= 2 and codes[-1] == 503, codes
+    for r in answers:
+        if r.status_code == 503:
+            assert "queue of model 'slow_full/1' is full (max_queue_size 3" in r.json()["error"]
 
 
 def test_queue_timeout_reject_and_delay(sched_server: ServerProcess) -> None:
-    responses = asyncio.run(_post_all(sched_server, "slow_timeout", [_image(), _image()], 0.01))
-    assert responses[0].status_code == 200
-    assert responses[1].status_code == 504
-    assert "timed out after 20000 us in the queue" in responses[1].json()["error"]
+    # The second request waits past its 20 ms in the queue while the first holds the gate.
+    _, answers = asyncio.run(_gated_run(sched_server, "slow_timeout", [_row()] * 2, "answered"))
+    assert [r.status_code for r in answers] == [200, 504]
+    assert "timed out after 20000 us in the queue" in answers[1].json()["error"]
     # A request may ask for a shorter timeout than the default only; 0 keeps the default.
-    responses = asyncio.run(
-        _post_all(sched_server, "slow_timeout", [_image(), _image(timeout=0)], 0.01)
-    )
-    assert responses[1].status_code == 504
-    responses = asyncio.run(_post_all(sched_server, "slow_delay", [_image(), _image()], 0.01))
-    assert [r.status_code for r in responses] == [200, 200]
+    bodies = [_row(), _row(timeout=0)]
+    _, answers = asyncio.run(_gated_run(sched_server, "slow_timeout_default", bodies, "answered"))
+    assert [r.status_code for r in answers] == [200, 504]
+    # DELAY: past its timeout the request stays queued and runs.
+    _, answers = asyncio.run(_gated_run(sched_server, "slow_delay", [_row()] * 2, "delayed"))
+    assert [r.status_code for r in answers] == [200, 200]
     assert _stats(sched_server, "slow_delay")["execution_count"] == 2
 
 
