@@ -9,8 +9,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from inferd_docs import cli, endpoints  # noqa: E402
-from inferd_docs import config as config_pages  # noqa: E402
+from inferd_docs import cli, endpoints
+from inferd_docs import config as config_pages
 
 PAGES = {
     "reference/cli.md": cli.reference,

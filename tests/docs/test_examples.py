@@ -154,8 +154,14 @@ def test_examples_run_as_written(page: Path, demo: Path, shared: Shared, tmp_pat
                 if own is not None:
                     own.stop()
                 repository, flags = _serve_args(block, folder)
+                tls = any(f.split("=", 1)[0] == "--tls-cert" for f in flags)
                 own = ServerProcess(
-                    repository, flags, cwd=folder, log_path=folder / f"server-{block.line}.log"
+                    repository,
+                    flags,
+                    cwd=folder,
+                    log_path=folder / f"server-{block.line}.log",
+                    scheme="https" if tls else "http",
+                    verify=not tls,  # the probe only waits; the page's blocks check the cert
                 ).start()
             else:
                 _run(block, folder, own or shared.get())

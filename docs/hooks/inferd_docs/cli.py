@@ -17,7 +17,7 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.Ar
     found: list[tuple[str, argparse.ArgumentParser]] = []
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
+            for sub in action.choices.values():
                 found.append((sub.prog, sub))
                 found.extend(_subcommands(sub))
     return found

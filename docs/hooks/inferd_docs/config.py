@@ -4,7 +4,9 @@ a field the message lacks, fails the build (``missing()``), so the page follows 
 
 from __future__ import annotations
 
-from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
+from typing import Any
+
+from google.protobuf.descriptor import FieldDescriptor
 
 from inferd.config.model_config_pb2 import ModelConfig
 
@@ -24,7 +26,7 @@ DESCRIPTIONS: dict[str, str] = {
     "ModelConfig.output": "the outputs clients may receive",
     "ModelConfig.dynamic_batching": "gather requests into batches (see Scheduling)",
     "ModelConfig.sequence_batching": "a stateful model's sequences (see Stateful models)",
-    "ModelConfig.ensemble_scheduling": "the steps of an ensemble (`platform: \"ensemble\"`)",
+    "ModelConfig.ensemble_scheduling": 'the steps of an ensemble (`platform: "ensemble"`)',
     "ModelConfig.instance_group": "how many executions of a version run at once, and where",
     "ModelConfig.optimization": "ONNX Runtime's graph level and execution accelerators; pinned "
     "memory flags are accepted",
@@ -117,8 +119,7 @@ DESCRIPTIONS: dict[str, str] = {
     "ModelOptimizationPolicy.input_pinned_memory": "accepted (GPU copies are not staged)",
     "ModelOptimizationPolicy.output_pinned_memory": "accepted (GPU copies are not staged)",
     "Graph.level": "-1 basic, 0 all (the default), 1 extended, 2 all",
-    "ExecutionAccelerators.gpu_execution_accelerator": "`tensorrt` or `cuda`, for GPU "
-    "instances",
+    "ExecutionAccelerators.gpu_execution_accelerator": "`tensorrt` or `cuda`, for GPU instances",
     "ExecutionAccelerators.cpu_execution_accelerator": "`openvino`",
     "Accelerator.name": "the accelerator",
     "Accelerator.parameters": "its settings (TensorRT: `precision_mode`, "
@@ -156,9 +157,9 @@ _TYPES = {
 }
 
 
-def _messages(root: Descriptor) -> list[Descriptor]:
+def _messages(root: Any) -> list[Any]:
     """Every message reachable from ``root``, in the order a reader meets them."""
-    seen: list[Descriptor] = []
+    seen: list[Any] = []
     queue = [root]
     while queue:
         message = queue.pop(0)
@@ -172,7 +173,7 @@ def _messages(root: Descriptor) -> list[Descriptor]:
     return seen
 
 
-def _value_message(field: FieldDescriptor) -> Descriptor | None:
+def _value_message(field: Any) -> Any:
     if field.message_type is None:
         return None
     if field.message_type.GetOptions().map_entry:
@@ -181,11 +182,11 @@ def _value_message(field: FieldDescriptor) -> Descriptor | None:
     return field.message_type
 
 
-def _enum(enum: EnumDescriptor, sep: str = " \\| ") -> str:
+def _enum(enum: Any, sep: str = " \\| ") -> str:
     return sep.join(f"`{v.name}`" for v in enum.values)
 
 
-def _type(field: FieldDescriptor) -> str:
+def _type(field: Any) -> str:
     if field.message_type is not None and field.message_type.GetOptions().map_entry:
         key, value = field.message_type.fields
         return f"map of {_type(key)} to {_type(value)}"
@@ -208,8 +209,8 @@ def reference() -> str:
     problems = missing()
     if problems:
         raise ValueError(f"config reference out of date: {', '.join(problems)}")
-    datatypes = ModelConfig.DESCRIPTOR.fields_by_name["input"].message_type
-    data_type = datatypes.fields_by_name["data_type"].enum_type
+    descriptor: Any = ModelConfig.DESCRIPTOR
+    data_type = descriptor.fields_by_name["input"].message_type.fields_by_name["data_type"]
     lines = [
         "# config.pbtxt",
         "",
@@ -218,7 +219,7 @@ def reference() -> str:
         "numbers) each time the site is built. A field Triton has and this list lacks does not",
         "parse: the model fails to load with a message naming the field.",
         "",
-        f"Datatypes (`TYPE_*`): {_enum(data_type, ', ')}.",
+        f"Datatypes (`TYPE_*`): {_enum(data_type.enum_type, ', ')}.",
         "",
     ]
     for message in _messages(ModelConfig.DESCRIPTOR):

@@ -107,7 +107,7 @@ GRPC: dict[str, str] = {
     "tensorflow.serving.PredictionService/Classify": "classify `tf.Example`s",
     "tensorflow.serving.PredictionService/Regress": "regress `tf.Example`s",
     "tensorflow.serving.ModelService/GetModelStatus": "each version's state",
-    "grpc.health.v1.Health/Check": "SERVING while the server (service `\"\"`) or a model "
+    "grpc.health.v1.Health/Check": 'SERVING while the server (service `""`) or a model '
     "(service: its name) is ready",
     "grpc.health.v1.Health/Watch": "the same, streamed as it changes",
     "grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": "server reflection: the "
