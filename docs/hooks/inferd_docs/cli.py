@@ -10,6 +10,7 @@ from inferd import settings
 from inferd.cli import build_parser
 
 _SUPPRESSED = {"-h", "--help", "--version"}
+_MIB = 1 << 20
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentParser]]:
@@ -34,14 +35,13 @@ def _help_of(parser: argparse.ArgumentParser) -> dict[str, str]:
 
 def _settings_defaults() -> dict[str, Any]:
     """``inferd serve`` leaves its parser defaults unset (a flag beats INFERD_*, which beats
-    the default): the defaults are the Settings fields'."""
-    defaults: dict[str, Any] = {}
-    for f in dataclasses.fields(settings.Settings):
-        if f.default is not dataclasses.MISSING:
-            defaults[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            defaults[f.name] = f.default_factory()
-    return defaults
+    the default): the defaults are the Settings fields'. A default computed where the server
+    runs (the host name) is left to the help text."""
+    return {
+        f.name: f.default
+        for f in dataclasses.fields(settings.Settings)
+        if f.default is not dataclasses.MISSING
+    }
 
 
 def _default(action: argparse.Action, fallback: dict[str, Any]) -> str:
@@ -54,22 +54,24 @@ def _default(action: argparse.Action, fallback: dict[str, Any]) -> str:
         return "`true`" if value else "`false`"
     if isinstance(value, list):
         return ", ".join(f"`{v}`" for v in value)
+    if isinstance(value, int) and value >= _MIB and value % _MIB == 0:
+        return f"`{value}` ({value // _MIB} MiB)"
     return f"`{value}`"
 
 
 def _usage(action: argparse.Action) -> str:
     if not action.option_strings:
         return f"`{action.metavar or action.dest.upper()}`"
-    names = ", ".join(f"`{o}`" for o in action.option_strings)
+    names = ", ".join(action.option_strings)
     if action.nargs == 0:
-        return names
+        return f"`{names}`"
     if action.choices:
         value = "|".join(str(c) for c in action.choices)
     else:
         value = str(action.metavar or action.dest.upper())
     if action.nargs == "?":
         value = f"[{value}]"
-    return f"{names} `{value}`"
+    return f"`{names} {value}`"
 
 
 def _cell(text: str) -> str:

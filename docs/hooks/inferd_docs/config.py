@@ -114,7 +114,7 @@ DESCRIPTIONS: dict[str, str] = {
     "ModelInstanceGroup.count": "instances of the version (default 1)",
     "ModelInstanceGroup.gpus": "GPU ids for `KIND_GPU`",
     "ModelOptimizationPolicy.graph": "ONNX Runtime's graph optimization level",
-    "ModelOptimizationPolicy.priority": "not supported: a config setting it fails to load",
+    "ModelOptimizationPolicy.priority": "only `PRIORITY_DEFAULT`: another value fails to load",
     "ModelOptimizationPolicy.execution_accelerators": "ONNX Runtime execution providers",
     "ModelOptimizationPolicy.input_pinned_memory": "accepted (GPU copies are not staged)",
     "ModelOptimizationPolicy.output_pinned_memory": "accepted (GPU copies are not staged)",
