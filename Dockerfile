@@ -3,7 +3,7 @@
 # run as a non-root user with `inferd serve` as the entrypoint. Extras by build argument:
 #   docker build -t inferd .                                  # ONNX Runtime only
 #   docker build --build-arg EXTRAS=sklearn,xgboost -t inferd .
-# The install steps are the README's ("Container image"); a test keeps them the same.
+# The install steps are docs/scale-out/image.md's; a test keeps them the same.
 ARG PYTHON_VERSION=3.11
 
 FROM python:${PYTHON_VERSION}-slim AS build

@@ -10,10 +10,11 @@ as v2 JSON. No validation, routing, statistics, logging or error handling: a low
 server answering that request in Python on this stack, not a server.
 
 ``--busy LOOPS --processes N`` is the same floor for a Python model served by worker
-processes (issue 13's CPU-bound model): parse the body, send the input array (pickled) over a
-Unix socket to the least busy of N forked workers, which run the busy model's loop LOOPS times
-and send the array back, then write it as v2 JSON. No queue, batching, validation, statistics
-or restarts: the 1 -> 2 process scaling of a server that costs nothing beyond that.
+processes (python_models.py's CPU-bound model): parse the body, send the input array
+(pickled) over a Unix socket to the least busy of N forked workers, which run the busy model's
+loop LOOPS times and send the array back, then write it as v2 JSON. No queue, batching,
+validation, statistics or restarts: the 1 -> 2 process scaling of a server that costs
+nothing beyond that.
 With ``--minimal MODEL.onnx --calls K`` each worker also calls MODEL K times per request (BLS):
 it sends a ``[1, 1]`` FP32 array to the server, which runs MODEL on the event loop and sends
 the output back, so the latency each nested call adds has the same floor.

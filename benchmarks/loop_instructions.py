@@ -74,7 +74,7 @@ async def drive(repository: str, rounds: int) -> None:
     watch = getattr(app, "_watch", None)
     if watch is not None:
         watch.after_s = 1e6
-    else:  # trees before stop 29 read a module constant
+    else:  # older trees read a module constant
         import inferd.protocols.http as http
 
         setattr(http, "WATCH_AFTER_S", 1e6)  # noqa: B010

@@ -1,4 +1,4 @@
-"""Python models: the speed targets of issue 13, each against its reference in the same run.
+"""Python models against their references, each in the same run.
 
 1. identity FP32 [1,16], v2 HTTP JSON, concurrency 16 (wrk): a Python identity (Triton's form)
    against the same identity as ONNX, served by the same inferd; and, with ``--mlserver VENV``,

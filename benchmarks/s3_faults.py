@@ -1,4 +1,4 @@
-"""Issue 21's S3 faults, measured: a bucket recreated empty under load, then a store that hangs.
+"""S3 store faults, measured: a bucket recreated empty under load, then a store that hangs.
 
 A moto_server on loopback holds two tiny ONNX models; one inferd polls it every second. Four
 clients send requests the whole time. (1) The bucket is deleted and, 1.5 s later, recreated

@@ -48,6 +48,7 @@ class ServerProcess:
     token: str = ""  # sent by the readiness probe (servers started with --auth-health)
     scheme: str = "http"  # https for servers started with --tls-cert
     verify: str | bool = True  # the CA file the probe trusts, for https
+    cwd: Path | None = None  # the server's working folder (relative paths in its flags)
 
     @property
     def http_url(self) -> str:
@@ -87,7 +88,9 @@ class ServerProcess:
         # of one process (a variable, not the flag, so benchmarks can start older trees too).
         env = {**os.environ, "RUST_BACKTRACE": "0", "INFERD_HTTP_WORKERS": "1", **self.env}
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+            self.proc = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.cwd
+            )
         deadline = time.monotonic() + timeout_s
         headers = {"authorization": self.token} if self.token else {}
         verify: ssl.SSLContext | bool = (

@@ -1,9 +1,10 @@
-"""The image and the wheel: the Dockerfile installs with the README's commands, a built wheel
+"""The image and the wheel: the Dockerfile installs with the documented commands, a built wheel
 serves the demo from a fresh venv, and ./scripts/serve-demo installs only the light set.
 
-No Docker engine runs here, so the Dockerfile's install steps are compared with the README's
-and then run (cheaply: ``--no-isolation`` for the build, ``--no-deps`` for the install, the
-dependencies seen through a ``.pth`` file onto this interpreter's site-packages).
+No Docker engine runs here, so the Dockerfile's install steps are compared with those of
+docs/scale-out/image.md and then run (cheaply: ``--no-isolation`` for the build, ``--no-deps``
+for the install, the dependencies seen through a ``.pth`` file onto this interpreter's
+site-packages).
 """
 
 from __future__ import annotations
@@ -39,16 +40,16 @@ def _dockerfile_steps() -> list[str]:
     return steps
 
 
-def _readme_steps() -> list[str]:
-    readme = (ROOT / "README.md").read_text()
-    found = re.search(r"<!-- image install steps -->\n```bash\n(.*?)```", readme, re.S)
-    assert found, "README: no image install steps block"
+def _documented_steps() -> list[str]:
+    page = (ROOT / "docs" / "scale-out" / "image.md").read_text()
+    found = re.search(r"<!-- image install steps -->\n```bash\n(.*?)```", page, re.S)
+    assert found, "docs/scale-out/image.md: no image install steps block"
     return [line for line in found.group(1).splitlines() if line and not line.startswith("#")]
 
 
-def test_the_dockerfile_installs_with_the_readme_commands() -> None:
+def test_the_dockerfile_installs_with_the_documented_commands() -> None:
     steps = _dockerfile_steps()
-    assert steps == _readme_steps()
+    assert steps == _documented_steps()
     assert steps == [
         'python -m pip install "build>=1.2"',
         "python -m build --wheel --outdir dist .",
@@ -83,7 +84,7 @@ def _copy_source(target: Path) -> None:
 
 
 def _run_step(step: str, old: str, new: str, cwd: Path, env: dict[str, str]) -> None:
-    """One README install step, run by bash with ``old`` (its start) replaced by ``new``."""
+    """One documented install step, run by bash with ``old`` (its start) replaced by ``new``."""
     assert step.startswith(old), step
     done = subprocess.run(
         ["bash", "-c", new + step[len(old) :]], cwd=cwd, env=env, capture_output=True, text=True
@@ -92,14 +93,14 @@ def _run_step(step: str, old: str, new: str, cwd: Path, env: dict[str, str]) -> 
 
 
 def test_a_built_wheel_serves_the_demo_from_a_fresh_venv(tmp_path: Path) -> None:
-    """The README's image install steps, made cheap: the build without an isolated
+    """The documented image install steps, made cheap: the build without an isolated
     environment, the venv without its own pip, the install of inferd alone."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"EXTRAS": ""}
     source = tmp_path / "source"
     _copy_source(source)
     venv = tmp_path / "venv"
     python = venv / "bin" / "python"
-    _, build, make_venv, install = _readme_steps()
+    _, build, make_venv, install = _documented_steps()
     _run_step(build, "python -m build", f"{sys.executable} -m build --no-isolation", source, env)
     _run_step(
         make_venv,

@@ -1,4 +1,4 @@
-"""Faults of an S3 store that must not take the service down (issue 21, items 2 and 3), against a
+"""Faults of an S3 store that must not take the service down, against a
 real endpoint on loopback (moto_server): a bucket recreated empty is a store fault, not an
 order to unload everything; a store that hangs (SIGSTOP) blocks neither inference nor the
 repository index, which answers from the last listing and says when that was."""

@@ -1,14 +1,15 @@
-"""The README's Python models run as written (in this process, through the Python backend)."""
+"""The Python models of docs/python/index.md run as written (in this process, through the
+Python backend); tests/docs runs them in a server too."""
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from inferd_docs.examples import blocks
 
 from inferd.backends.base import InstancePlacement
 from inferd.backends.python.backend import PythonBackend
@@ -17,16 +18,15 @@ from inferd.config.text import parse_config_text
 from inferd.scheduling.work import Work
 from inferd.security.trust import CodePolicy, Origin, granted
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "python" / "index.md"
 PLACEMENT = InstancePlacement("CPU", 0, 1, 0)
 
 
-def _snippet(name: str) -> str:
-    found = re.search(
-        rf"<!-- readme-test: {name} -->\n```[a-z]*\n(.*?)```", README.read_text(), re.S
-    )
-    assert found, f"README has no snippet '{name}'"
-    return found.group(1)
+def _snippet(path: str) -> str:
+    """The page's block written to ``path`` (``<!-- run file=PATH -->``)."""
+    found = [b.body for b in blocks(PAGE) if b.options.get("file") == path]
+    assert len(found) == 1, f"{PAGE} has no block for {path}"
+    return found[0]
 
 
 @pytest.fixture
@@ -42,8 +42,8 @@ def clean() -> Iterator[None]:
 def test_the_triton_form(tmp_path: Path, clean: None) -> None:
     version = tmp_path / "add_sub" / "1"
     version.mkdir(parents=True)
-    (version / "model.py").write_text(_snippet("triton"))
-    config = parse_config_text('name: "add_sub"\n' + _snippet("triton-config"))
+    (version / "model.py").write_text(_snippet("models/add_sub/1/model.py"))
+    config = parse_config_text('name: "add_sub"\n' + _snippet("models/add_sub/config.pbtxt"))
     backend = PythonBackend()
     backend.complete_config(version, config, 64)
     executor = backend.load_executor(version, config, PLACEMENT)
@@ -56,7 +56,7 @@ def test_the_triton_form(tmp_path: Path, clean: None) -> None:
 def test_the_native_form(tmp_path: Path, clean: None) -> None:
     version = tmp_path / "scale" / "1"
     version.mkdir(parents=True)
-    (version / "model.py").write_text(_snippet("native"))
+    (version / "model.py").write_text(_snippet("models/scale/1/model.py"))
     config = ModelConfig(name="scale", backend="python")
     backend = PythonBackend()
     backend.complete_config(version, config, 64)  # from the type hints, in a process of its own
