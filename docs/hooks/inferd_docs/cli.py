@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from inferd import settings
+from inferd.app import settings
 from inferd.cli import build_parser
 
 _SUPPRESSED = {"-h", "--help", "--version"}

@@ -10,13 +10,13 @@ import tempfile
 
 from grpc_health.v1 import health_pb2
 
-from inferd import settings
+from inferd.app import settings
+from inferd.app.server import Server
 from inferd.cli import build_parser
-from inferd.protocols.access import Access
-from inferd.protocols.grpc_auth import access_of
 from inferd.protocols.tfserving_grpc import TfServingGrpc
 from inferd.protocols.v2_grpc import SERVICE, V2Grpc
-from inferd.server import Server
+from inferd.security.access import Access
+from inferd.security.grpc_auth import access_of
 
 _M = "/v2/models/{model}[/versions/{version} | /labels/{label}]"
 _TF = "/v1/models/{model}[/versions/{version} | /labels/{label}]"
