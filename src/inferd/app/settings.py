@@ -415,6 +415,6 @@ def _keyword_value(f: dataclasses.Field[Any], value: Any) -> Any:
     wanted = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,)}[str(f.type)]
     if not isinstance(value, wanted) or (f.type != "bool" and isinstance(value, bool)):
         raise ConfigError(
-            f"setting '{f.name}' takes a {f.type}, got {type(value).__name__} {value!r}"
+            f"setting '{f.name}' must be {f.type}, got {type(value).__name__} {value!r}"
         )
     return float(value) if f.type == "float" and isinstance(value, int | float) else value
