@@ -26,7 +26,7 @@ import orjson
 
 from inferd.app import edge
 from inferd.app.calls import Outputs, OutputsWanted, build_request
-from inferd.app.loop_thread import LoopThread
+from inferd.app.loop_thread import LoopThread, call_in_loop
 from inferd.app.repository import model_manager
 from inferd.app.settings import Settings, from_keywords
 from inferd.config.model_config_pb2 import ModelConfig
@@ -403,12 +403,7 @@ class Server:
                 "a blocking inferd.Server method was called on the server's own event loop: "
                 "await the async_ form instead (server.async_infer...)"
             )
-        future = asyncio.run_coroutine_threadsafe(coro, loop)
-        try:
-            return future.result()
-        except BaseException:
-            future.cancel()  # an interrupt in the caller cancels the call too
-            raise
+        return call_in_loop(loop, coro)
 
     def _here(self, function: Callable[..., T], *args: Any) -> T:
         """Call ``function`` on the server's loop thread: at once when this is it."""
