@@ -119,8 +119,7 @@ def test_both_paths_see_the_same_models_and_metrics(served: tuple[inferd.Server,
 
 def test_grpc_on_the_same_instance(served: tuple[inferd.Server, str]) -> None:
     server, _ = served
-    port = free_port()
-    server.serve_grpc(port)
+    port = server.serve_grpc(0)  # 0: a free port, returned
     client = triton_grpc.InferenceServerClient(f"127.0.0.1:{port}")
     tensor = triton_grpc.InferInput("x", [1, 1], "FP32")
     tensor.set_data_from_numpy(np.array([[4.0]], np.float32))
@@ -148,7 +147,7 @@ def test_an_awaited_server_serves_http_until_it_stops(tmp_path: Path) -> None:
         async with inferd.Server(
             model_repository=repo, load_model=["half_plus_two"], http_address="127.0.0.1"
         ) as server:
-            await server.async_serve_http(port)
+            assert await server.async_serve_http(port) == port
             async with httpx.AsyncClient() as client:
                 live = await client.get(f"http://127.0.0.1:{port}/v2/health/live")
                 assert live.status_code == 200

@@ -353,23 +353,25 @@ class Server:
 
     # ------------------------------------------------------------------ the network
 
-    def serve_http(self, port: int | None = None) -> None:
+    def serve_http(self, port: int | None = None) -> int:
         """Also serve this server over HTTP (KServe v2, TF Serving REST, the dashboard...) on
-        ``http_address``:``port`` (default ``http_port``), until it stops."""
-        self._block(self.async_serve_http(port))
+        ``http_address``:``port`` (default ``http_port``; 0: a free port) until it stops;
+        returns the port."""
+        return self._block(self.async_serve_http(port))
 
-    async def async_serve_http(self, port: int | None = None) -> None:
+    async def async_serve_http(self, port: int | None = None) -> int:
         self._check_loop()
-        await self.frontends().start_http(self.settings.http_port if port is None else port)
+        return await self.frontends().start_http(self.settings.http_port if port is None else port)
 
-    def serve_grpc(self, port: int | None = None) -> None:
+    def serve_grpc(self, port: int | None = None) -> int:
         """Also serve this server over gRPC (KServe v2 / Triton, TF Serving) on
-        ``grpc_address``:``port`` (default ``grpc_port``), until it stops."""
-        self._block(self.async_serve_grpc(port))
+        ``grpc_address``:``port`` (default ``grpc_port``; 0: a free port) until it stops;
+        returns the port."""
+        return self._block(self.async_serve_grpc(port))
 
-    async def async_serve_grpc(self, port: int | None = None) -> None:
+    async def async_serve_grpc(self, port: int | None = None) -> int:
         self._check_loop()
-        await self.frontends().start_grpc(self.settings.grpc_port if port is None else port)
+        return await self.frontends().start_grpc(self.settings.grpc_port if port is None else port)
 
     def frontends(self) -> Frontends:
         """The network frontends on this server (built on first use; stopped with it)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -85,6 +86,19 @@ class _Listener:
     address: str
 
 
+def free_port(address: str) -> int:
+    """A port free on ``address`` now, for a frontend asked to listen on port 0 (its server
+    binds with SO_REUSEPORT, which cannot say which port it got)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on address '{address}': {exc}") from None
+        port: int = probe.getsockname()[1]
+        return port
+
+
 class Frontends:
     """The HTTP app and gRPC server of one core; ``start_http`` / ``start_grpc`` listen."""
 
@@ -151,9 +165,11 @@ class Frontends:
 
     # ------------------------------------------------------------------ HTTP
 
-    async def start_http(self, port: int) -> None:
-        """Listen on ``--http-address``:``port`` (and start the dashboard, and
-        ``--metrics-port``, with the first); a port that cannot be bound is a ConfigError."""
+    async def start_http(self, port: int) -> int:
+        """Listen on ``--http-address``:``port`` (0: a free port) and return the port; the
+        first also starts the dashboard and ``--metrics-port``. A port that cannot be bound
+        is a ConfigError."""
+        port = port or free_port(self.settings.http_address)
         address = f"{self.settings.http_address}:{port}"
         server = GranianServer(
             self.http_app,
@@ -183,6 +199,7 @@ class Frontends:
             if self.dashboard is not None:
                 await self.dashboard.start(self.http_app, self.observer, self.granian_options)
                 self._dashboard_started = True
+        return port
 
     def stop_http(self) -> None:
         """Ask every HTTP server to stop (they finish their requests); see ``http_stopped``."""
@@ -209,9 +226,11 @@ class Frontends:
 
     # ------------------------------------------------------------------ gRPC
 
-    async def start_grpc(self, port: int) -> None:
-        """Serve gRPC (KServe v2 / Triton, TF Serving) on ``--grpc-address``:``port``."""
+    async def start_grpc(self, port: int) -> int:
+        """Serve gRPC (KServe v2 / Triton, TF Serving) on ``--grpc-address``:``port`` (0: a
+        free port) and return the port."""
         settings = self.settings
+        port = port or free_port(settings.grpc_address)
         address = f"{settings.grpc_address}:{port}"
         policy = edge.access_policy(settings, self.core.tokens, settings.grpc_address)
         server = build_server(
@@ -235,6 +254,7 @@ class Frontends:
             address,
             "native" if isinstance(server, NativeGrpcServer) else "grpcio",
         )
+        return port
 
     # ------------------------------------------------------------------ all of them
 
