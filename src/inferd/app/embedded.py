@@ -18,7 +18,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+)
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -58,8 +66,8 @@ _END = object()  # what ``_next`` returns when a stream has ended
 class Server:
     """An inferd server in this process: ``Server(model_repository="models", **settings)``.
 
-    The keyword arguments are ``inferd serve``'s settings (``--max-batch-size`` ->
-    ``max_batch_size``...), or pass one ``Settings``. The environment is not read."""
+    The keyword arguments are ``inferd serve``'s settings (``--model-control-mode`` ->
+    ``model_control_mode``...), or pass one ``Settings``. The environment is not read."""
 
     def __init__(
         self, settings: Settings | None = None, /, *, logs: Logs | None = None, **options: Any
@@ -373,12 +381,18 @@ class Server:
         self._check_loop()
         return await self.frontends().start_grpc(self.settings.grpc_port if port is None else port)
 
-    def frontends(self) -> Frontends:
-        """The network frontends on this server (built on first use; stopped with it)."""
+    def frontends(
+        self,
+        *,
+        metrics_text: Callable[[], Awaitable[bytes]] | None = None,
+        reuse_port: bool = False,
+    ) -> Frontends:
+        """The network frontends on this server: built on first use (with these options, see
+        ``Frontends``), stopped with it."""
         if self._frontends is None:
             from inferd.app.frontends import Frontends
 
-            self._frontends = Frontends(self)
+            self._frontends = Frontends(self, metrics_text=metrics_text, reuse_port=reuse_port)
         return self._frontends
 
     # ------------------------------------------------------------------ threads and loops

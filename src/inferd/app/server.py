@@ -14,7 +14,6 @@ import sys
 from inferd.app import edge
 from inferd.app.drain import Drain
 from inferd.app.embedded import Server
-from inferd.app.frontends import Frontends
 from inferd.app.settings import Settings
 from inferd.core.errors import ConfigError
 from inferd.observability.logging import Logs
@@ -50,8 +49,7 @@ class NetworkServer:
             control.share_settings(core.trace_settings, core.log_settings)
             core.plane.total_statistics = self.node.statistics
             core.after_startup_loads = control.replay
-        self.frontends = Frontends(
-            core,
+        self.frontends = core.frontends(
             metrics_text=self.node.metrics_text if self.node is not None else None,
             reuse_port=worker is not None,
         )
@@ -84,8 +82,7 @@ class NetworkServer:
                 frontends.stop_http()
             await frontends.http_stopped()
         finally:
-            await frontends.stop()
-            await core.stop()
+            await core.stop()  # the frontends first
             if self.node is not None:
                 await self.node.close()
 
