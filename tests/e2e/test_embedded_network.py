@@ -145,12 +145,19 @@ def test_an_awaited_server_serves_http_until_it_stops(tmp_path: Path) -> None:
 
     async def run() -> None:
         async with inferd.Server(
-            model_repository=repo, load_model=["half_plus_two"], http_address="127.0.0.1"
+            model_repository=repo,
+            load_model=["half_plus_two"],
+            http_address="127.0.0.1",
+            grpc_address="127.0.0.1",
         ) as server:
             assert await server.async_serve_http(port) == port
             async with httpx.AsyncClient() as client:
                 live = await client.get(f"http://127.0.0.1:{port}/v2/health/live")
                 assert live.status_code == 200
+            grpc_port = await server.async_serve_grpc(0)
+            client = triton_grpc.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+            assert await asyncio.to_thread(client.is_model_ready, "half_plus_two")
+            client.close()
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"http://127.0.0.1:{port}/v2/health/live")
 
