@@ -56,13 +56,20 @@ def request_body() -> tuple[bytes, int]:
 
 async def drive(repository: str, rounds: int) -> None:
     from inferd.app import settings
-    from inferd.app.server import Server
+
+    try:
+        from inferd.app.server import NetworkServer
+    except ImportError:  # a tree from before the core (inferd.Server) and its frontends split
+        from inferd.app.server import Server as NetworkServer  # type: ignore[attr-defined,no-redef]
 
     body, header_length = request_body()
 
     argv = ["--model-repository", repository, "--model-control-mode", "explicit"]
-    server = Server(settings.parse([*argv, "--load-model", "echo"]))
-    await server._load_models()
+    server = NetworkServer(settings.parse([*argv, "--load-model", "echo"]))
+    if hasattr(server, "core"):
+        await server.core.start()
+    else:
+        await server._load_models()
     app = server.http_app
     path = "/v2/models/echo/infer"
     headers = {

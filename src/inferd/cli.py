@@ -9,7 +9,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from inferd import __version__
 from inferd.app import settings
 from inferd.app.envoy_config import add_parser as add_envoy_parser
 from inferd.app.repo_cli import add_parser as add_repo_parser
@@ -17,6 +16,7 @@ from inferd.bench.options import add_arguments as add_bench_arguments
 from inferd.core.errors import ConfigError
 from inferd.optimize.command import add_parser as add_optimize_parser
 from inferd.tune.command import add_parser as add_tune_parser
+from inferd.version import __version__
 
 
 def _setup_logging(verbose: int) -> None:

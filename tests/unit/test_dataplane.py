@@ -11,7 +11,6 @@ import numpy as np
 import orjson
 import pytest
 
-from inferd import __version__
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InvalidInput, NotFound, Unavailable, Unimplemented
 from inferd.core.model import ModelState, ModelVersion
@@ -25,6 +24,7 @@ from inferd.core.views import (
     TensorMetadata,
     VersionState,
 )
+from inferd.version import __version__
 from tests.echo_support import echo_version, registry_with, request, rows
 
 UNBATCHED = """backend: "echo"

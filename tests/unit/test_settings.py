@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +84,39 @@ def test_gil_switch_interval() -> None:
         assert sys.getswitchinterval() == pytest.approx(200e-6, rel=0.01)
     finally:
         sys.setswitchinterval(before)
+
+
+def test_keywords_are_the_same_settings() -> None:
+    s = settings.from_keywords(
+        {
+            "model_repository": Path("/m"),
+            "http_port": 9000,
+            "strict_readiness": False,
+            "repository_unload_max_fraction": 1,
+            "load_model": "digits",
+            "log_verbose": "2",  # a flag's text is taken too
+            "allow_grpc": "false",
+        }
+    )
+    assert s.model_repository == ["/m"] and s.load_model == ["digits"]
+    assert (s.http_port, s.strict_readiness, s.log_verbose, s.allow_grpc) == (9000, False, 2, False)
+    assert s.repository_unload_max_fraction == 1.0
+    assert isinstance(s.repository_unload_max_fraction, float)
+    base = settings.Settings(server_name="a", http_port=1)
+    assert settings.from_keywords({"http_port": 2}, base) == settings.Settings(
+        server_name="a", http_port=2
+    )
+    assert settings.from_keywords({}) == settings.Settings()
+
+
+def test_keywords_are_checked() -> None:
+    with pytest.raises(ConfigError, match="unknown setting 'http_prot'; did you mean 'http_port'"):
+        settings.from_keywords({"http_prot": 1})
+    with pytest.raises(ConfigError, match=r"setting 'http_port' must be int, got float 1\.5"):
+        settings.from_keywords({"http_port": 1.5})
+    with pytest.raises(ConfigError, match="setting 'http_port' must be int, got bool"):
+        settings.from_keywords({"http_port": True})
+    with pytest.raises(ConfigError, match="invalid value for --http-port"):
+        settings.from_keywords({"http_port": "eighty"})
+    with pytest.raises(ConfigError, match="'load_model' takes a string or a list of strings"):
+        settings.from_keywords({"load_model": [1]})

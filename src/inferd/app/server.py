@@ -1,4 +1,6 @@
-"""Builds the server from Settings: repository, registry, data plane and frontends, on one loop."""
+"""``inferd serve``: an ``inferd.Server`` (the core: repository, registry, data plane, metrics)
+with the network frontends on it, signals (SIGTERM drains, SIGINT stops), and with
+``--http-workers`` its place among the serving processes on the port."""
 
 from __future__ import annotations
 
@@ -8,43 +10,13 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import replace
-from typing import Any
-
-from granian.constants import Interfaces
-from granian.server.embed import Server as GranianServer
-from prometheus_client import start_http_server
 
 from inferd.app import edge
 from inferd.app.drain import Drain
-from inferd.app.repository import model_manager
+from inferd.app.embedded import Server
 from inferd.app.settings import Settings
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError
-from inferd.core.registry import Registry
-from inferd.observability.log_settings import LogSettings
 from inferd.observability.logging import Logs
-from inferd.observability.metrics import EndpointStats, build_registry
-from inferd.observability.requests import RequestObserver
-from inferd.observability.trace_settings import TraceSettings
-from inferd.observability.tracing import Tracer
-from inferd.protocols.admin_http import AdminHttp
-from inferd.protocols.dashboard_http import Dashboard
-from inferd.protocols.generate_http import GenerateHttp
-from inferd.protocols.h2grpc.server import NativeGrpcServer
-from inferd.protocols.http import HttpApp, Router
-from inferd.protocols.openapi import OpenApi
-from inferd.protocols.repository_http import RepositoryHttp
-from inferd.protocols.settings_grpc import SettingsGrpc
-from inferd.protocols.settings_http import SettingsHttp
-from inferd.protocols.shm_http import SharedMemoryHttp
-from inferd.protocols.tfserving_http import TfServingHttp
-from inferd.protocols.v2_grpc import build_server
-from inferd.protocols.v2_http import V2Http
-from inferd.repository.control import RepositoryControl
-from inferd.repository.manager import ControlMode
-from inferd.repository.poller import Poller
-from inferd.scheduling.cache import ResponseCache
 from inferd.workers.control import SharedControl
 from inferd.workers.node import WorkerNode, merged_registry
 from inferd.workers.peers import Peers, WorkerRole
@@ -53,213 +25,71 @@ from inferd.workers.supervisor import Supervisor
 
 log = logging.getLogger("inferd.server")
 
-GRPC_STOP_GRACE_S = 5.0  # in-flight gRPC calls get this long to finish at shutdown
 
+class NetworkServer:
+    """One serving process: the core, its HTTP and gRPC frontends, and (one of several
+    workers) the link to the other workers."""
 
-class Server:
     def __init__(
         self, settings: Settings, logs: Logs | None = None, worker: WorkerRole | None = None
     ) -> None:
-        if not settings.model_repository:
-            raise ConfigError("--model-repository is required (or INFERD_MODEL_REPOSITORY)")
         self.settings = settings
         self.worker = worker  # one of several processes on the port (--http-workers)
-        self.registry = Registry()
-        cache = ResponseCache(settings.cache_size) if settings.cache_size > 0 else None
-        self.tokens = edge.token_store(settings)
-        self.manager = model_manager(
-            settings, self.registry, cache, edge.code_policy(settings, self.tokens)
-        )
-        peers = Peers(worker) if worker is not None else None
-        control = (
-            SharedControl(self.manager, self.registry, peers, settings.max_upload_bytes)
-            if peers is not None
-            else RepositoryControl(self.manager, settings.max_upload_bytes)
-        )
-        self.plane = DataPlane(self.registry, settings.server_name, control)
-        if settings.strict_readiness:
-            self.plane.models_ready = self.manager.ready
-        # Models in worker processes (Python models) call other models through the data plane.
-        lifecycle = self.manager.lifecycle
-        lifecycle.options = replace(lifecycle.options, call_model=self.plane.infer)
-        self.logs = logs or logs_from(settings)
-        self.endpoints = EndpointStats()
-        self.metrics = build_registry(self.registry, self.endpoints, self.manager.status)
+        self.core = Server(settings, logs=logs)
+        core = self.core
+        self.plane = core.plane
         self.node: WorkerNode | None = None
-        if peers is not None and isinstance(control, SharedControl):
-            self.node = WorkerNode(peers, control, self.plane, self.metrics)
-            control.share_regions(self.plane.shared_memory)
-            self.plane.total_statistics = self.node.statistics
-        self.tracer = (
-            Tracer(settings.trace_exporter, settings.trace_endpoint, settings.server_name)
-            if settings.trace_exporter
-            else None
+        if worker is not None:
+            control = SharedControl(
+                core.manager, core.registry, Peers(worker), settings.max_upload_bytes
+            )
+            core.plane.repository = control
+            self.node = WorkerNode(control.peers, control, core.plane, core.metrics)
+            control.share_regions(core.plane.shared_memory)
+            control.share_settings(core.trace_settings, core.log_settings)
+            core.plane.total_statistics = self.node.statistics
+            core.after_startup_loads = control.replay
+        self.frontends = core.frontends(
+            metrics_text=self.node.metrics_text if self.node is not None else None,
+            reuse_port=worker is not None,
         )
-        self.poller: Poller[Any] | None = None
+        self.http_app = self.frontends.http_app
+        dashboard = self.frontends.dashboard
+        if dashboard is not None and self.node is not None:
+            self.node.series = dashboard.series
+            dashboard.traffic_totals = self.node.traffic
         self.drain: Drain | None = None  # set by run(): SIGTERM drains, SIGINT stops at once
-        # Triton's trace and log settings APIs change these at run time.
-        self.trace_settings = TraceSettings(self.tracer is not None, self.registry.record)
-        self.log_settings = LogSettings(self.logs)
-        if isinstance(control, SharedControl):
-            control.share_settings(self.trace_settings, self.log_settings)
-        self.observer = RequestObserver(
-            self.endpoints, self.logs, self.tracer, settings.node_name, self.trace_settings
-        )
-        router = Router()
-        V2Http(self.plane).register(router)
-        TfServingHttp(self.plane).register(router)
-        RepositoryHttp(
-            self.plane, settings.max_upload_bytes, settings.max_concurrent_uploads
-        ).register(router)
-        AdminHttp(
-            self.metrics if settings.allow_metrics else None,
-            self.logs,
-            self.node.metrics_text if self.node is not None else None,
-        ).register(router)
-        SettingsHttp(self.trace_settings, self.log_settings).register(router)
-        SharedMemoryHttp(self.plane.shared_memory).register(router)
-        GenerateHttp(self.plane).register(router)
-        OpenApi(settings.allow_dashboard, not settings.dashboard_port).register(router)
-        self.granian_options = edge.granian_options(settings)
-        self.grpc_tls = edge.grpc_tls(settings)
-        self.dashboard = (
-            Dashboard(
-                settings,
-                self.plane,
-                self.manager,
-                access_log=self.logs.access_enabled,
-                tracing=self.tracer is not None,
-            )
-            if settings.allow_dashboard
-            else None
-        )
-        if self.dashboard is not None:
-            self.dashboard.register(router)
-            if self.node is not None:
-                self.node.series = self.dashboard.series
-                self.dashboard.traffic_totals = self.node.traffic
-        self.http_app = HttpApp(
-            router,
-            observer=self.observer,
-            guard=edge.http_guard(
-                settings, edge.access_policy(settings, self.tokens, settings.http_address)
-            ),
-            limits=edge.http_limits(settings),
-        )
-
-    async def _load_models(self) -> None:
-        try:
-            await self.manager.start(self.settings.load_model)
-            if self.node is not None:
-                await self.node.control.replay()
-        finally:
-            self.plane.started = True
-            ready = [r.name for r in self.registry.records() if r.versions]
-            log.info("server ready; models ready: %s", ", ".join(ready) or "none")
-        if self.manager.mode is ControlMode.POLL:
-            self.poller = Poller(
-                self.manager.scan, self.manager.apply, self.manager.poll_interval_s
-            )
-            self.poller.start()
+        self.stopping = False
 
     async def run(self) -> None:
-        http = GranianServer(
-            self.http_app,
-            address=self.settings.http_address,
-            port=self.settings.http_port,
-            interface=Interfaces.RSGI,
-            runtime_threads=1,
-            backlog=2048,
-            log_enabled=False,
-            **self.granian_options,
-        )
+        settings, core, frontends = self.settings, self.core, self.frontends
         loop = asyncio.get_running_loop()
-        self.drain = Drain(self.plane, self.registry, self.settings.drain_timeout_s, http.stop)
-        loop.add_signal_handler(signal.SIGINT, http.stop)
+        self.drain = Drain(core.plane, core.registry, settings.drain_timeout_s, self.stop)
+        loop.add_signal_handler(signal.SIGINT, self.stop)
         loop.add_signal_handler(signal.SIGTERM, self.drain.begin)
-        address = f"{self.settings.http_address}:{self.settings.http_port}"
-        bound = False
-        scheme = "HTTPS" if "ssl_cert" in self.granian_options else "HTTP"
-
-        def listening() -> None:  # granian calls this once its socket is bound
-            nonlocal bound
-            bound = True
-            log.info("listening: %s (KServe v2, TF Serving REST) on %s", scheme, address)
-
-        http.on_startup(listening)
         # A worker other than the first, or a replacement, takes connections once it can serve.
         late = self.worker is not None and (self.worker.index > 0 or self.worker.restarted)
-        if self.node is not None:
-            await self.node.start()
-            if late:
-                await self._load_models()
-        edge.warn_if_open(self.settings, self.tokens)
-        grpc_server = await self._start_grpc()
-        if self.settings.allow_metrics and self.settings.metrics_port:
-            start_http_server(
-                self.settings.metrics_port,
-                self.settings.http_address,
-                registry=self.metrics
-                if self.node is None
-                else merged_registry(self.node, asyncio.get_running_loop()),
-            )
-            log.info(
-                "metrics on %s:%d/metrics", self.settings.http_address, self.settings.metrics_port
-            )
-        if self.dashboard is not None:
-            await self.dashboard.start(self.http_app, self.observer, self.granian_options)
-        loader = asyncio.create_task(asyncio.sleep(0) if late else self._load_models())
         try:
-            try:
-                await http.serve()
-            except (OSError, RuntimeError) as exc:
-                if bound:
-                    raise
-                raise ConfigError(f"cannot serve HTTP on {address}: {exc}") from None
+            if self.node is not None:
+                await self.node.start()
+                frontends.metrics_registry = merged_registry(self.node, loop)
+            await core.start(wait_for_models=late)
+            edge.warn_if_open(settings, core.tokens)
+            if settings.allow_grpc:
+                await frontends.start_grpc(settings.grpc_port)
+            await frontends.start_http(settings.http_port)
+            if self.stopping:  # a signal came while starting
+                frontends.stop_http()
+            await frontends.http_stopped()
         finally:
-            self.plane.started = False
-            loader.cancel()
-            if self.poller is not None:
-                await self.poller.stop()
-            if grpc_server is not None:
-                await grpc_server.stop(grace=GRPC_STOP_GRACE_S)
-            if self.dashboard is not None:
-                await self.dashboard.stop()
-            await self.manager.close()
-            self.plane.shared_memory.close()
-            if self.tracer is not None:
-                self.tracer.close()
+            await core.stop()  # the frontends first
             if self.node is not None:
                 await self.node.close()
-            log.info("server stopped")
 
-    async def _start_grpc(self) -> Any:
-        """The gRPC server, bound and started; None with --allow-grpc=false."""
-        if not self.settings.allow_grpc:
-            return None
-        address = f"{self.settings.grpc_address}:{self.settings.grpc_port}"
-        policy = edge.access_policy(self.settings, self.tokens, self.settings.grpc_address)
-        server = build_server(
-            self.plane,
-            address,
-            self.settings.grpc_max_message_bytes,
-            tls=self.grpc_tls,
-            observer=self.observer,
-            kind=self.settings.grpc_server,
-            access=policy,
-            max_concurrent_rpcs=self.settings.max_inflight_requests or None,
-            tfserving_tensor_content=self.settings.tfserving_tensor_content,
-            reuse_port=self.worker is not None,
-            settings=SettingsGrpc(self.trace_settings, self.log_settings),
-        )
-        await server.start()
-        log.info(
-            "listening: gRPC (KServe v2 / Triton, TF Serving)%s on %s (%s server)",
-            " over TLS" if self.grpc_tls else "",
-            address,
-            "native" if isinstance(server, NativeGrpcServer) else "grpcio",
-        )
-        return server
+    def stop(self) -> None:
+        """Stop now (SIGINT, or the end of a drain): HTTP first, then the rest."""
+        self.stopping = True
+        self.frontends.stop_http()
 
 
 def set_gil_switch_interval(interval_us: int) -> None:
@@ -299,12 +129,13 @@ def run(settings: Settings, worker: WorkerRole | None = None) -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     set_gil_switch_interval(settings.gil_switch_interval_us)
     set_gc_threshold(settings.gc_threshold)
+    server = NetworkServer(settings, worker=worker)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        asyncio.run(Server(settings, worker=worker).run())
+        asyncio.run(server.run())
     else:
-        uvloop.run(Server(settings, worker=worker).run())
+        uvloop.run(server.run())
 
 
 def serve(settings: Settings, worker: WorkerRole | None = None) -> int:
@@ -315,15 +146,3 @@ def serve(settings: Settings, worker: WorkerRole | None = None) -> int:
         print(f"inferd: {exc.message}", file=sys.stderr)
         return 2
     return 0
-
-
-def logs_from(settings: Settings) -> Logs:
-    return Logs(
-        verbose=settings.log_verbose,
-        log_format=settings.log_format,
-        log_file=settings.log_file,
-        access_log=settings.access_log,
-        access_log_file=settings.access_log_file,
-        max_bytes=settings.log_max_bytes,
-        backup_count=settings.log_backup_count,
-    )

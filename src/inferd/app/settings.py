@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -379,3 +380,41 @@ def parse(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Sett
     parser = argparse.ArgumentParser(prog="inferd serve")
     add_arguments(parser)
     return from_sources(parser.parse_args(list(argv)), os.environ if environ is None else environ)
+
+
+def from_keywords(options: Mapping[str, Any], base: Settings | None = None) -> Settings:
+    """Settings from Python keyword arguments (``inferd.Server(model_repository=..., ...)``):
+    each name a field (a flag's name with underscores), each value of the field's type or its
+    text as the flag takes it; a folder may be a ``Path``, a repeated setting one value or a
+    list. Fields not named keep ``base``'s values (else the defaults); the environment is not
+    read."""
+    names = {f.name: f for f in dataclasses.fields(Settings)}
+    values: dict[str, Any] = {}
+    for name, value in options.items():
+        f = names.get(name)
+        if f is None:
+            close = difflib.get_close_matches(name, list(names), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(f"unknown setting '{name}'{hint}")
+        values[name] = _keyword_value(f, value)
+    return dataclasses.replace(base if base is not None else Settings(), **values)
+
+
+def _keyword_value(f: dataclasses.Field[Any], value: Any) -> Any:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if f.metadata.get("repeat"):
+        items = [value] if isinstance(value, str | os.PathLike) else value
+        if not isinstance(items, list | tuple) or not all(
+            isinstance(i, str | os.PathLike) for i in items
+        ):
+            raise ConfigError(f"setting '{f.name}' takes a string or a list of strings")
+        return [os.fspath(i) for i in items]
+    if isinstance(value, str):
+        return _convert(f, value)
+    wanted = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,)}[str(f.type)]
+    if not isinstance(value, wanted) or (f.type != "bool" and isinstance(value, bool)):
+        raise ConfigError(
+            f"setting '{f.name}' must be {f.type}, got {type(value).__name__} {value!r}"
+        )
+    return float(value) if f.type == "float" and isinstance(value, int | float) else value

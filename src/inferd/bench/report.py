@@ -14,9 +14,9 @@ from typing import Any, TextIO
 
 import orjson
 
-from inferd import __version__
 from inferd.bench.measure import columns
 from inferd.bench.options import BenchError, BenchOptions
+from inferd.version import __version__
 
 NA = "n/a"
 

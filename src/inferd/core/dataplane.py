@@ -18,7 +18,6 @@ from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from inferd import __version__
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.errors import InferdError, InvalidInput, NotFound, Unavailable, Unimplemented
 from inferd.core.model import ModelState, ModelVersion
@@ -47,6 +46,7 @@ from inferd.core.views import (
     TensorMetadata,
     VersionState,
 )
+from inferd.version import __version__
 
 if TYPE_CHECKING:
     from inferd.repository.control import RepositoryControl

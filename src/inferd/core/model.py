@@ -69,7 +69,8 @@ class ModelVersion:
         if self.decoupled:
             raise InvalidInput(
                 f"model '{self.name}' is decoupled (0..N responses per request): use gRPC "
-                "ModelStreamInfer or POST /v2/models/{m}/generate_stream"
+                "ModelStreamInfer or POST /v2/models/{m}/generate_stream (in process: "
+                "inferd.Server.infer_stream)"
             )
         started = time.perf_counter_ns()
         timings = Timings()

@@ -11,12 +11,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from inferd import __version__
 from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from inferd.core.model import ModelVersion
 from inferd.core.registry import ModelRecord, Registry
 from inferd.protocols.repository_http import routing_json
 from inferd.repository.manager import ModelManager
+from inferd.version import __version__
 
 RESCAN_S = 10.0
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import orjson
 
-from inferd import __version__
 from inferd.protocols.http import HttpRequest, HttpResponse, Router
 from inferd.security.access import Access
+from inferd.version import __version__
 
 JSON = "application/json"
 Schema = dict[str, Any]

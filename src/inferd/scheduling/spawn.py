@@ -19,9 +19,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-import inferd
-
 log = logging.getLogger("inferd.scheduling")
+
+# The folder that holds the inferd package (this file is inferd/scheduling/spawn.py).
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 BOOT = """\
 import importlib, os, sys
@@ -62,7 +63,7 @@ def python_version(interpreter: str) -> tuple[int, int]:
 
 def worker_path(interpreter: str) -> str:
     """The ``sys.path`` entries a worker appends (``INFERD_WORKER_PATH``)."""
-    entries = [str(Path(inferd.__file__).resolve().parent.parent)]
+    entries = [str(PACKAGE_ROOT)]
     if python_version(interpreter) == sys.version_info[:2]:
         entries += [p for p in sys.path if p]
     return os.pathsep.join(entries)

@@ -1,0 +1,457 @@
+"""``inferd.Server``: the server core in your process. A model repository, the registry of
+loaded models, the data plane, metrics and logs on one event loop, called directly (numpy in,
+numpy out) and, when asked, over HTTP and gRPC as well.
+
+``inferd serve`` is this object with the network frontends started on it
+(``inferd.app.server``): an in-process call and a network request to the same model go through
+the same data plane, scheduler and instances, so they are batched together.
+
+It runs one of two ways. ``with Server(...)`` (or ``open()`` / ``close()``) starts it on an
+event loop of its own, on a thread, and every plain method blocks until answered.
+``async with Server(...)`` (or ``await start()`` / ``await stop()``) runs it on the caller's
+loop, where the ``async_`` methods are awaited. Either way the plain methods work from any
+thread but the server's loop. Errors are inferd's exceptions (``inferd.core.errors``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+)
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+
+from inferd.app import edge
+from inferd.app.calls import Outputs, OutputsWanted, build_request
+from inferd.app.loop_thread import LoopThread, call_in_loop
+from inferd.app.repository import model_manager
+from inferd.app.settings import Settings, from_keywords
+from inferd.config.model_config_pb2 import ModelConfig
+from inferd.core.dataplane import DataPlane
+from inferd.core.errors import ConfigError, Unavailable
+from inferd.core.registry import Registry
+from inferd.core.stats import ModelStatistics
+from inferd.core.types import InferRequest
+from inferd.core.views import IndexEntry, ModelMetadata, ServerMetadata
+from inferd.observability.log_settings import LogSettings
+from inferd.observability.logging import Logs
+from inferd.observability.metrics import EndpointStats, build_registry
+from inferd.observability.trace_settings import TraceSettings
+from inferd.observability.tracing import Tracer
+from inferd.repository.control import RepositoryControl
+from inferd.repository.manager import ControlMode
+from inferd.repository.poller import Poller
+from inferd.scheduling.cache import ResponseCache
+
+if TYPE_CHECKING:
+    from inferd.app.frontends import Frontends
+
+log = logging.getLogger("inferd.server")
+
+T = TypeVar("T")
+_END = object()  # what ``_next`` returns when a stream has ended
+
+
+class Server:
+    """An inferd server in this process: ``Server(model_repository="models", **settings)``.
+
+    The keyword arguments are ``inferd serve``'s settings (``--model-control-mode`` ->
+    ``model_control_mode``...), or pass one ``Settings``. The environment is not read."""
+
+    def __init__(
+        self, settings: Settings | None = None, /, *, logs: Logs | None = None, **options: Any
+    ) -> None:
+        if settings is None or options:
+            settings = from_keywords(options, settings)
+        if not settings.model_repository:
+            raise ConfigError(
+                "--model-repository is required (or INFERD_MODEL_REPOSITORY; "
+                "model_repository= in Python)"
+            )
+        self.settings = settings
+        self.registry = Registry()
+        cache = ResponseCache(settings.cache_size) if settings.cache_size > 0 else None
+        self.tokens = edge.token_store(settings)
+        self.manager = model_manager(
+            settings, self.registry, cache, edge.code_policy(settings, self.tokens)
+        )
+        repository = RepositoryControl(self.manager, settings.max_upload_bytes)
+        self.plane = DataPlane(self.registry, settings.server_name, repository)
+        if settings.strict_readiness:
+            self.plane.models_ready = self.manager.ready
+        # Models in worker processes (Python models) call other models through the data plane.
+        lifecycle = self.manager.lifecycle
+        lifecycle.options = replace(lifecycle.options, call_model=self.plane.infer)
+        self.logs = logs or logs_from(settings)
+        self.endpoints = EndpointStats()
+        self.metrics = build_registry(self.registry, self.endpoints, self.manager.status)
+        self.tracer = (
+            Tracer(settings.trace_exporter, settings.trace_endpoint, settings.server_name)
+            if settings.trace_exporter
+            else None
+        )
+        # Triton's trace and log settings APIs change these at run time.
+        self.trace_settings = TraceSettings(self.tracer is not None, self.registry.record)
+        self.log_settings = LogSettings(self.logs)
+        # Run after the startup loads, before the server is ready (workers replay changes).
+        self.after_startup_loads: Callable[[], Coroutine[Any, Any, None]] | None = None
+        self.poller: Poller[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread_id = 0
+        self._thread: LoopThread | None = None  # ``open``'s loop
+        self._loader: asyncio.Task[None] | None = None
+        self._frontends: Frontends | None = None
+        self._stopped = False
+
+    def __repr__(self) -> str:
+        state = "stopped" if self._stopped else "running" if self._loop else "not started"
+        return f"<inferd.Server {', '.join(self.settings.model_repository)} ({state})>"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, *, wait_for_models: bool = True) -> Server:
+        """Start on the running event loop and load the repository's models (returns once
+        startup loading has settled, unless ``wait_for_models`` is false). A model that fails
+        to load is UNAVAILABLE with its reason (``models()``); the others serve."""
+        if self._loop is not None or self._stopped:
+            raise RuntimeError("an inferd.Server starts once: make a new one")
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread_id = threading.get_ident()
+        self._loader = self._loop.create_task(self._load_models(), name="inferd startup loads")
+        if wait_for_models:
+            try:
+                await asyncio.shield(self._loader)
+            except BaseException:
+                await self.stop()
+                raise
+        return self
+
+    async def _load_models(self) -> None:
+        try:
+            await self.manager.start(self.settings.load_model)
+            if self.after_startup_loads is not None:
+                await self.after_startup_loads()
+        finally:
+            self.plane.started = not self._stopped
+            ready = [r.name for r in self.registry.records() if r.versions]
+            log.info("server ready; models ready: %s", ", ".join(ready) or "none")
+        if self.manager.mode is ControlMode.POLL and not self._stopped:
+            self.poller = Poller(
+                self.manager.scan, self.manager.apply, self.manager.poll_interval_s
+            )
+            self.poller.start()
+
+    async def stop(self) -> None:
+        """Stop serving: the frontends, the repository poller, then every model (requests
+        queued in them finish first). Calling it again does nothing."""
+        if self._loop is None or self._stopped:
+            return
+        self._stopped = True
+        self.plane.started = False
+        if self._loader is not None and not self._loader.done():
+            self._loader.cancel()
+            await asyncio.gather(self._loader, return_exceptions=True)
+        if self._frontends is not None:
+            await self._frontends.stop()
+        if self.poller is not None:
+            await self.poller.stop()
+        await self.manager.close()
+        self.plane.shared_memory.close()
+        if self.tracer is not None:
+            self.tracer.close()
+        log.info("server stopped")
+
+    def open(self) -> Server:
+        """Start on an event loop of its own (a thread) and load the models; ``close`` ends
+        it. ``with Server(...) as server`` does both."""
+        if self._loop is not None or self._stopped:
+            raise RuntimeError("an inferd.Server starts once: make a new one")
+        thread = LoopThread()
+        try:
+            thread.call(self.start())
+        except BaseException:
+            thread.close()
+            raise
+        self._thread = thread
+        return self
+
+    def close(self) -> None:
+        """Stop (as ``stop``) and end ``open``'s thread; from another thread, stop a server
+        started with ``await start()``."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            if self._loop is not None and not self._stopped:
+                self._block(self.stop())
+            return
+        try:
+            thread.call(self.stop())
+        finally:
+            thread.close()
+
+    def __enter__(self) -> Server:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Server:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------ inference
+
+    def infer(
+        self,
+        model: str,
+        inputs: Mapping[str, Any],
+        *,
+        version: str | int = "",
+        outputs: OutputsWanted | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        request_id: str = "",
+    ) -> Outputs:
+        """Run one request: ``inputs`` maps each input's name to a numpy array (batch first
+        when the model batches); returns each output's array by name. ``version``: a version
+        number (default: routing's choice); ``outputs``: only these (or ``{name:
+        {"classification": k}}``); ``parameters``: the request's (``priority``, ``timeout``
+        in µs, ``sequence_id``...), as the v2 protocol names them."""
+        request = build_request(model, inputs, version, outputs, parameters, request_id)
+        return self._block(self._infer(request))
+
+    async def async_infer(
+        self,
+        model: str,
+        inputs: Mapping[str, Any],
+        *,
+        version: str | int = "",
+        outputs: OutputsWanted | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        request_id: str = "",
+    ) -> Outputs:
+        """``infer``, awaited on the server's event loop."""
+        self._check_loop()
+        request = build_request(model, inputs, version, outputs, parameters, request_id)
+        return Outputs(await self.plane.infer(request))
+
+    async def _infer(self, request: InferRequest) -> Outputs:
+        return Outputs(await self.plane.infer(request))
+
+    def infer_stream(
+        self,
+        model: str,
+        inputs: Mapping[str, Any],
+        *,
+        version: str | int = "",
+        outputs: OutputsWanted | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        request_id: str = "",
+    ) -> Iterator[Outputs]:
+        """The responses to one request as the model sends them: a decoupled model's 0..N,
+        any other model's one. Leaving the loop early cancels the request."""
+        request = build_request(model, inputs, version, outputs, parameters, request_id)
+        stream = self._stream(request)
+        try:
+            while True:
+                item = self._block(_next(stream))
+                if item is _END:
+                    return
+                assert isinstance(item, Outputs)
+                yield item
+        finally:
+            if self._loop is not None and not self._stopped and not self._loop.is_closed():
+                self._block(stream.aclose())
+
+    def async_infer_stream(
+        self,
+        model: str,
+        inputs: Mapping[str, Any],
+        *,
+        version: str | int = "",
+        outputs: OutputsWanted | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        request_id: str = "",
+    ) -> AsyncIterator[Outputs]:
+        """``infer_stream`` as an async iterator on the server's event loop."""
+        self._check_loop()
+        return self._stream(build_request(model, inputs, version, outputs, parameters, request_id))
+
+    async def _stream(self, request: InferRequest) -> AsyncGenerator[Outputs, None]:
+        async for response in self.plane.infer_stream(request):
+            if response.outputs or not response.parameters.get("triton_final_response"):
+                yield Outputs(response)  # a bare final flag ends the stream: not a response
+
+    # ------------------------------------------------------------------ models
+
+    def models(self, ready_only: bool = False) -> list[IndexEntry]:
+        """The repository index: every model version with its state (READY, LOADING,
+        UNAVAILABLE) and why; models not loaded have no version ("unloaded")."""
+        return self._block(self.async_models(ready_only))
+
+    async def async_models(self, ready_only: bool = False) -> list[IndexEntry]:
+        self._check_loop()
+        return await self.plane.index(ready_only)
+
+    def load(
+        self,
+        name: str,
+        config: Mapping[str, Any] | str | None = None,
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """Load (or reload) a model from the repository (``model_control_mode="explicit"``);
+        ``config``: a model config to use instead (a dict or JSON, Triton's form), with
+        ``files`` ({"1/model.onnx": bytes...}) to load a model that is in no repository."""
+        self._block(self.async_load(name, config, files))
+
+    async def async_load(
+        self,
+        name: str,
+        config: Mapping[str, Any] | str | None = None,
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
+        self._check_loop()
+        text = config if isinstance(config, str) or config is None else orjson.dumps(config)
+        config_json = text.decode() if isinstance(text, bytes) else text
+        await self.plane.load_model(name, config_json, dict(files) if files else None)
+
+    def unload(self, name: str, unload_dependents: bool = False) -> list[str]:
+        """Unload a model (and, with ``unload_dependents``, the ensembles that use it);
+        returns the models unloaded. Requests already queued finish first."""
+        return self._block(self.async_unload(name, unload_dependents))
+
+    async def async_unload(self, name: str, unload_dependents: bool = False) -> list[str]:
+        self._check_loop()
+        return await self.plane.unload_model(name, unload_dependents)
+
+    def model_metadata(self, name: str, version: str | int = "") -> ModelMetadata:
+        """A model's versions, platform, and inputs and outputs (name, datatype, shape)."""
+        return self._here(self.plane.model_metadata, name, str(version or ""))
+
+    def model_config(self, name: str, version: str | int = "") -> ModelConfig:
+        """A copy of the model's completed config (a ``ModelConfig`` message)."""
+        return self._here(self.plane.model_config, name, str(version or ""))
+
+    def model_ready(self, name: str, version: str | int = "") -> bool:
+        return self._here(self.plane.model_ready, name, str(version or ""))
+
+    def statistics(self, name: str = "", version: str | int = "") -> tuple[ModelStatistics, ...]:
+        """Triton's statistics of every ready version, or of a model's, or of one version:
+        requests, executions (batches), and time queued and computing."""
+        return self._here(self.plane.statistics, name, str(version or ""))
+
+    def metadata(self) -> ServerMetadata:
+        return self._here(self.plane.server_metadata)
+
+    @property
+    def ready(self) -> bool:
+        """Started, startup loading done, and (``strict_readiness``) every model READY."""
+        return self._loop is not None and self._here(lambda: self.plane.ready)
+
+    # ------------------------------------------------------------------ the network
+
+    def serve_http(self, port: int | None = None) -> int:
+        """Also serve this server over HTTP (KServe v2, TF Serving REST, the dashboard...) on
+        ``http_address``:``port`` (default ``http_port``; 0: a free port) until it stops;
+        returns the port."""
+        return self._block(self.async_serve_http(port))
+
+    async def async_serve_http(self, port: int | None = None) -> int:
+        self._check_loop()
+        return await self.frontends().start_http(self.settings.http_port if port is None else port)
+
+    def serve_grpc(self, port: int | None = None) -> int:
+        """Also serve this server over gRPC (KServe v2 / Triton, TF Serving) on
+        ``grpc_address``:``port`` (default ``grpc_port``; 0: a free port) until it stops;
+        returns the port."""
+        return self._block(self.async_serve_grpc(port))
+
+    async def async_serve_grpc(self, port: int | None = None) -> int:
+        self._check_loop()
+        return await self.frontends().start_grpc(self.settings.grpc_port if port is None else port)
+
+    def frontends(
+        self,
+        *,
+        metrics_text: Callable[[], Awaitable[bytes]] | None = None,
+        reuse_port: bool = False,
+    ) -> Frontends:
+        """The network frontends on this server: built on first use (with these options, see
+        ``Frontends``), stopped with it."""
+        if self._frontends is None:
+            from inferd.app.frontends import Frontends
+
+            self._frontends = Frontends(self, metrics_text=metrics_text, reuse_port=reuse_port)
+        return self._frontends
+
+    # ------------------------------------------------------------------ threads and loops
+
+    def _check_loop(self) -> None:
+        """An ``async_`` method is awaited on the server's own loop."""
+        if self._loop is None or self._stopped:
+            raise Unavailable(_NOT_RUNNING)
+        if asyncio.get_running_loop() is not self._loop:
+            raise RuntimeError(
+                "this inferd.Server runs on another event loop: await its async_ methods "
+                "there, or call its blocking methods from a thread"
+            )
+
+    def _block(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the server's loop from another thread and wait for its result."""
+        loop = self._loop
+        if loop is None or self._stopped or loop.is_closed():
+            coro.close()
+            raise Unavailable(_NOT_RUNNING)
+        if threading.get_ident() == self._loop_thread_id:
+            coro.close()
+            raise RuntimeError(
+                "a blocking inferd.Server method was called on the server's own event loop: "
+                "await the async_ form instead (server.async_infer...)"
+            )
+        return call_in_loop(loop, coro)
+
+    def _here(self, function: Callable[..., T], *args: Any) -> T:
+        """Call ``function`` on the server's loop thread: at once when this is it."""
+        if threading.get_ident() == self._loop_thread_id:
+            return function(*args)
+        return self._block(_apply(function, *args))
+
+
+_NOT_RUNNING = (
+    "the server is not running: start it with `with inferd.Server(...)`, open() or "
+    "`await server.start()`"
+)
+
+
+async def _apply(function: Callable[..., T], *args: Any) -> T:
+    return function(*args)
+
+
+async def _next(stream: AsyncIterator[Outputs]) -> object:
+    try:
+        return await stream.__anext__()
+    except StopAsyncIteration:
+        return _END
+
+
+def logs_from(settings: Settings) -> Logs:
+    return Logs(
+        verbose=settings.log_verbose,
+        log_format=settings.log_format,
+        log_file=settings.log_file,
+        access_log=settings.access_log,
+        access_log_file=settings.access_log_file,
+        max_bytes=settings.log_max_bytes,
+        backup_count=settings.log_backup_count,
+    )

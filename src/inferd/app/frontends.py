@@ -1,0 +1,280 @@
+"""The network frontends of one server core: the HTTP app (KServe v2 and TF Serving REST,
+repository, admin, trace and log settings, shared memory, generate, OpenAPI, dashboard), the
+gRPC server, and ``--metrics-port``, started and stopped on the core's event loop.
+
+``inferd serve`` (``inferd.app.server``) and ``inferd.Server.serve_http`` / ``serve_grpc`` both
+build them here, on an ``inferd.Server``. They reach the core only through ``Core``: the data
+plane every request is decoded into, and the settings, logs, metrics and observers of the
+core; nothing here loads a model or touches a scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from granian.constants import Interfaces
+from granian.server.embed import Server as GranianServer
+from prometheus_client import CollectorRegistry, start_http_server
+
+from inferd.app import edge
+from inferd.app.settings import Settings
+from inferd.core.dataplane import DataPlane
+from inferd.core.errors import ConfigError
+from inferd.observability.log_settings import LogSettings
+from inferd.observability.logging import Logs
+from inferd.observability.metrics import EndpointStats
+from inferd.observability.requests import RequestObserver
+from inferd.observability.trace_settings import TraceSettings
+from inferd.observability.tracing import Tracer
+from inferd.protocols.admin_http import AdminHttp
+from inferd.protocols.dashboard_http import Dashboard
+from inferd.protocols.generate_http import GenerateHttp
+from inferd.protocols.h2grpc.server import NativeGrpcServer
+from inferd.protocols.http import HttpApp, Router
+from inferd.protocols.openapi import OpenApi
+from inferd.protocols.repository_http import RepositoryHttp
+from inferd.protocols.settings_grpc import SettingsGrpc
+from inferd.protocols.settings_http import SettingsHttp
+from inferd.protocols.shm_http import SharedMemoryHttp
+from inferd.protocols.tfserving_http import TfServingHttp
+from inferd.protocols.v2_grpc import build_server
+from inferd.protocols.v2_http import V2Http
+from inferd.repository.manager import ModelManager
+from inferd.security.tokens import TokenStore
+
+log = logging.getLogger("inferd.server")
+
+GRPC_STOP_GRACE_S = 5.0  # in-flight gRPC calls get this long to finish at shutdown
+
+
+class Core(Protocol):
+    """What the frontends use of a server core (``inferd.Server``)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def plane(self) -> DataPlane: ...
+    @property
+    def manager(self) -> ModelManager: ...  # the dashboard's repository facts and files
+    @property
+    def metrics(self) -> CollectorRegistry: ...
+    @property
+    def logs(self) -> Logs: ...
+    @property
+    def endpoints(self) -> EndpointStats: ...
+    @property
+    def tracer(self) -> Tracer | None: ...
+    @property
+    def trace_settings(self) -> TraceSettings: ...
+    @property
+    def log_settings(self) -> LogSettings: ...
+    @property
+    def tokens(self) -> TokenStore: ...
+
+
+@dataclass(slots=True)
+class _Listener:
+    """One HTTP server: granian's, and the task serving it."""
+
+    server: Any  # granian's embedded Server
+    task: asyncio.Task[None]
+    address: str
+
+
+def free_port(address: str) -> int:
+    """A port free on ``address`` now, for a frontend asked to listen on port 0 (its server
+    binds with SO_REUSEPORT, which cannot say which port it got)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on address '{address}': {exc}") from None
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class Frontends:
+    """The HTTP app and gRPC server of one core; ``start_http`` / ``start_grpc`` listen."""
+
+    def __init__(
+        self,
+        core: Core,
+        *,
+        metrics_text: Callable[[], Awaitable[bytes]] | None = None,
+        metrics_registry: CollectorRegistry | None = None,
+        reuse_port: bool = False,
+    ) -> None:
+        """``metrics_text`` / ``metrics_registry``: what ``/metrics`` and ``--metrics-port``
+        serve instead of the core's own figures (several workers: their totals);
+        ``reuse_port``: share the ports with the server's other workers."""
+        settings = core.settings
+        self.core = core
+        self.settings = settings
+        self.plane = core.plane
+        self.reuse_port = reuse_port
+        self.metrics_registry = metrics_registry or core.metrics
+        self.observer = RequestObserver(
+            core.endpoints, core.logs, core.tracer, settings.node_name, core.trace_settings
+        )
+        router = Router()
+        V2Http(self.plane).register(router)
+        TfServingHttp(self.plane).register(router)
+        RepositoryHttp(
+            self.plane, settings.max_upload_bytes, settings.max_concurrent_uploads
+        ).register(router)
+        AdminHttp(
+            core.metrics if settings.allow_metrics else None, core.logs, metrics_text
+        ).register(router)
+        SettingsHttp(core.trace_settings, core.log_settings).register(router)
+        SharedMemoryHttp(self.plane.shared_memory).register(router)
+        GenerateHttp(self.plane).register(router)
+        OpenApi(settings.allow_dashboard, not settings.dashboard_port).register(router)
+        self.granian_options = edge.granian_options(settings)
+        self.grpc_tls = edge.grpc_tls(settings)
+        self.dashboard = (
+            Dashboard(
+                settings,
+                self.plane,
+                core.manager,
+                access_log=core.logs.access_enabled,
+                tracing=core.tracer is not None,
+            )
+            if settings.allow_dashboard
+            else None
+        )
+        if self.dashboard is not None:
+            self.dashboard.register(router)
+        self.http_app = HttpApp(
+            router,
+            observer=self.observer,
+            guard=edge.http_guard(
+                settings, edge.access_policy(settings, core.tokens, settings.http_address)
+            ),
+            limits=edge.http_limits(settings),
+        )
+        self._http: list[_Listener] = []
+        self._grpc: list[Any] = []
+        self._dashboard_started = False
+        self._metrics_server: Any = None
+
+    # ------------------------------------------------------------------ HTTP
+
+    async def start_http(self, port: int) -> int:
+        """Listen on ``--http-address``:``port`` (0: a free port) and return the port; the
+        first also starts the dashboard and ``--metrics-port``. A port that cannot be bound
+        is a ConfigError."""
+        port = port or free_port(self.settings.http_address)
+        address = f"{self.settings.http_address}:{port}"
+        server = GranianServer(
+            self.http_app,
+            address=self.settings.http_address,
+            port=port,
+            interface=Interfaces.RSGI,
+            runtime_threads=1,
+            backlog=2048,
+            log_enabled=False,
+            **self.granian_options,
+        )
+        bound = asyncio.Event()
+        server.on_startup(bound.set)  # granian calls this once its socket is bound
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(server.serve(), name=f"http {address}")
+        binding = loop.create_task(bound.wait())
+        await asyncio.wait({task, binding}, return_when=asyncio.FIRST_COMPLETED)
+        if not bound.is_set():
+            binding.cancel()
+            exc = task.exception() if task.done() else None
+            raise ConfigError(f"cannot serve HTTP on {address}: {exc}")
+        scheme = "HTTPS" if "ssl_cert" in self.granian_options else "HTTP"
+        log.info("listening: %s (KServe v2, TF Serving REST) on %s", scheme, address)
+        self._http.append(_Listener(server, task, address))
+        if len(self._http) == 1:
+            self._start_metrics_port()
+            if self.dashboard is not None:
+                await self.dashboard.start(self.http_app, self.observer, self.granian_options)
+                self._dashboard_started = True
+        return port
+
+    def stop_http(self) -> None:
+        """Ask every HTTP server to stop (they finish their requests); see ``http_stopped``."""
+        for listener in self._http:
+            listener.server.stop()
+
+    async def http_stopped(self) -> None:
+        """Wait until every HTTP server has stopped; an error that stopped one is raised."""
+        for listener in self._http:
+            await listener.task
+
+    def _start_metrics_port(self) -> None:
+        settings = self.settings
+        if not (settings.allow_metrics and settings.metrics_port):
+            return
+        try:
+            self._metrics_server, _ = start_http_server(
+                settings.metrics_port, settings.http_address, registry=self.metrics_registry
+            )
+        except OSError as exc:
+            where = f"{settings.http_address}:{settings.metrics_port}"
+            raise ConfigError(f"cannot serve metrics on {where}: {exc}") from None
+        log.info("metrics on %s:%d/metrics", settings.http_address, settings.metrics_port)
+
+    # ------------------------------------------------------------------ gRPC
+
+    async def start_grpc(self, port: int) -> int:
+        """Serve gRPC (KServe v2 / Triton, TF Serving) on ``--grpc-address``:``port`` (0: a
+        free port) and return the port."""
+        settings = self.settings
+        port = port or free_port(settings.grpc_address)
+        address = f"{settings.grpc_address}:{port}"
+        policy = edge.access_policy(settings, self.core.tokens, settings.grpc_address)
+        server = build_server(
+            self.plane,
+            address,
+            settings.grpc_max_message_bytes,
+            tls=self.grpc_tls,
+            observer=self.observer,
+            kind=settings.grpc_server,
+            access=policy,
+            max_concurrent_rpcs=settings.max_inflight_requests or None,
+            tfserving_tensor_content=settings.tfserving_tensor_content,
+            reuse_port=self.reuse_port,
+            settings=SettingsGrpc(self.core.trace_settings, self.core.log_settings),
+        )
+        await server.start()
+        self._grpc.append(server)
+        log.info(
+            "listening: gRPC (KServe v2 / Triton, TF Serving)%s on %s (%s server)",
+            " over TLS" if self.grpc_tls else "",
+            address,
+            "native" if isinstance(server, NativeGrpcServer) else "grpcio",
+        )
+        return port
+
+    # ------------------------------------------------------------------ all of them
+
+    async def stop(self) -> None:
+        """Stop every frontend: HTTP servers finish their requests, gRPC calls get
+        ``GRPC_STOP_GRACE_S``."""
+        self.stop_http()
+        for listener in self._http:
+            try:
+                await listener.task
+            except Exception:
+                log.exception("the HTTP server on %s stopped with an error", listener.address)
+        self._http.clear()
+        for server in self._grpc:
+            await server.stop(grace=GRPC_STOP_GRACE_S)
+        self._grpc.clear()
+        if self.dashboard is not None and self._dashboard_started:
+            await self.dashboard.stop()
+            self._dashboard_started = False
+        if self._metrics_server is not None:
+            metrics, self._metrics_server = self._metrics_server, None
+            await asyncio.to_thread(metrics.shutdown)  # waits for its thread's next poll
+            metrics.server_close()
