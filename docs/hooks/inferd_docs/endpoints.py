@@ -11,7 +11,7 @@ import tempfile
 from grpc_health.v1 import health_pb2
 
 from inferd.app import settings
-from inferd.app.server import Server
+from inferd.app.server import NetworkServer as Server
 from inferd.cli import build_parser
 from inferd.protocols.tfserving_grpc import TfServingGrpc
 from inferd.protocols.v2_grpc import SERVICE, V2Grpc
