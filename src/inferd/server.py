@@ -6,6 +6,7 @@ import asyncio
 import gc
 import logging
 import os
+import shutil
 import signal
 import sys
 from dataclasses import replace
@@ -22,9 +23,11 @@ from inferd.errors import ConfigError
 from inferd.observability.log_settings import LogSettings
 from inferd.observability.logging import Logs
 from inferd.observability.metrics import EndpointStats, build_registry
+from inferd.observability.model_metrics import ModelMetrics
 from inferd.observability.requests import RequestObserver
 from inferd.observability.trace_settings import TraceSettings
 from inferd.observability.tracing import Tracer
+from inferd.protocols import torchserve_ports
 from inferd.protocols.admin_http import AdminHttp
 from inferd.protocols.dashboard_http import Dashboard
 from inferd.protocols.generate_http import GenerateHttp
@@ -59,6 +62,7 @@ class Server:
     def __init__(
         self, settings: Settings, logs: Logs | None = None, worker: WorkerRole | None = None
     ) -> None:
+        settings, self.temporary_repository = torchserve_ports.prepare(settings)
         if not settings.model_repository:
             raise ConfigError("--model-repository is required (or INFERD_MODEL_REPOSITORY)")
         self.settings = settings
@@ -80,10 +84,15 @@ class Server:
             self.plane.models_ready = self.manager.ready
         # Models in worker processes (Python models) call other models through the data plane.
         lifecycle = self.manager.lifecycle
-        lifecycle.options = replace(lifecycle.options, call_model=self.plane.infer)
+        # Metrics a model's own code records (TorchServe handlers) join /metrics.
+        self.model_metrics = ModelMetrics()
+        lifecycle.options = replace(
+            lifecycle.options, call_model=self.plane.infer, model_metrics=self.model_metrics.record
+        )
         self.logs = logs or logs_from(settings)
         self.endpoints = EndpointStats()
         self.metrics = build_registry(self.registry, self.endpoints, self.manager.status)
+        self.metrics.register(self.model_metrics)
         self.node: WorkerNode | None = None
         if peers is not None and isinstance(control, SharedControl):
             self.node = WorkerNode(peers, control, self.plane, self.metrics)
@@ -137,6 +146,19 @@ class Server:
             if self.node is not None:
                 self.node.series = self.dashboard.series
                 self.dashboard.traffic_totals = self.node.traffic
+        # TorchServe's inference, management and gRPC APIs on ports of their own.
+        self.torchserve = (
+            torchserve_ports.TorchServePorts(
+                settings,
+                self.plane,
+                self.manager,
+                self.tokens,
+                self.observer,
+                self.granian_options,
+            )
+            if torchserve_ports.enabled(settings)
+            else None
+        )
         self.http_app = HttpApp(
             router,
             observer=self.observer,
@@ -148,7 +170,13 @@ class Server:
 
     async def _load_models(self) -> None:
         try:
-            await self.manager.start(self.settings.load_model)
+            load = list(self.settings.load_model)
+            if self.torchserve is not None:
+                registered = await self.torchserve.register_at_start()
+                # Loaded with the repository, unless only some models load (explicit mode).
+                if load or self.manager.mode is ControlMode.EXPLICIT:
+                    load += registered
+            await self.manager.start(load)
             if self.node is not None:
                 await self.node.control.replay()
         finally:
@@ -194,6 +222,8 @@ class Server:
                 await self._load_models()
         security.warn_if_open(self.settings, self.tokens)
         grpc_server = await self._start_grpc()
+        if self.torchserve is not None:
+            await self.torchserve.start()
         if self.settings.allow_metrics and self.settings.metrics_port:
             start_http_server(
                 self.settings.metrics_port,
@@ -224,7 +254,11 @@ class Server:
                 await grpc_server.stop(grace=GRPC_STOP_GRACE_S)
             if self.dashboard is not None:
                 await self.dashboard.stop()
+            if self.torchserve is not None:
+                await self.torchserve.stop()
             await self.manager.close()
+            if self.temporary_repository is not None:
+                shutil.rmtree(self.temporary_repository, ignore_errors=True)
             self.plane.shared_memory.close()
             if self.tracer is not None:
                 self.tracer.close()
@@ -285,6 +319,8 @@ def run(settings: Settings, worker: WorkerRole | None = None) -> None:
     """Serve until stopped: one process, or (``--http-workers``) a supervisor of several."""
     if worker is None:
         count, why = worker_count(settings)
+        if count > 1 and torchserve_ports.enabled(settings):
+            count = 1  # TorchServe's ports and its registrations live in one serving process
         if count > 1:
             if not settings.model_repository:
                 raise ConfigError("--model-repository is required (or INFERD_MODEL_REPOSITORY)")

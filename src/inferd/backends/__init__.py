@@ -66,6 +66,12 @@ def _python() -> Backend:
     return PythonBackend()
 
 
+def _torchserve() -> Backend:
+    from inferd.backends.torchserve.backend import TorchServeBackend
+
+    return TorchServeBackend()
+
+
 def _ensemble() -> Backend:
     from inferd.backends.ensemble import EnsembleBackend
 
@@ -83,6 +89,7 @@ BUILTIN: dict[str, Callable[[], Backend]] = {
     "echo": _echo,
     "ensemble": _ensemble,
     "python": _python,
+    "torchserve": _torchserve,
     "onnxruntime": _onnxruntime,
     "tensorflow": _tensorflow,
     "pytorch": _pytorch,
@@ -115,7 +122,10 @@ DEFAULT_FILES: dict[str, str] = {
     "model.json": "xgboost",
     "model.ubj": "xgboost",
     "model.txt": "lightgbm",
+    "MAR-INF/MANIFEST.json": "torchserve",  # an unpacked TorchServe archive
 }
+# A file with this suffix in a version directory selects the backend (TorchServe's ``.mar``).
+DEFAULT_SUFFIXES: dict[str, str] = {".mar": "torchserve"}
 
 _cache: dict[str, Backend] = {}
 
@@ -161,6 +171,9 @@ def select_backend(config: ModelConfig, version_dirs: Iterable[Path]) -> Backend
     dirs = list(version_dirs)
     for filename, name in DEFAULT_FILES.items():
         if any((d / filename).exists() for d in dirs):
+            return get_backend(name)
+    for suffix, name in DEFAULT_SUFFIXES.items():
+        if any(any(d.glob(f"*{suffix}")) for d in dirs if d.is_dir()):
             return get_backend(name)
     raise ConfigError(
         "cannot tell which backend serves this model: no known model file "
