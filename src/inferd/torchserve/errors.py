@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferd.errors import ErrorCode, InferdError, ModelFailed
+from inferd.scheduling.work import InstanceFailed
 
 NOT_FOUND_MESSAGE = "Requested resource is not found, please refer to API document."
 METHOD_MESSAGE = "Requested method is not allowed, please refer to API document."
@@ -115,6 +116,8 @@ def answer(error: InferdError) -> Answer:
     if isinstance(error, ModelFailed):
         status = 507 if error.status == 413 else error.status
         return Answer(status, "InternalServerException", error.message)
+    if isinstance(error, InstanceFailed):  # the worker crashed or outlived responseTimeout
+        return Answer(500, "InternalServerException", "Worker died.")
     status, kind = _BY_CODE[error.code]
     if error.code is ErrorCode.UNAUTHENTICATED:
         return Answer(status, kind, TOKEN_MESSAGE)

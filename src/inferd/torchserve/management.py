@@ -170,11 +170,11 @@ class Management:
         storage, files = await self._files(name)
         by_version, _ = version_files(files)
         number = max(by_version, default=0) + 1
-        workers = self._workers(model_yaml, request.initial_workers)
+        workers, most = self._workers(model_yaml, request.initial_workers)
         doc = {
             "url": request.url,
             "min_workers": workers,
-            "max_workers": workers,
+            "max_workers": most,
             "loaded_at_startup": False,
         }
         for key in ("handler", "batch_size", "max_batch_delay", "response_timeout"):
@@ -217,22 +217,25 @@ class Management:
                     log.info("model '%s' version %s is in the repository already", model, there)
                     return model
         number = max(by_version, default=0) + 1
-        workers = self._workers(model_yaml, None)
+        workers, most = self._workers(model_yaml, None)
         doc = {
             "url": source.url,
             "min_workers": workers,
-            "max_workers": workers,
+            "max_workers": most,
             "loaded_at_startup": True,
         }
         await self._install(storage, model, number, source, doc)
         await self._write_config(storage, model)
         return model
 
-    def _workers(self, model_yaml: dict[str, Any], initial: int | None) -> int:
+    def _workers(self, model_yaml: dict[str, Any], initial: int | None) -> tuple[int, int]:
+        """(min, max) workers: model-config.yaml's pair when it is consistent, as in
+        TorchServe, else the registration's initial workers (else the server's default)."""
         low, high = model_yaml.get("minWorkers"), model_yaml.get("maxWorkers")
         if isinstance(low, int) and isinstance(high, int) and 0 < low <= high:
-            return low
-        return initial if initial is not None and initial > 0 else self.default_workers
+            return low, high
+        count = initial if initial is not None and initial > 0 else self.default_workers
+        return count, count
 
     async def _install(
         self, storage: Storage, name: str, number: int, source: Source, doc: dict[str, Any]

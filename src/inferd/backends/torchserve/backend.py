@@ -147,6 +147,7 @@ class TorchServeBackend:
                 max(config.max_batch_size, 1),
                 json.dumps(model_yaml, default=str),
                 placement.index,
+                float(settings.response_timeout),
             ),
             interpreter_for(env, version_dir.parent),
         )

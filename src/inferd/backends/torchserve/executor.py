@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -52,6 +53,7 @@ BUILTIN_HANDLERS = {
     "text_handler": "torchtext",
 }
 
+EXIT_TIMED_OUT = 4  # the worker's exit status when its handler outlived responseTimeout
 Entry = Callable[[Any, Any], Any]
 Initialize = Callable[[Any], Any]
 
@@ -66,6 +68,7 @@ def torchserve_executor(
     batch_size: int,
     model_yaml_json: str,
     index: int,
+    response_timeout_s: float = 0,
 ) -> TorchServeExecutor:
     """The executor of one instance (a worker process's recipe calls this)."""
     return TorchServeExecutor(
@@ -77,6 +80,7 @@ def torchserve_executor(
         f"{model_name}/{version}",
         batch_size,
         json.loads(model_yaml_json),
+        response_timeout_s,
     )
 
 
@@ -169,6 +173,49 @@ def encode_answer(value: Any) -> bytes:
     return json.dumps(value, indent=2).encode("utf-8")
 
 
+class Watchdog:
+    """TorchServe's ``responseTimeout``: a handler that has not answered a batch within it has
+    its worker process ended (the server answers "Worker died." and starts a new worker)."""
+
+    def __init__(self, timeout_s: float, label: str) -> None:
+        self.timeout_s = timeout_s
+        self.label = label
+        self._deadline: float | None = None
+        self._condition = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def arm(self) -> None:
+        with self._condition:
+            self._deadline = time.monotonic() + self.timeout_s
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, daemon=True)
+                self._thread.start()
+            self._condition.notify()
+
+    def disarm(self) -> None:
+        with self._condition:
+            self._deadline = None
+
+    def _watch(self) -> None:
+        with self._condition:
+            while True:
+                deadline = self._deadline
+                if deadline is None:
+                    self._condition.wait()
+                    continue
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.error(
+                        "model '%s': the handler did not answer within its responseTimeout of "
+                        "%g s: ending this worker",
+                        self.label,
+                        self.timeout_s,
+                    )
+                    sys.stderr.flush()
+                    os._exit(EXIT_TIMED_OUT)
+                self._condition.wait(left)
+
+
 class TorchServeExecutor:
     """One instance of a TorchServe handler."""
 
@@ -184,8 +231,10 @@ class TorchServeExecutor:
         label: str,
         batch_size: int,
         model_yaml: dict[str, Any],
+        response_timeout_s: float = 0,
     ) -> None:
         self.label = label
+        self._watchdog = Watchdog(response_timeout_s, label) if response_timeout_s > 0 else None
         self.model_version = model_version
         folder = Path(model_dir)
         for path in (str(folder), str(COMPAT)):
@@ -260,6 +309,9 @@ class TorchServeExecutor:
         context.request_processor = processors
         self.metrics.set_request_ids(ids)
         built = time.perf_counter_ns()
+        watchdog = self._watchdog
+        if watchdog is not None:
+            watchdog.arm()
         try:
             answers = self._handle(data, context)
         except MemoryError:
@@ -281,6 +333,9 @@ class TorchServeExecutor:
                 )
                 failed = ModelFailed("Prediction failed", 503)
             return self._failed(batch, failed, started, built)
+        finally:
+            if watchdog is not None:
+                watchdog.disarm()
         executed = time.perf_counter_ns()
         if not isinstance(answers, list):
             log.warning("model '%s': invalid return type %s", self.label, type(answers))
