@@ -62,6 +62,7 @@ class TorchServePeer:
     workdir: Path
     models: list[str]
     workers: int = 1
+    extra_args: list[str] = field(default_factory=list)  # more torchserve flags
     inference: int = field(default_factory=free_port)
     management: int = field(default_factory=free_port)
     metrics: int = field(default_factory=free_port)
@@ -111,6 +112,7 @@ class TorchServePeer:
                     str(self.store),
                     "--ts-config",
                     str(config),
+                    *self.extra_args,
                     "--models",
                     *self.models,
                 ],

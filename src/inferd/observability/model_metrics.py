@@ -1,12 +1,13 @@
 """Metrics a model's own code records (a TorchServe handler's ``context.metrics``), on
 ``/metrics`` beside inferd's own.
 
-Workers send (name, type, unit, labels, value) records after each batch; ``record`` adds them
-up on the event loop (a dict update per record) and Prometheus reads the totals at scrape
-time. A metric keeps the handler's name (``HandlerTime``, ``LoopCount``...) made
-Prometheus-safe, its dimensions as labels plus ``model`` and ``version``: counters add up,
-gauges keep the last value, histograms become a count and a sum. A worker is a model's code,
-so what it sends is checked and bounded: at most ``MAX_SERIES`` series per model version.
+Workers send (name, type, unit, labels, value, count) records, added up since their last
+message; ``record`` adds them up on the event loop (a dict update per record) and Prometheus
+reads the totals at scrape time. A metric keeps the handler's name (``HandlerTime``,
+``LoopCount``...) made Prometheus-safe, and its dimensions as labels, plus ``model`` and
+``version``: counters add up, gauges keep the last value, histograms become a count and a
+sum. A worker is a model's code, so what it sends is checked and bounded: at most
+``MAX_SERIES`` series per model version.
 """
 
 from __future__ import annotations
@@ -58,10 +59,11 @@ class ModelMetrics(Collector):
         with self._lock:
             for item in records:
                 try:
-                    metric, kind, unit, labels, value = item
+                    metric, kind, unit, labels, value, *rest = item
                     kind = _KINDS[kind]
                     pairs = tuple((_label(str(k)), str(v)) for k, v in labels)
                     number = float(value)
+                    count = int(rest[0]) if rest else 1
                 except (TypeError, ValueError, KeyError):
                     continue
                 key = (_name(str(metric)), kind)
@@ -88,7 +90,7 @@ class ModelMetrics(Collector):
                     current[0] = number
                 else:
                     current[0] += number
-                    current[1] += 1
+                    current[1] += count
 
     def values(self, metric: str) -> dict[tuple[tuple[str, str], ...], float]:
         """A metric's current values by labels (counters and gauges; histograms: the sum)."""

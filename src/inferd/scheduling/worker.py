@@ -168,7 +168,7 @@ class Host:
 
     def send_metrics(self, model: str, records: list[Any]) -> None:
         """Metrics the model's own code recorded (a TorchServe handler's ``context.metrics``),
-        for the server's ``/metrics``: (name, type, unit, labels, value) records."""
+        for the server's ``/metrics``: (name, type, unit, labels, value, count) records."""
         self.channel.send("metrics", (model, records))
 
     def is_cancelled(self) -> bool:

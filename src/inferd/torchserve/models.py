@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -129,15 +129,22 @@ class TorchServeModels:
         raise version_not_found(name, version)
 
     def default(self, name: str, request_id: str = "") -> ModelVersion:
-        """The version a request that names none gets."""
-        self.record(name)
+        """The version a request that names none gets (routed first: the usual request)."""
         try:
-            return self.registry.route(name, "", "", request_id)
+            model = self.registry.route(name, "", "", request_id)
+        except NotFound:
+            raise model_not_found(name) from None
         except Unavailable:
+            self.record(name)  # not a TorchServe model: not found
             raise no_worker(name) from None
+        if model.config.backend != BACKEND:
+            raise model_not_found(name)
+        return model
 
     def version(self, name: str, version: str = "", request_id: str = "") -> ModelVersion:
-        model = self.find(name, version) if version else self.default(name, request_id)
+        if not version:
+            return self.default(name, request_id)
+        model = self.find(name, version)
         if not is_torchserve(model):
             raise model_not_found(name)
         return model
@@ -225,9 +232,9 @@ class TorchServeModels:
         name: str,
         version: str,
         values: Sequence[bytes],
-        names: Sequence[str],
-        types: Sequence[str],
-        headers: Mapping[str, Any],
+        names: list[str],
+        types: list[str],
+        headers: dict[str, Any],
         request_id: str,
     ) -> Prediction:
         """Run one TorchServe request (its parameters' values, names, content types)."""
@@ -239,7 +246,7 @@ class TorchServeModels:
             name,
             {"body": body},
             id=request_id,
-            parameters={NAMES: list(names), TYPES: list(types), HEADERS: dict(headers)},
+            parameters={NAMES: names, TYPES: types, HEADERS: headers},
         )
         try:
             response = await self.plane.run(model, request)

@@ -15,6 +15,7 @@ fails the whole batch as TorchServe answers it: ``PredictionException``'s code a
 
 from __future__ import annotations
 
+import gc
 import importlib
 import io
 import json
@@ -53,6 +54,8 @@ BUILTIN_HANDLERS = {
     "text_handler": "torchtext",
 }
 
+GC_THRESHOLD = 10_000
+METRICS_FLUSH_S = 1.0  # a worker sends its handler's metrics at most this often
 EXIT_TIMED_OUT = 4  # the worker's exit status when its handler outlived responseTimeout
 Entry = Callable[[Any, Any], Any]
 Initialize = Callable[[Any], Any]
@@ -175,45 +178,40 @@ def encode_answer(value: Any) -> bytes:
 
 class Watchdog:
     """TorchServe's ``responseTimeout``: a handler that has not answered a batch within it has
-    its worker process ended (the server answers "Worker died." and starts a new worker)."""
+    its worker process ended (the server answers "Worker died." and starts a new worker).
+
+    A thread of its own looks a few times per timeout (at most once a second) at when the
+    running batch started: arming and disarming are an attribute each, no lock, no wake-up."""
 
     def __init__(self, timeout_s: float, label: str) -> None:
         self.timeout_s = timeout_s
         self.label = label
-        self._deadline: float | None = None
-        self._condition = threading.Condition()
+        self.started: float | None = None  # when the running batch reached the handler
         self._thread: threading.Thread | None = None
 
     def arm(self) -> None:
-        with self._condition:
-            self._deadline = time.monotonic() + self.timeout_s
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._watch, daemon=True)
-                self._thread.start()
-            self._condition.notify()
+        self.started = time.monotonic()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._watch, name="responseTimeout", daemon=True)
+            self._thread.start()
 
     def disarm(self) -> None:
-        with self._condition:
-            self._deadline = None
+        self.started = None
 
     def _watch(self) -> None:
-        with self._condition:
-            while True:
-                deadline = self._deadline
-                if deadline is None:
-                    self._condition.wait()
-                    continue
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    log.error(
-                        "model '%s': the handler did not answer within its responseTimeout of "
-                        "%g s: ending this worker",
-                        self.label,
-                        self.timeout_s,
-                    )
-                    sys.stderr.flush()
-                    os._exit(EXIT_TIMED_OUT)
-                self._condition.wait(left)
+        step = min(max(self.timeout_s / 4, 0.05), 1.0)
+        while True:
+            time.sleep(step)
+            started = self.started
+            if started is not None and time.monotonic() - started > self.timeout_s:
+                log.error(
+                    "model '%s': the handler did not answer within its responseTimeout of "
+                    "%g s: ending this worker",
+                    self.label,
+                    self.timeout_s,
+                )
+                sys.stderr.flush()
+                os._exit(EXIT_TIMED_OUT)
 
 
 class TorchServeExecutor:
@@ -234,6 +232,9 @@ class TorchServeExecutor:
         response_timeout_s: float = 0,
     ) -> None:
         self.label = label
+        # This process holds one handler: young-generation collections as rare as the
+        # server's own (its --gc-threshold), reference counting frees a batch's objects.
+        gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
         self._watchdog = Watchdog(response_timeout_s, label) if response_timeout_s > 0 else None
         self.model_version = model_version
         folder = Path(model_dir)
@@ -248,6 +249,8 @@ class TorchServeExecutor:
             "ts.utils.util"
         ).PredictionException
         self.metrics = importlib.import_module("ts.metrics.metric_cache").MetricsCache(model_name)
+        self._metrics: dict[tuple[Any, ...], list[Any]] = {}  # totals not sent yet
+        self._flushed = -METRICS_FLUSH_S  # the first batch's metrics go at once
         self.context = ts_context.Context(
             model_name,
             model_dir,
@@ -378,10 +381,28 @@ class TorchServeExecutor:
         return Executed([error] * len(batch), built - started, time.perf_counter_ns() - built)
 
     def _send_metrics(self) -> None:
-        records = self.metrics.drain()
+        """Add the batch's metric records up, and send the totals to the server at most every
+        METRICS_FLUSH_S (one message per batch would cost as much as the answer itself)."""
+        pending = self._metrics
+        for name, kind, unit, labels, value in self.metrics.drain():
+            key = (name, kind, unit, labels)
+            found = pending.get(key)
+            if found is None:
+                pending[key] = [value, 1]
+            elif kind == "gauge":
+                found[0] = value
+            else:
+                found[0] += value
+                found[1] += 1
+        now = time.monotonic()
+        if not pending or now - self._flushed < METRICS_FLUSH_S:
+            return
         host = worker.current()
-        if records and host is not None:
+        if host is not None:
+            records = [(*key, value, count) for key, (value, count) in pending.items()]
             host.send_metrics(self.label, records)
+        pending.clear()
+        self._flushed = now
 
     def close(self) -> None:
         pass

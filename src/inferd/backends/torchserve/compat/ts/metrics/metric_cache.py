@@ -84,6 +84,10 @@ class MetricsCache:
         self.request_ids: Any = None
         self.records: list[Record] = []
         self.cache: dict[MetricTypes, dict[str, CachedMetric]] = {t: {} for t in MetricTypes}
+        # (name, type, unit) -> (type name, labels) of a metric recorded with the default
+        # dimensions only (ModelName, Level: Model)
+        self._plain: dict[tuple[str, MetricTypes, str], tuple[str, tuple[tuple[str, str], ...]]]
+        self._plain = {}
 
     def set_request_ids(self, request_ids: Any) -> None:
         self.request_ids = request_ids
@@ -152,6 +156,19 @@ class MetricsCache:
         dimensions: list[Dimension] | None,
         metric_type: MetricTypes,
     ) -> None:
+        if not dimensions and isinstance(self.request_ids, dict):
+            # The usual call (no dimensions of its own, during a batch): one look-up.
+            key = (name, metric_type, unit)
+            found = self._plain.get(key)
+            if found is None:
+                labels = (("ModelName", self.model_name), ("Level", "Model"))
+                found = self._plain[key] = (metric_type.value, labels)
+                self.add_metric_to_cache(name, unit, ["ModelName", "Level"], metric_type)
+            if metric_type is MetricTypes.COUNTER and value < 0:
+                logger.error("[METRICS]Counter metric %s cannot decrease", name)
+                return
+            self.records.append((name, found[0], unit, found[1], float(value)))
+            return
         dims = self._dimensions(self._request(idx), dimensions)
         metric = self.cache[metric_type].get(name)
         names = [d.name for d in dims]
