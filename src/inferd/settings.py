@@ -322,6 +322,12 @@ class Settings:
     torchserve_management_port: int = field(
         default=8086, metadata=_opt("TorchServe's management API (its 8081; 0: off)")
     )
+    torchserve_management_address: str = field(
+        default="127.0.0.1",
+        metadata=_opt(
+            "address TorchServe's management APIs (HTTP and gRPC) bind: loopback, as TorchServe"
+        ),
+    )
     torchserve_grpc_inference_port: int = field(
         default=7070, metadata=_opt("TorchServe's gRPC inference API, as TorchServe (0: off)")
     )
@@ -339,6 +345,14 @@ class Settings:
         default=1,
         metadata=_opt(
             "worker processes of a registered archive that asks for none (TorchServe's key)"
+        ),
+    )
+    ts_config: str = field(
+        default="",
+        metadata=_opt(
+            "TorchServe's config.properties: its addresses, ports, model_store, load_models, "
+            "default_workers_per_model, allowed_urls, enable_model_api... where a flag leaves "
+            "the setting at its default (turns the TorchServe APIs on)"
         ),
     )
     allowed_urls: list[str] = field(

@@ -28,6 +28,7 @@ from inferd.protocols.access import AccessPolicy, is_loopback
 from inferd.protocols.grpc_auth import AuthInterceptor
 from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.http import HttpApp, Router
+from inferd.protocols.http_guard import HttpGuard
 from inferd.protocols.torchserve_grpc import (
     INFERENCE_SERVICE,
     MANAGEMENT_SERVICE,
@@ -40,6 +41,7 @@ from inferd.repository.manager import ControlMode, ModelManager
 from inferd.repository.storage import StorageOptions
 from inferd.settings import Settings
 from inferd.tokens import TokenStore
+from inferd.torchserve import config_properties
 from inferd.torchserve.management import Management
 from inferd.torchserve.models import TorchServeModels
 from inferd.torchserve.sources import ModelStore
@@ -48,7 +50,7 @@ log = logging.getLogger("inferd.torchserve")
 
 
 def enabled(settings: Settings) -> bool:
-    return settings.allow_torchserve or bool(settings.model_store)
+    return settings.allow_torchserve or bool(settings.model_store) or bool(settings.ts_config)
 
 
 def prepare(settings: Settings) -> tuple[Settings, Path | None]:
@@ -56,6 +58,8 @@ def prepare(settings: Settings) -> tuple[Settings, Path | None]:
     control; a model store with no repository gets a temporary one (returned, to remove)."""
     if not enabled(settings):
         return settings, None
+    if settings.ts_config:
+        settings = config_properties.apply(settings, settings.ts_config)
     if settings.enable_model_api:
         settings = replace(settings, model_control_mode="explicit")
     if settings.model_repository:
@@ -143,10 +147,16 @@ class TorchServePorts:
         TorchServeManagementHttp(self.management, settings.default_workers_per_model).register(
             management
         )
+        private = settings.torchserve_management_address
         self.management_app = HttpApp(
             management,
             observer=observer,
-            guard=security.http_guard(settings, self._admin_policy(tokens, address)),
+            guard=HttpGuard(
+                self._admin_policy(tokens, private),
+                bind_address=private,
+                allowed_hosts=settings.allowed_hosts,
+                cors_allow_origin=settings.cors_allow_origin,
+            ),
             limits=limits,
             render_error=render_error,
             route_options=True,
@@ -184,12 +194,22 @@ class TorchServePorts:
 
     async def start(self) -> None:
         settings = self.settings
-        for port, app, what in (
-            (settings.torchserve_inference_port, self.inference_app, "inference"),
-            (settings.torchserve_management_port, self.management_app, "management"),
+        for address, port, app, what in (
+            (
+                settings.http_address,
+                settings.torchserve_inference_port,
+                self.inference_app,
+                "inference",
+            ),
+            (
+                settings.torchserve_management_address,
+                settings.torchserve_management_port,
+                self.management_app,
+                "management",
+            ),
         ):
             if port:
-                await self._serve_http(app, port, what)
+                await self._serve_http(app, address, port, what)
         for port, service, handlers in (
             (
                 settings.torchserve_grpc_inference_port,
@@ -205,8 +225,7 @@ class TorchServePorts:
             if port:
                 await self._serve_grpc(port, service, handlers)
 
-    async def _serve_http(self, app: HttpApp, port: int, what: str) -> None:
-        address = self.settings.http_address
+    async def _serve_http(self, app: HttpApp, address: str, port: int, what: str) -> None:
         server = GranianServer(
             app,
             address=address,
@@ -232,11 +251,13 @@ class TorchServePorts:
 
     async def _serve_grpc(self, port: int, service: str, handlers: dict[str, Any]) -> None:
         settings = self.settings
-        address = f"{settings.grpc_address}:{port}"
+        management = service == MANAGEMENT_SERVICE
+        host = settings.torchserve_management_address if management else settings.grpc_address
+        address = f"{host}:{port}"
         policy = (
-            self._admin_policy(self.tokens, settings.grpc_address)
-            if service == MANAGEMENT_SERVICE
-            else security.access_policy(settings, self.tokens, settings.grpc_address)
+            self._admin_policy(self.tokens, host)
+            if management
+            else security.access_policy(settings, self.tokens, host)
         )
         interceptor = AuthInterceptor(policy)
         server = new_server(
