@@ -49,6 +49,7 @@ def served(repository: Path, torchserve_store: Path, ports: Ports) -> Iterator[S
             "echo=echo.mar",
             "batched=batched",
             "slow=slow.mar",
+            "streaming=streaming.mar",
             "--model-control-mode",
             "poll",
             "--repository-poll-secs",
@@ -271,3 +272,11 @@ def test_the_model_api_is_off_unless_enabled(ports: Ports, served: ServerProcess
     }
     assert httpx.delete(f"{ports.management_url}/models/echo").status_code == 405
     assert httpx.get(f"{ports.management_url}/models/echo").status_code == 200
+
+
+def test_a_streaming_handler_answers_in_chunks(client: httpx.Client) -> None:
+    with client.stream("POST", "/predictions/streaming", content=b"go") as answer:
+        assert answer.status_code == 200
+        assert answer.headers.get("transfer-encoding") == "chunked"
+        chunks = [chunk for chunk in answer.iter_raw() if chunk]
+    assert b"".join(chunks) == b"part0 part1 part2 end"

@@ -253,6 +253,21 @@ def test_the_grpc_client_flow(stubs: tuple[Any, Any], torchserve_store: Path) ->
     )
 
 
+def test_grpc_streams_a_streaming_handler(stubs: tuple[Any, Any]) -> None:
+    infer_stub, manage_stub = stubs
+    manage_stub.RegisterModel(
+        management_pb2.RegisterModelRequest(url="streaming.mar", synchronous=True),
+        metadata=METADATA,
+    )
+    request = inference_pb2.PredictionsRequest(model_name="streaming", input={"data": b"go"})
+    parts = [r.prediction for r in infer_stub.StreamPredictions(request, metadata=METADATA)]
+    assert parts == [b"part0 ", b"part1 ", b"part2 ", b"end"]
+    assert infer_stub.Predictions(request, metadata=METADATA).prediction == b"end"
+    manage_stub.UnregisterModel(
+        management_pb2.UnregisterModelRequest(model_name="streaming"), metadata=METADATA
+    )
+
+
 def test_every_grpc_call(stubs: tuple[Any, Any]) -> None:
     infer_stub, manage_stub = stubs
     health = infer_stub.Ping(empty_pb2.Empty(), metadata=METADATA)

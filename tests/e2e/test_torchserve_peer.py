@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(
     reason="set INFERD_TORCHSERVE_VENV to a venv with torchserve 0.12 (and Java installed)",
 )
 
-MODELS = ["linear=linear.mar", "echo=echo.mar", "batched=batched"]
+MODELS = ["linear=linear.mar", "echo=echo.mar", "batched=batched", "streaming=streaming.mar"]
 JSON = {"content-type": "application/json"}
 RAW = {"content-type": "application/octet-stream"}
 TEXT = {"content-type": "text/plain"}
@@ -49,6 +49,7 @@ CALLS: list[tuple[str, str, bytes, dict[str, str]]] = [
         {"content-type": "application/x-www-form-urlencoded"},
     ),
     ("POST", "/predictions/batched", b"1", RAW),
+    ("POST", "/predictions/streaming", b"go", RAW),
     ("GET", "/ping", b"", {}),
     ("GET", "/no/such/route", b"", {}),
 ]
@@ -191,6 +192,7 @@ def test_same_grpc_answers(pair: Pair) -> None:
     from inferd.protocols.torchserve import inference_pb2_grpc, management_pb2_grpc
     from inferd.protocols.torchserve import management_pb2 as mpb
 
+    stream = ipb.PredictionsRequest(model_name="streaming", input={"data": b"go"})
     calls: list[tuple[str, Any]] = [
         ("Predictions", ipb.PredictionsRequest(model_name="echo", input={"data": b"x"})),
         (
@@ -221,9 +223,8 @@ def test_same_grpc_answers(pair: Pair) -> None:
             grpc.insecure_channel(f"127.0.0.1:{inference_port}") as infer,
             grpc.insecure_channel(f"127.0.0.1:{management_port}") as manage,
         ):
-            stubs = {
-                "Predictions": inference_pb2_grpc.InferenceAPIsServiceStub(infer).Predictions,  # type: ignore[no-untyped-call]
-            }
+            inference = inference_pb2_grpc.InferenceAPIsServiceStub(infer)  # type: ignore[no-untyped-call]
+            stubs = {"Predictions": inference.Predictions}
             management = management_pb2_grpc.ManagementAPIsServiceStub(manage)  # type: ignore[no-untyped-call]
             answers = []
             for method, message in calls:
@@ -233,6 +234,10 @@ def test_same_grpc_answers(pair: Pair) -> None:
                     answers.append(("OK", answer.SerializeToString()))
                 except grpc.RpcError as exc:
                     answers.append((exc.code().name, exc.details()))
+            parts = [r.prediction for r in inference.StreamPredictions(stream, timeout=60)]
+            answers.append(("StreamPredictions", parts))
             results.append(answers)
-    for (method, _), theirs, ours in zip(calls, results[0], results[1], strict=True):
+    for (method, _), theirs, ours in zip(
+        [*calls, ("StreamPredictions", stream)], results[0], results[1], strict=True
+    ):
         assert ours == theirs, method

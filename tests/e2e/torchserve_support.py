@@ -145,6 +145,25 @@ class ImageClassifier(BaseHandler):
         ]
 """
 
+# A streaming handler (TorchServe's streaming guide): intermediate answers, then the last.
+STREAMING_HANDLER = """
+from ts.handler_utils.utils import send_intermediate_predict_response
+
+
+def handle(data, context):
+    if data is None:
+        return None
+    for step in range(3):
+        send_intermediate_predict_response(
+            [f"part{step} " for _ in data],
+            context.request_ids,
+            "Intermediate Prediction success",
+            200,
+            context,
+        )
+    return ["end" for _ in data]
+"""
+
 # A handler that outlives its responseTimeout when asked to.
 SLOW_HANDLER = """
 import time
@@ -223,6 +242,7 @@ def build_store(root: Path) -> Path:
     _write(work, "model-config.yaml", BATCH_CONFIG)
     _write(work, "image_handler.py", IMAGE_HANDLER)
     _write(work, "slow_handler.py", SLOW_HANDLER)
+    _write(work, "streaming_handler.py", STREAMING_HANDLER)
     (work / "slow.yaml").write_text("responseTimeout: 2\n")
     image = torch.nn.Sequential(torch.nn.Linear(192, 16), torch.nn.ReLU(), torch.nn.Linear(16, 5))
     torch.jit.script(image.eval()).save(work / "densenet161.pt")
@@ -261,6 +281,7 @@ def build_store(root: Path) -> Path:
     )
     archive(work, store, "slow", "1.0", "slow_handler.py", "--config-file", "slow.yaml")
     archive(work, store, "imageclass", "1.0", "image_classifier", *pt)
+    archive(work, store, "streaming", "1.0", "streaming_handler.py")
     return store
 
 

@@ -490,7 +490,11 @@ def _decompress(encoding: str, body: bytes, limit: int) -> bytes:
 
 async def _send_stream(protocol: Any, response: HttpResponse, chunks: AsyncIterator[bytes]) -> int:
     """Answer chunk by chunk; returns the body bytes sent."""
-    headers = [("content-type", response.content_type), *response.headers]
+    headers = (
+        [("content-type", response.content_type), *response.headers]
+        if response.content_type
+        else response.headers
+    )
     transport = protocol.response_stream(response.status, headers)
     sent = 0
     try:

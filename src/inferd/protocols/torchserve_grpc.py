@@ -31,7 +31,7 @@ from inferd.protocols.torchserve import inference_pb2 as ipb
 from inferd.protocols.torchserve import management_pb2 as mpb
 from inferd.torchserve.errors import Answer, TorchServeError, answer
 from inferd.torchserve.management import Management, ModelApiDisabled, Registration
-from inferd.torchserve.models import TorchServeModels
+from inferd.torchserve.models import Prediction, TorchServeModels
 
 log = logging.getLogger("inferd.grpc")
 
@@ -193,6 +193,18 @@ class TorchServeGrpc:
         return ipb.TorchServeHealthResponse(health=json.dumps({"status": status}, indent=2))
 
     async def _predict(self, request: ipb.PredictionsRequest) -> bytes:
+        """The handler's answer (a streaming handler's final one)."""
+        found = await self._answers(request)
+        if isinstance(found, Prediction):
+            return found.body
+        body = b""
+        async for prediction in found:
+            body = prediction.body
+        return body
+
+    async def _answers(
+        self, request: ipb.PredictionsRequest
+    ) -> Prediction | AsyncIterator[Prediction]:
         if not request.model_name:
             raise TorchServeError(400, "BadRequestException", "Parameter model_name is required.")
         names = list(request.input.keys())
@@ -200,7 +212,7 @@ class TorchServeGrpc:
         headers: dict[str, Any] = {}
         if request.HasField("sequence_id"):
             headers["ts_request_sequence_id"] = request.sequence_id
-        prediction = await self.models.predict(
+        return await self.models.answers(
             request.model_name,
             request.model_version,
             values,
@@ -209,7 +221,6 @@ class TorchServeGrpc:
             headers,
             str(uuid.uuid4()),
         )
-        return prediction.body
 
     async def predictions(self, request: ipb.PredictionsRequest) -> ipb.PredictionResponse:
         return ipb.PredictionResponse(prediction=await self._predict(request))
@@ -217,15 +228,19 @@ class TorchServeGrpc:
     async def stream_predictions(
         self, request: Any, context: Any
     ) -> AsyncIterator[ipb.PredictionResponse]:
+        """A streaming handler's answers, one message each; any other handler's one."""
         try:
             if isinstance(request, Malformed):
                 raise TorchServeError(400, "BadRequestException", request.reason)
-            body = await self._predict(request)
+            found = await self._answers(request)
+            if isinstance(found, Prediction):
+                yield ipb.PredictionResponse(prediction=found.body)
+                return
+            async for prediction in found:
+                yield ipb.PredictionResponse(prediction=prediction.body)
         except InferdError as exc:
             code, message = inference_status(exc)
             await context.abort(code, message)
-            return
-        yield ipb.PredictionResponse(prediction=body)
 
     async def stream_predictions2(
         self, requests: AsyncIterator[Any], context: Any

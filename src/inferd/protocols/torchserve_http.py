@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 from inferd.backends.torchserve.settings import TORCHSERVE_VERSION
@@ -22,11 +23,17 @@ from inferd.protocols.access import Access
 from inferd.protocols.http import HttpRequest, HttpResponse, Router, cancel_on_disconnect
 from inferd.torchserve import forms
 from inferd.torchserve.errors import METHOD_MESSAGE, Answer, answer
-from inferd.torchserve.models import TorchServeModels
+from inferd.torchserve.models import Prediction, TorchServeModels
 
 JSON = "application/json"
 _VERSIONED = r"/(?P<model>[^/]+)(?:/(?P<version>[^/]+)(?:/(?P<path>.*))?)?"
 PREDICT_METHODS = ("POST", "PUT", "GET", "DELETE", "PATCH")
+
+
+async def _chunks(first: bytes, rest: AsyncIterator[Prediction]) -> AsyncIterator[bytes]:
+    yield first
+    async for prediction in rest:
+        yield prediction.body
 
 
 def pretty(value: Any) -> bytes:
@@ -129,10 +136,16 @@ class TorchServeInferenceHttp:
         meta.update(headers.items())
         meta["url_path"] = params.get("path") or ""
         request_id = str(uuid.uuid4())
-        prediction = await cancel_on_disconnect(
+        found = await cancel_on_disconnect(
             request,
-            self.models.predict(name, version, values, names, types, meta, request_id),
+            self.models.answers(name, version, values, names, types, meta, request_id),
         )
+        stream: AsyncIterator[bytes] | None = None
+        if isinstance(found, Prediction):
+            prediction = found
+        else:  # a streaming handler: its first answer sets the status, each is a chunk
+            prediction = await anext(found)
+            stream = _chunks(prediction.body, found)
         content_type = ""
         extra: list[tuple[str, str]] = []
         for key, value in prediction.headers.items():
@@ -141,6 +154,7 @@ class TorchServeInferenceHttp:
             else:
                 extra.append((key, value))
         response = HttpResponse(prediction.body, prediction.status, content_type, extra)
+        response.stream = stream
         response.request_id = request_id
         response.model = name
         response.version = version

@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,7 @@ from inferd.backends.torchserve.settings import (
     TYPES,
     VersionSettings,
 )
-from inferd.errors import InferdError, NotFound, Unavailable
+from inferd.errors import NotFound, Unavailable
 from inferd.model import ModelVersion
 from inferd.registry import ModelRecord
 from inferd.torchserve.errors import model_not_found, no_worker, version_not_found
@@ -227,6 +227,60 @@ class TorchServeModels:
 
     # ------------------------------------------------------------------ predictions
 
+    def streams(self, model: ModelVersion) -> bool:
+        """Whether the version's handler sends intermediate answers."""
+        parameter = model.config.parameters.get(f"{PARAMETER_PREFIX}streaming")
+        return parameter is not None and parameter.string_value == "true"
+
+    def _request(
+        self,
+        name: str,
+        values: Sequence[bytes],
+        names: list[str],
+        types: list[str],
+        headers: dict[str, Any],
+        request_id: str,
+    ) -> InferRequest:
+        body = np.empty((1, len(values)), dtype=object)
+        for index, value in enumerate(values):
+            body[0, index] = value
+        return InferRequest(
+            name,
+            {"body": body},
+            id=request_id,
+            parameters={NAMES: names, TYPES: types, HEADERS: headers},
+        )
+
+    async def answers(
+        self,
+        name: str,
+        version: str,
+        values: Sequence[bytes],
+        names: list[str],
+        types: list[str],
+        headers: dict[str, Any],
+        request_id: str,
+    ) -> Prediction | AsyncIterator[Prediction]:
+        """``predict``'s answer; for a streaming handler, its answers as it sends them."""
+        model = self.version(name, version, request_id)
+        request = self._request(name, values, names, types, headers, request_id)
+        if self.streams(model):
+            return self._stream(model, request, version)
+        try:
+            response = await self.plane.run(model, request)
+        except Unavailable:
+            raise no_worker(name, version) from None
+        return _prediction(response.outputs)
+
+    async def _stream(
+        self, model: ModelVersion, request: InferRequest, version: str
+    ) -> AsyncIterator[Prediction]:
+        try:
+            async for response in model.infer_stream(request):
+                yield _prediction(response.outputs)
+        except Unavailable:
+            raise no_worker(model.name, version) from None
+
     async def predict(
         self,
         name: str,
@@ -239,29 +293,19 @@ class TorchServeModels:
     ) -> Prediction:
         """Run one TorchServe request (its parameters' values, names, content types)."""
         model = self.version(name, version, request_id)
-        body = np.empty((1, len(values)), dtype=object)
-        for index, value in enumerate(values):
-            body[0, index] = value
-        request = InferRequest(
-            name,
-            {"body": body},
-            id=request_id,
-            parameters={NAMES: names, TYPES: types, HEADERS: headers},
-        )
+        request = self._request(name, values, names, types, headers, request_id)
         try:
             response = await self.plane.run(model, request)
         except Unavailable:
             raise no_worker(name, version) from None
-        except InferdError:
-            raise
-        prediction = response.outputs["prediction"].reshape(-1)[0]
-        meta = response.outputs["meta"].reshape(-1)[0]
-        if not meta:
-            return Prediction(prediction)
-        doc = json.loads(meta)
-        return Prediction(
-            prediction,
-            int(doc.get("status", 200)),
-            doc.get("phrase") or "",
-            doc.get("headers") or {},
-        )
+        return _prediction(response.outputs)
+
+
+def _prediction(outputs: dict[str, Any]) -> Prediction:
+    prediction = outputs["prediction"].reshape(-1)[0]
+    meta = outputs["meta"].reshape(-1)[0]
+    if not meta:
+        return Prediction(prediction)
+    doc = json.loads(meta)
+    status = int(doc.get("status", 200))
+    return Prediction(prediction, status, doc.get("phrase") or "", doc.get("headers") or {})

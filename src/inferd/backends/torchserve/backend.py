@@ -44,6 +44,14 @@ PREDICTION = "prediction"
 META = "meta"
 
 
+def _streams(found: Path, handler: str) -> bool:
+    """Whether the handler's file sends intermediate answers (a streaming handler): read as
+    text, never run here."""
+    module = handler.partition(":")[0].split("/")[-1]
+    source = archive.read_member(found, module if module.endswith(".py") else f"{module}.py")
+    return source is not None and b"send_intermediate_predict_response" in source
+
+
 class TorchServeBackend:
     name = "torchserve"
     platforms: tuple[str, ...] = ()
@@ -72,7 +80,9 @@ class TorchServeBackend:
             read_registration(version_dir),
             where,
         )
-        return settings if settings.url else replace(settings, url=found.name)
+        if not settings.url:
+            settings = replace(settings, url=found.name)
+        return replace(settings, streaming=_streams(found, settings.handler))
 
     def complete_config(
         self, version_dir: Path, config: ModelConfig, default_max_batch_size: int

@@ -15,6 +15,7 @@ fails the whole batch as TorchServe answers it: ``PredictionException``'s code a
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import io
@@ -310,6 +311,7 @@ class TorchServeExecutor:
         context = self.context
         context.request_ids = ids
         context.request_processor = processors
+        context._send_intermediate = functools.partial(self._intermediate, batch, processors)
         self.metrics.set_request_ids(ids)
         built = time.perf_counter_ns()
         watchdog = self._watchdog
@@ -337,6 +339,7 @@ class TorchServeExecutor:
                 failed = ModelFailed("Prediction failed", 503)
             return self._failed(batch, failed, started, built)
         finally:
+            context._send_intermediate = None
             if watchdog is not None:
                 watchdog.disarm()
         executed = time.perf_counter_ns()
@@ -373,6 +376,22 @@ class TorchServeExecutor:
         return Executed(
             results, built - started, executed - built, time.perf_counter_ns() - executed
         )
+
+    def _intermediate(
+        self, batch: Sequence[Work], processors: list[Any], answers: list[Any], ids: Any
+    ) -> None:
+        """A streaming handler's answers before its final ones, sent to the server at once
+        (requests of one row each: the usual; a request of several rows gets its rows' answers
+        in the final one only)."""
+        host = worker.current()
+        if host is None or len(answers) != len(processors) or len(batch) != len(processors):
+            return
+        for index, answer in enumerate(answers):
+            prediction = np.empty((1, 1), dtype=object)
+            meta = np.empty((1, 1), dtype=object)
+            prediction[0, 0] = encode_answer(answer)
+            meta[0, 0] = _meta(processors[index])
+            host.send_response(index, {"prediction": prediction, "meta": meta}, False)
 
     def _failed(
         self, batch: Sequence[Work], error: ModelFailed, started: int, built: int

@@ -49,6 +49,7 @@ class VersionSettings:
     startup_timeout: int = DEFAULT_STARTUP_TIMEOUT_S  # s
     device_type: str = "cpu"
     loaded_at_startup: bool = False
+    streaming: bool = False  # the handler sends intermediate answers
 
     def parameters(self) -> dict[str, str]:
         """As config parameters (string values)."""

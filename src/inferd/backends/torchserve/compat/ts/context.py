@@ -81,6 +81,9 @@ class Context:
         self.metrics = metrics
         self.model_yaml_config = model_yaml_config if model_yaml_config is not None else {}
         self.stopping_criteria: Any = None
+        # Set by the worker while handle() runs: sends a streaming handler's intermediate
+        # answers (ts.handler_utils.utils.send_intermediate_predict_response).
+        self._send_intermediate: Any = None
         self.header_key_sequence_id = os.getenv("TS_REQUEST_SEQUENCE_ID", "ts_request_sequence_id")
         self.header_key_sequence_start = os.getenv(
             "TS_REQUEST_SEQUENCE_START", "ts_request_sequence_start"
