@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -87,7 +88,7 @@ def test_the_page_runs_as_written(tmp_path: Path) -> None:
             printed = done.stdout
     finally:
         if server is not None:
-            server.terminate()
+            server.send_signal(signal.SIGINT)  # stop at once (SIGTERM would drain first)
             server.wait(timeout=60)
 
 
