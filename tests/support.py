@@ -48,6 +48,7 @@ class ServerProcess:
     token: str = ""  # sent by the readiness probe (servers started with --auth-health)
     scheme: str = "http"  # https for servers started with --tls-cert
     verify: str | bool = True  # the CA file the probe trusts, for https
+    repository_flag: bool = True  # False: no --model-repository (a TorchServe model store)
     cwd: Path | None = None  # the server's working folder (relative paths in its flags)
 
     @property
@@ -70,8 +71,7 @@ class ServerProcess:
             "-m",
             "inferd",
             "serve",
-            "--model-repository",
-            str(self.repository),
+            *(["--model-repository", str(self.repository)] if self.repository_flag else []),
             "--http-address",
             self.host,
             "--http-port",

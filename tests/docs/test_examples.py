@@ -4,7 +4,8 @@ Blocks are marked with ``<!-- run -->`` and friends (``inferd_docs.examples``, d
 contributor page "Writing docs"). Each page runs in a folder of its own, seeded with demo models
 in ``./models``; its blocks talk to the page's own server (a ``<!-- run server -->`` block) or
 else to one shared server on the demo models. ``localhost:8080`` and ``localhost:8081`` in a
-block become that server's HTTP and gRPC addresses.
+block become that server's HTTP and gRPC addresses; a page server's TorchServe ports (8085,
+8086, 7070, 7071 by default) get free ports too, substituted the same way.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 from inferd_docs.examples import Block, blocks, matches
 
 from inferd.demo.models import PIPELINE_MODELS, write_demo_repository
-from tests.support import ServerProcess
+from tests.support import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ("half_plus_two", "digits", "resnet50", *PIPELINE_MODELS)
@@ -29,6 +30,13 @@ PAGE_MODELS = "half_plus_two,digits"  # a page's ./models unless its server bloc
 LINKED_ABOVE_BYTES = 1 << 20  # bigger demo files are hard-linked into a page's folder, not copied
 BLOCK_TIMEOUT_S = 180
 _ADDRESS_FLAGS = ("--http-port", "--grpc-port", "--http-address", "--grpc-address")
+# A page server's other ports: the flag, and the default a page's blocks write.
+_OTHER_PORTS = {
+    "--torchserve-inference-port": 8085,
+    "--torchserve-management-port": 8086,
+    "--torchserve-grpc-inference-port": 7070,
+    "--torchserve-grpc-management-port": 7071,
+}
 
 
 def _pages() -> list[Path]:
@@ -83,9 +91,9 @@ def _seed(demo: Path, folder: Path, names: str) -> None:
                 shutil.copy2(source, dest)
 
 
-def _serve_args(block: Block, folder: Path) -> tuple[Path, list[str]]:
-    """The repository and the other flags of the block's ``inferd serve`` command, without
-    its addresses and ports (the harness picks free ones)."""
+def _serve_args(block: Block, folder: Path) -> tuple[Path | None, list[str]]:
+    """The repository (None: the command names none) and the other flags of the block's
+    ``inferd serve`` command, without its addresses and ports (the harness picks free ones)."""
     command = " ".join(
         line.split("#", 1)[0].rstrip().removesuffix("\\") for line in block.body.splitlines()
     )
@@ -98,21 +106,24 @@ def _serve_args(block: Block, folder: Path) -> tuple[Path, list[str]]:
         name = word.split("=", 1)[0]
         if name == "--model-repository":
             repositories.append(word.split("=", 1)[1] if "=" in word else next(args))
-        elif name in _ADDRESS_FLAGS:
+        elif name in _ADDRESS_FLAGS or name in _OTHER_PORTS:
             if "=" not in word:
                 next(args)
         else:
             rest.append(word)
-    assert repositories, f"{block}: no --model-repository"
     for more in repositories[1:]:
         rest += ["--model-repository", more]
-    return folder / repositories[0], rest
+    return (folder / repositories[0] if repositories else None), rest
 
 
 def _substitute(text: str, server: ServerProcess) -> str:
-    return text.replace("localhost:8080", server.http_address).replace(
-        "localhost:8081", server.grpc_address
-    )
+    text = text.replace("localhost:8080", server.http_address)
+    text = text.replace("localhost:8081", server.grpc_address)
+    for flag, default in _OTHER_PORTS.items():
+        if flag in server.extra_args:
+            port = server.extra_args[server.extra_args.index(flag) + 1]
+            text = text.replace(f"localhost:{default}", f"{server.host}:{port}")
+    return text
 
 
 def _run(block: Block, folder: Path, server: ServerProcess) -> None:
@@ -155,9 +166,12 @@ def test_examples_run_as_written(page: Path, demo: Path, shared: Shared, tmp_pat
                     own.stop()
                 repository, flags = _serve_args(block, folder)
                 tls = any(f.split("=", 1)[0] == "--tls-cert" for f in flags)
+                for flag in _OTHER_PORTS:
+                    flags += [flag, str(free_port())]
                 own = ServerProcess(
-                    repository,
+                    repository or folder / "models",
                     flags,
+                    repository_flag=repository is not None,
                     cwd=folder,
                     log_path=folder / f"server-{block.line}.log",
                     scheme="https" if tls else "http",

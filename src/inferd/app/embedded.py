@@ -47,6 +47,7 @@ from inferd.core.views import IndexEntry, ModelMetadata, ServerMetadata
 from inferd.observability.log_settings import LogSettings
 from inferd.observability.logging import Logs
 from inferd.observability.metrics import EndpointStats, build_registry
+from inferd.observability.model_metrics import ModelMetrics
 from inferd.observability.trace_settings import TraceSettings
 from inferd.observability.tracing import Tracer
 from inferd.repository.control import RepositoryControl
@@ -90,12 +91,17 @@ class Server:
         self.plane = DataPlane(self.registry, settings.server_name, repository)
         if settings.strict_readiness:
             self.plane.models_ready = self.manager.ready
-        # Models in worker processes (Python models) call other models through the data plane.
+        # Models in worker processes (Python models) call other models through the data plane;
+        # metrics a model's own code records (TorchServe handlers) join the server's.
+        self.model_metrics = ModelMetrics()
         lifecycle = self.manager.lifecycle
-        lifecycle.options = replace(lifecycle.options, call_model=self.plane.infer)
+        lifecycle.options = replace(
+            lifecycle.options, call_model=self.plane.infer, model_metrics=self.model_metrics.record
+        )
         self.logs = logs or logs_from(settings)
         self.endpoints = EndpointStats()
         self.metrics = build_registry(self.registry, self.endpoints, self.manager.status)
+        self.metrics.register(self.model_metrics)
         self.tracer = (
             Tracer(settings.trace_exporter, settings.trace_endpoint, settings.server_name)
             if settings.trace_exporter
@@ -104,6 +110,8 @@ class Server:
         # Triton's trace and log settings APIs change these at run time.
         self.trace_settings = TraceSettings(self.tracer is not None, self.registry.record)
         self.log_settings = LogSettings(self.logs)
+        # Loaded at start beside --load-model (models registered by a frontend at start).
+        self.also_load: list[str] = []
         # Run after the startup loads, before the server is ready (workers replay changes).
         self.after_startup_loads: Callable[[], Coroutine[Any, Any, None]] | None = None
         self.poller: Poller[Any] | None = None
@@ -139,7 +147,7 @@ class Server:
 
     async def _load_models(self) -> None:
         try:
-            await self.manager.start(self.settings.load_model)
+            await self.manager.start([*self.settings.load_model, *self.also_load])
             if self.after_startup_loads is not None:
                 await self.after_startup_loads()
         finally:

@@ -8,15 +8,17 @@ import asyncio
 import gc
 import logging
 import os
+import shutil
 import signal
 import sys
 
-from inferd.app import edge
+from inferd.app import edge, torchserve_ports
 from inferd.app.drain import Drain
 from inferd.app.embedded import Server
 from inferd.app.settings import Settings
 from inferd.core.errors import ConfigError
 from inferd.observability.logging import Logs
+from inferd.repository.manager import ControlMode
 from inferd.workers.control import SharedControl
 from inferd.workers.node import WorkerNode, merged_registry
 from inferd.workers.peers import Peers, WorkerRole
@@ -33,6 +35,7 @@ class NetworkServer:
     def __init__(
         self, settings: Settings, logs: Logs | None = None, worker: WorkerRole | None = None
     ) -> None:
+        settings, self.temporary_repository = torchserve_ports.prepare(settings)
         self.settings = settings
         self.worker = worker  # one of several processes on the port (--http-workers)
         self.core = Server(settings, logs=logs)
@@ -58,6 +61,19 @@ class NetworkServer:
         if dashboard is not None and self.node is not None:
             self.node.series = dashboard.series
             dashboard.traffic_totals = self.node.traffic
+        # TorchServe's inference, management and gRPC APIs on ports of their own.
+        self.torchserve = (
+            torchserve_ports.TorchServePorts(
+                settings,
+                core.plane,
+                core.manager,
+                core.tokens,
+                self.frontends.observer,
+                self.frontends.granian_options,
+            )
+            if torchserve_ports.enabled(settings)
+            else None
+        )
         self.drain: Drain | None = None  # set by run(): SIGTERM drains, SIGINT stops at once
         self.stopping = False
 
@@ -73,16 +89,27 @@ class NetworkServer:
             if self.node is not None:
                 await self.node.start()
                 frontends.metrics_registry = merged_registry(self.node, loop)
+            if self.torchserve is not None:
+                registered = await self.torchserve.register_at_start()
+                # Loaded with the repository, unless only some models load (explicit mode).
+                if settings.load_model or core.manager.mode is ControlMode.EXPLICIT:
+                    core.also_load = registered
             await core.start(wait_for_models=late)
             edge.warn_if_open(settings, core.tokens)
             if settings.allow_grpc:
                 await frontends.start_grpc(settings.grpc_port)
+            if self.torchserve is not None:
+                await self.torchserve.start()
             await frontends.start_http(settings.http_port)
             if self.stopping:  # a signal came while starting
                 frontends.stop_http()
             await frontends.http_stopped()
         finally:
+            if self.torchserve is not None:
+                await self.torchserve.stop()
             await core.stop()  # the frontends first
+            if self.temporary_repository is not None:
+                shutil.rmtree(self.temporary_repository, ignore_errors=True)
             if self.node is not None:
                 await self.node.close()
 
@@ -116,6 +143,8 @@ def run(settings: Settings, worker: WorkerRole | None = None) -> None:
     """Serve until stopped: one process, or (``--http-workers``) a supervisor of several."""
     if worker is None:
         count, why = worker_count(settings)
+        if count > 1 and torchserve_ports.enabled(settings):
+            count = 1  # TorchServe's ports and its registrations live in one serving process
         if count > 1:
             if not settings.model_repository:
                 raise ConfigError("--model-repository is required (or INFERD_MODEL_REPOSITORY)")

@@ -291,6 +291,80 @@ class Settings:
         default=2, metadata=_opt("model uploads in progress at once; more answer 503")
     )
 
+    # ---- TorchServe's APIs (docs/torchserve.md)
+    model_store: str = field(
+        default="",
+        metadata=_opt(
+            "TorchServe's model store: the folder of .mar archives that --models and the "
+            "TorchServe management API register (turns the TorchServe APIs on; without "
+            "--model-repository, registered models live in a temporary repository)"
+        ),
+    )
+    models: list[str] = field(
+        default_factory=list,
+        metadata=_opt(
+            "TorchServe archives to register at start, as TorchServe takes them: NAME=FILE.mar, "
+            "FILE.mar, a no-archive folder, or all (several after one flag)",
+            repeat=True,
+            many=True,
+        ),
+    )
+    allow_torchserve: bool = field(
+        default=False,
+        metadata=_opt(
+            "serve TorchServe's inference, management and gRPC APIs on the --torchserve-* "
+            "ports (on with --model-store)"
+        ),
+    )
+    torchserve_inference_port: int = field(
+        default=8085,
+        metadata=_opt("TorchServe's inference API (its 8080, which inferd's HTTP has)"),
+    )
+    torchserve_management_port: int = field(
+        default=8086, metadata=_opt("TorchServe's management API (its 8081; 0: off)")
+    )
+    torchserve_management_address: str = field(
+        default="127.0.0.1",
+        metadata=_opt(
+            "address TorchServe's management APIs (HTTP and gRPC) bind: loopback, as TorchServe"
+        ),
+    )
+    torchserve_grpc_inference_port: int = field(
+        default=7070, metadata=_opt("TorchServe's gRPC inference API, as TorchServe (0: off)")
+    )
+    torchserve_grpc_management_port: int = field(
+        default=7071, metadata=_opt("TorchServe's gRPC management API, as TorchServe (0: off)")
+    )
+    enable_model_api: bool = field(
+        default=False,
+        metadata=_opt(
+            "TorchServe's flag: register and unregister archives through the management API "
+            "(it sets --model-control-mode explicit)"
+        ),
+    )
+    default_workers_per_model: int = field(
+        default=1,
+        metadata=_opt(
+            "worker processes of a registered archive that asks for none (TorchServe's key)"
+        ),
+    )
+    ts_config: str = field(
+        default="",
+        metadata=_opt(
+            "TorchServe's config.properties: its addresses, ports, model_store, load_models, "
+            "default_workers_per_model, allowed_urls, enable_model_api... where a flag leaves "
+            "the setting at its default (turns the TorchServe APIs on)"
+        ),
+    )
+    allowed_urls: list[str] = field(
+        default_factory=list,
+        metadata=_opt(
+            "regular expression of http(s) archive URLs the TorchServe management API may "
+            "download (repeat; default: none, only the model store and s3://)",
+            repeat=True,
+        ),
+    )
+
     def models_to_load(self) -> list[str] | None:
         """None loads every model in the repository."""
         if not self.load_model or "*" in self.load_model:
@@ -338,6 +412,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 const=meta["const"],
                 default=None,
                 help=help_text,
+            )
+        elif meta.get("many"):  # several values after one flag, as TorchServe's --models
+            parser.add_argument(
+                _flag(f.name), dest=f.name, action="extend", nargs="+", default=None, help=help_text
             )
         elif meta.get("repeat"):
             parser.add_argument(

@@ -25,6 +25,7 @@ BUILTIN: dict[str, str] = {
     "echo": "inferd.backends.echo:EchoBackend",
     "ensemble": "inferd.backends.ensemble:EnsembleBackend",
     "python": "inferd.backends.python.backend:PythonBackend",
+    "torchserve": "inferd.backends.torchserve.backend:TorchServeBackend",
     "onnxruntime": "inferd.backends.onnxruntime:OnnxRuntimeBackend",
     "tensorflow": "inferd.backends.tensorflow:TensorFlowBackend",
     "pytorch": "inferd.backends.torch:TorchBackend",
@@ -57,7 +58,10 @@ DEFAULT_FILES: dict[str, str] = {
     "model.json": "xgboost",
     "model.ubj": "xgboost",
     "model.txt": "lightgbm",
+    "MAR-INF/MANIFEST.json": "torchserve",  # an unpacked TorchServe archive
 }
+# A file with this suffix in a version directory selects the backend (TorchServe's ``.mar``).
+DEFAULT_SUFFIXES: dict[str, str] = {".mar": "torchserve"}
 
 _cache: dict[str, Backend] = {}
 
@@ -106,6 +110,9 @@ def select_backend(config: ModelConfig, version_dirs: Iterable[Path]) -> Backend
     dirs = list(version_dirs)
     for filename, name in DEFAULT_FILES.items():
         if any((d / filename).exists() for d in dirs):
+            return get_backend(name)
+    for suffix, name in DEFAULT_SUFFIXES.items():
+        if any(any(d.glob(f"*{suffix}")) for d in dirs if d.is_dir()):
             return get_backend(name)
     raise ConfigError(
         "cannot tell which backend serves this model: no known model file "

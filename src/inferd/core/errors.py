@@ -19,6 +19,8 @@ The tree:
     ├── ModelLoadError             INTERNAL          (a model version failed to load)
     │   └── ConfigError            INTERNAL          (config.pbtxt does not parse or validate)
     └── InternalError              INTERNAL          (a backend failed while executing)
+        └── ModelFailed            INTERNAL          (a model's own code failed a request with
+                                                      the HTTP status it chose: TorchServe's)
 
 Every message is one line that names the field or object at fault.
 """
@@ -113,3 +115,13 @@ class ConfigError(ModelLoadError):
 
 class InternalError(InferdError):
     code = ErrorCode.INTERNAL
+
+
+class ModelFailed(InternalError):
+    """A model's own code failed the request and chose the HTTP status to answer with (a
+    TorchServe handler's ``PredictionException``; 503 "Prediction failed" for any other
+    exception). Frontends that speak the model's own protocol answer ``status``."""
+
+    def __init__(self, message: str, status: int = 503) -> None:
+        super().__init__(message)
+        self.status = status

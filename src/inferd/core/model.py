@@ -44,6 +44,7 @@ class ModelVersion:
     cache: ResponseCache | None = None  # set when the config enables response_cache
     instance_count: int = 1
     load_seconds: float = 0.0
+    loaded_unix_s: float = field(default_factory=time.time)  # when it was built
     state: ModelState = ModelState.READY
     # Every signature of the model file, by name, when its backend lists them (TensorFlow).
     signatures: Mapping[str, SignatureSpec] = field(default_factory=dict)

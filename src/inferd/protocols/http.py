@@ -26,6 +26,7 @@ import orjson
 from inferd.core.errors import (
     ErrorCode,
     InferdError,
+    InternalError,
     InvalidInput,
     NotFound,
     Overloaded,
@@ -131,6 +132,8 @@ def error_response(error: InferdError, request_id: str = "") -> HttpResponse:
 
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+# How a port answers an error: (error, request id, the HTTP status inferd would use).
+ErrorRenderer = Callable[[InferdError, str, int], HttpResponse]
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,8 +228,14 @@ class HttpApp:
         observer: RequestObserver | None = None,
         guard: HttpGuard | None = None,
         limits: Limits | None = None,
+        render_error: ErrorRenderer | None = None,
+        route_options: bool = False,
     ) -> None:
         self.router = router
+        # Another API's error bodies (TorchServe's ports); None: inferd's {"error": ...}.
+        self.render_error = render_error
+        # OPTIONS goes to the routes unless it is a CORS preflight (TorchServe's OPTIONS /).
+        self.route_options = route_options
         self.limits = limits or Limits(max_body_bytes=max_body_bytes)
         self._deadlines = BodyDeadlines(self.limits.body_timeout_s)
         self._watch = ClientWatch()
@@ -251,7 +260,11 @@ class HttpApp:
         declared = 0
         unread = True  # the body is still on the wire
         try:
-            if method == "OPTIONS" and self.guard is not None:
+            if (
+                method == "OPTIONS"
+                and self.guard is not None
+                and (not self.route_options or "access-control-request-method" in headers)
+            ):
                 cors = self.guard.preflight(headers)
                 raise _Preflight
             handler, route, params = self.router.resolve(method, path)
@@ -309,22 +322,29 @@ class HttpApp:
         except _Preflight:
             response = HttpResponse(b"", 204)
         except _MethodNotAllowed as exc:
-            response = json_response({"error": exc.message}, 405)
+            if self.render_error is not None:
+                response = self.render_error(exc, "", 405)
+            else:
+                response = json_response({"error": exc.message}, 405)
         except InferdError as exc:
             if unread and 0 < declared <= DRAIN_MAX_BYTES:
                 await self._discard(protocol)
             request_id = headers.get("x-request-id") or new_request_id()
             if exc.code is ErrorCode.INTERNAL:
                 log.error("%s %s failed (request id %s): %s", method, path, request_id, exc.message)
-            response = error_response(exc, request_id)
+            if self.render_error is not None:
+                response = self.render_error(exc, request_id, STATUS_OF[exc.code])
+            else:
+                response = error_response(exc, request_id)
             response.request_id = request_id
         except Exception:  # a bug must answer 500, not drop the connection
             request_id = headers.get("x-request-id") or new_request_id()
             log.exception("unhandled error on %s %s (request id %s)", method, path, request_id)
-            response = json_response(
-                {"error": f"internal error (request id {request_id}); the server log has more"},
-                500,
-            )
+            message = f"internal error (request id {request_id}); the server log has more"
+            if self.render_error is not None:
+                response = self.render_error(InternalError(message), request_id, 500)
+            else:
+                response = json_response({"error": message}, 500)
             response.request_id = request_id
         finally:
             if counted:
@@ -470,7 +490,11 @@ def _decompress(encoding: str, body: bytes, limit: int) -> bytes:
 
 async def _send_stream(protocol: Any, response: HttpResponse, chunks: AsyncIterator[bytes]) -> int:
     """Answer chunk by chunk; returns the body bytes sent."""
-    headers = [("content-type", response.content_type), *response.headers]
+    headers = (
+        [("content-type", response.content_type), *response.headers]
+        if response.content_type
+        else response.headers
+    )
     transport = protocol.response_stream(response.status, headers)
     sent = 0
     try:
@@ -489,7 +513,11 @@ async def _send_stream(protocol: Any, response: HttpResponse, chunks: AsyncItera
 def _send(protocol: Any, response: HttpResponse) -> int:
     """Answer; returns the body bytes sent."""
     body = response.body
-    headers = [("content-type", response.content_type), *response.headers]
+    headers = (
+        [("content-type", response.content_type), *response.headers]
+        if response.content_type
+        else response.headers
+    )
     encoding = response.encoding if body else ""
     if encoding == "gzip":
         body = gzip.compress(body, compresslevel=5)

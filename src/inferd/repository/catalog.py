@@ -92,6 +92,8 @@ class Catalog:
         self._refresh: asyncio.Task[tuple[Listing, dict[str, StorageError]]] | None = None
         # Each model's files at start (routing.json left out): what the operator put there.
         self._startup: dict[str, ModelFiles] | None = None
+        # Files the server itself wrote for a model, and where what they hold came from.
+        self._adopted: dict[str, tuple[ModelFiles, Origin]] = {}
 
     def mark_startup(self, listing: Listing) -> None:
         """Remember the models found at start (the first call counts; a store that did not
@@ -100,9 +102,20 @@ class Catalog:
             self._startup = {name: _code_files(files) for name, (_, files) in listing.found.items()}
 
     def origin(self, name: str, files: ModelFiles) -> Origin:
-        """STARTUP for a model whose files are as they were at start, else REPOSITORY."""
+        """STARTUP for a model whose files are as they were at start, the adopted origin for
+        files as the server wrote them (``adopt``), else REPOSITORY."""
+        code = _code_files(files)
+        adopted = self._adopted.get(name)
+        if adopted is not None and adopted[0] == code:
+            return adopted[1]
         at_start = self._startup.get(name) if self._startup is not None else None
-        return Origin.STARTUP if at_start == _code_files(files) else Origin.REPOSITORY
+        return Origin.STARTUP if at_start == code else Origin.REPOSITORY
+
+    def adopt(self, name: str, files: ModelFiles, origin: Origin) -> None:
+        """The model's files are now ``files``, written by the server from a source of
+        ``origin`` (a TorchServe archive registered from the operator's model store counts as
+        present at start, a downloaded one as sent through the API)."""
+        self._adopted[name] = (_code_files(files), origin)
 
     async def scan(self) -> tuple[Listing, dict[str, StorageError]]:
         """Every model folder of every store, and the stores that did not answer."""

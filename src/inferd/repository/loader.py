@@ -32,7 +32,7 @@ from inferd.scheduling.batcher import DirectScheduler, DynamicBatcher, Scheduler
 from inferd.scheduling.cache import ResponseCache
 from inferd.scheduling.instances import Instances, ThreadInstances
 from inferd.scheduling.policy import BatchingOptions
-from inferd.scheduling.processes import ProcessInstances
+from inferd.scheduling.processes import MetricsSink, ProcessInstances
 from inferd.scheduling.recipe import WorkerRecipe, backend_recipe, build_executor
 from inferd.scheduling.sequence import SequenceBatcher
 from inferd.scheduling.sequence_options import SequenceOptions
@@ -52,6 +52,7 @@ class LoadOptions:
     cache: ResponseCache | None = None  # the server-wide response cache, if --cache-size > 0
     code_policy: CodePolicy = field(default_factory=CodePolicy)  # --allow-pickle, ...
     call_model: ModelCaller | None = None  # how a model in a worker process calls others
+    model_metrics: MetricsSink | None = None  # where metrics a model's code records go
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +169,7 @@ def load_version(
     with granted(grants):  # a worker's recipe carries the grants to its process
         if in_processes:
             recipes = [worker_recipe(backend, version_dir, config, p, label) for p in where]
-            pool = ProcessInstances(label, recipes, options.call_model)
+            pool = ProcessInstances(label, recipes, options.call_model, options.model_metrics)
         else:
             pool = _thread_instances(backend, version_dir, config, where, label, grants)
     try:

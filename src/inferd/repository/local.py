@@ -72,11 +72,20 @@ class LocalStorage:
             raise StorageError(f"cannot write '{path}': {exc}") from None
 
     def remove(self, rel: str) -> None:
+        """Remove a file, and the folders of the repository it leaves empty (a folder of the
+        store is a model or a version: an empty one must not stay behind)."""
         path = self._path(rel)
         try:
             path.unlink(missing_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot remove '{path}': {exc}") from None
+        folder = path.parent
+        while folder != self.root and self.root in folder.parents:
+            try:
+                folder.rmdir()
+            except OSError:
+                break  # not empty (or gone): what is above it is not empty either
+            folder = folder.parent
 
     def staging_dir(self) -> Path:
         return self.root

@@ -55,6 +55,9 @@ RESTART_BACKOFF_FIRST_S = 0.5
 RESTART_BACKOFF_MAX_S = 30.0
 IDLE_FLUSH_S = 0.01  # a worker left idle gets the releases of its output blocks this soon
 
+# Receives the metrics a model's own code records: (model label, records).
+MetricsSink = Callable[[str, list[Any]], None]
+
 _STARTING, _UP, _DOWN, _BROKEN, _CLOSED = "starting", "up", "down", "broken", "closed"
 
 
@@ -94,6 +97,7 @@ class ProcessInstances:
         name: str,
         recipes: Sequence[WorkerRecipe],
         call_model: ModelCaller | None = None,
+        on_metrics: MetricsSink | None = None,
     ) -> None:
         if not recipes:
             raise ValueError("instances need at least one recipe")
@@ -101,6 +105,7 @@ class ProcessInstances:
         self.count = len(recipes)
         self.restarts = 0
         self._calls = ModelCalls(name, call_model)
+        self._on_metrics = on_metrics
         self._workers = [_Worker(i, r) for i, r in enumerate(recipes)]
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -245,6 +250,8 @@ class ProcessInstances:
                 self._response(worker, *payload)
             elif kind == "call":
                 self._call(worker, payload)
+            elif kind == "metrics" and self._on_metrics is not None:
+                self._on_metrics(*payload)
             if not channel.waiting():  # mostly one message per wake-up: no receive that fails
                 return
 

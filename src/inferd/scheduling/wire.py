@@ -4,7 +4,7 @@ A numeric tensor is ``(name, dtype name, shape, data)``: ``data`` is a ``bytearr
 tensor of a few KB (it rides in the message, and arrives writable) or a ``Ref`` to an arena
 block (copied once, read in place). A BYTES tensor travels as Triton's serialization (a 4-byte
 little-endian length before each element), so any bytes survive: NULs, non-UTF-8. Errors
-travel as (class name, message) and come back as the same ``InferdError`` class.
+travel as (class name, message[, status]) and come back as the same ``InferdError`` class.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from inferd.core.errors import (
     InferdError,
     InternalError,
     InvalidInput,
+    ModelFailed,
     ModelLoadError,
     NotFound,
     PayloadTooLarge,
@@ -49,6 +50,7 @@ _ERRORS: dict[str, type[InferdError]] = {
         ConfigError,
         InternalError,
         InstanceFailed,
+        ModelFailed,
     )
 }
 _DTYPES: dict[str, np.dtype[Any]] = {}
@@ -152,14 +154,18 @@ def decode_tensors(channel: Channel, encoded: Sequence[tuple[Any, ...]]) -> Tens
 # ---------------------------------------------------------------------- errors
 
 
-def encode_error(exc: InferdError) -> tuple[str, str]:
+def encode_error(exc: InferdError) -> tuple[Any, ...]:
+    if isinstance(exc, ModelFailed):
+        return ModelFailed.__name__, exc.message, exc.status
     for cls in type(exc).__mro__:
         if cls.__name__ in _ERRORS and _ERRORS[cls.__name__] is cls:
             return cls.__name__, exc.message
     return InternalError.__name__, exc.message
 
 
-def decode_error(name: str, message: str) -> InferdError:
+def decode_error(name: str, message: str, status: int | None = None) -> InferdError:
+    if status is not None and name == ModelFailed.__name__:
+        return ModelFailed(message, status)
     return _ERRORS.get(name, InternalError)(message)
 
 
@@ -210,7 +216,7 @@ def decode_result(channel: Channel, encoded: tuple[Any, ...]) -> Result:
         return decode_tensors(channel, encoded[1])
     if encoded[0] == "C":
         return CANCELLED
-    return decode_error(encoded[1], encoded[2])
+    return decode_error(*encoded[1:])
 
 
 def encode_executed(channel: Channel, executed: Executed) -> tuple[Any, ...]:

@@ -166,6 +166,11 @@ class Host:
         encoded = encode_result(Encoder(self.channel), result)
         self.channel.send("response", (self._running, index, encoded, final))
 
+    def send_metrics(self, model: str, records: list[Any]) -> None:
+        """Metrics the model's own code recorded (a TorchServe handler's ``context.metrics``),
+        for the server's ``/metrics``: (name, type, unit, labels, value, count) records."""
+        self.channel.send("metrics", (model, records))
+
     def is_cancelled(self) -> bool:
         """Whether the server cancelled the job running now (its caller left)."""
         try:

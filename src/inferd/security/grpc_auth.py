@@ -19,6 +19,9 @@ from inferd.security.access import Access, AccessPolicy
 
 _HEALTH_SERVICE = "grpc.health.v1.Health"
 _HEALTH_METHODS = frozenset({"ServerLive", "ServerReady"})
+# TorchServe's gRPC: its inference service's Ping is health, its management service admin.
+_TORCHSERVE_INFERENCE = "org.pytorch.serve.grpc.inference.InferenceAPIsService"
+_ADMIN_SERVICES = frozenset({"org.pytorch.serve.grpc.management.ManagementAPIsService"})
 # Changes to the server (trace and log settings name files it writes): the admin scope.
 # Shared-memory registration is part of inference, as in Triton: an inference token.
 _ADMIN_METHODS = frozenset(
@@ -37,7 +40,9 @@ def access_of(full_method: str) -> Access:
     service, _, method = full_method.lstrip("/").rpartition("/")
     if service == _HEALTH_SERVICE or method in _HEALTH_METHODS:
         return Access.HEALTH
-    if method in _ADMIN_METHODS:
+    if service == _TORCHSERVE_INFERENCE and method == "Ping":
+        return Access.HEALTH
+    if method in _ADMIN_METHODS or service in _ADMIN_SERVICES:
         return Access.ADMIN
     return Access.INFERENCE
 

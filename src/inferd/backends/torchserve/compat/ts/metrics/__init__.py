@@ -1,0 +1,1 @@
+"""``ts.metrics``: the metric types and dimensions handlers record through ``context.metrics``."""

@@ -1,0 +1,1 @@
+"""``ts.protocol``: where older handlers import the intermediate-answer call from."""

@@ -1,0 +1,1 @@
+"""``ts.torch_handler``: the base handler custom handlers subclass."""

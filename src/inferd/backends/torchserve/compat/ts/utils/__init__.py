@@ -1,0 +1,1 @@
+"""``ts.utils``: helpers handlers import."""
