@@ -25,20 +25,19 @@ from inferd.core.model import ModelState, ModelVersion
 from inferd.core.registry import Registry, parse_version, unknown_model
 from inferd.core.routing import (
     LABEL_PARAMETER,
-    ModelRouting,
     RoutingPolicy,
     RoutingView,
-    ShadowDecision,
     check_label,
     check_version,
     labels_from_mapping,
     shadow_from_mapping,
     split_from_mapping,
 )
+from inferd.core.shadows import Shadows
 from inferd.core.shared_memory import SystemSharedMemory
 from inferd.core.stats import ModelStatistics
 from inferd.core.tfserving import TfServing
-from inferd.core.types import InferRequest, InferResponse, Tensors
+from inferd.core.types import InferRequest, InferResponse
 from inferd.core.views import (
     IndexEntry,
     ModelMetadata,
@@ -91,7 +90,7 @@ class DataPlane:
         )
         self._routing_changes = asyncio.Lock()
         self.tfserving = TfServing(self.registry, self.run)
-        self._shadows: set[asyncio.Task[None]] = set()
+        self.shadows = Shadows(registry)  # copies of requests to shadow versions
         # Regions clients registered (Triton's system shared memory extension).
         self.shared_memory = SystemSharedMemory()
         # The model names whose queue has a size limit, kept current by the registry: only
@@ -286,48 +285,8 @@ class DataPlane:
             response = await model.infer(request, signature)
         routing = self.registry.shadowing(model.name)
         if routing is not None and not signature:
-            self._mirror(routing, model, request, response)
+            self.shadows.mirror(routing, model, request, response)
         return response
-
-    def _mirror(
-        self,
-        routing: ModelRouting,
-        primary: ModelVersion,
-        request: InferRequest,
-        response: InferResponse,
-    ) -> None:
-        registry, name = self.registry, primary.name
-        decision = routing.shadow(
-            primary.version, lambda v: registry.ready_version(name, v) is not None
-        )
-        if decision is None:
-            return
-        target = registry.ready_version(name, decision.version)
-        assert target is not None  # checked ready just now, on this thread
-        copy = replace(request, model_version=str(target.version))
-        task = asyncio.get_running_loop().create_task(
-            self._shadow(routing, decision, target, copy, response.outputs)
-        )
-        self._shadows.add(task)
-        task.add_done_callback(self._shadows.discard)
-
-    async def _shadow(
-        self,
-        routing: ModelRouting,
-        decision: ShadowDecision,
-        target: ModelVersion,
-        request: InferRequest,
-        expected: Tensors,
-    ) -> None:
-        try:
-            answer = await target.infer(request)
-        except InferdError as exc:
-            routing.shadowed(decision, expected, exc)
-        except Exception as exc:
-            log.exception("shadow copy to model '%s' v%d failed", target.name, target.version)
-            routing.shadowed(decision, expected, exc)
-        else:
-            routing.shadowed(decision, expected, answer.outputs)
 
     # ------------------------------------------------------------------ repository API
 
