@@ -17,7 +17,7 @@ from prometheus_client import start_http_server
 
 from inferd.app import edge
 from inferd.app.drain import Drain
-from inferd.app.repository import model_manager
+from inferd.app.repository import lazy_serving, model_manager
 from inferd.app.settings import Settings
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError
@@ -85,6 +85,7 @@ class Server:
         self.logs = logs or logs_from(settings)
         self.endpoints = EndpointStats()
         self.metrics = build_registry(self.registry, self.endpoints, self.manager.status)
+        self.residency = lazy_serving(settings, self.manager, self.plane, self.metrics)
         self.node: WorkerNode | None = None
         if peers is not None and isinstance(control, SharedControl):
             self.node = WorkerNode(peers, control, self.plane, self.metrics)
@@ -150,6 +151,8 @@ class Server:
     async def _load_models(self) -> None:
         try:
             await self.manager.start(self.settings.load_model)
+            if self.residency is not None:  # lazy serving: pinned and --load-model models
+                await self.residency.start(self.settings.load_model)
             if self.node is not None:
                 await self.node.control.replay()
         finally:

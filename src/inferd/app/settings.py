@@ -38,7 +38,7 @@ class Settings:
             "own copy of the models: a number, or auto: the usable CPU cores when every store "
             "is a local folder, every model loaded at start is at most 256 MiB on disk, and "
             "cores x (256 MiB + 2 x those models' size) fits in half the available memory; "
-            "else 1"
+            "else 1 (always 1 with lazy serving: the memory budget is one for the server)"
         ),
     )
     allow_grpc: bool = field(default=True, metadata=_opt("serve gRPC (KServe v2 / Triton)"))
@@ -97,6 +97,38 @@ class Settings:
     model_cache_dir: str = field(
         default="",
         metadata=_opt("local copies of models from S3 (default: a folder under the temp dir)"),
+    )
+    model_cache_max_bytes: str = field(
+        default="",
+        metadata=_opt(
+            "SIZE: with lazy serving, keep the local copies of S3 models within this size, "
+            "removing those of the least recently loaded models that are not loaded (default: "
+            "no bound)"
+        ),
+    )
+    model_memory_budget: str = field(
+        default="",
+        metadata=_opt(
+            "SIZE (bytes, or with a unit: 512Mi, 8Gi, 10G): lazy serving. Every model of the "
+            "repository is available, none loads at start (but pinned ones); the first request "
+            "for a model loads it, and the least recently used idle models are unloaded so "
+            "that the memory the loaded models were measured to take stays within SIZE"
+        ),
+    )
+    max_loaded_models: int = field(
+        default=0,
+        metadata=_opt(
+            "lazy serving (as --model-memory-budget) with at most this many models loaded at "
+            "once (0: no bound on the number)"
+        ),
+    )
+    pin_model: list[str] = field(
+        default_factory=list,
+        metadata=_opt(
+            "with lazy serving, load this model at start and never unload it to make room "
+            "(repeat; the config parameter 'pinned' does the same once the model loads)",
+            repeat=True,
+        ),
     )
     max_upload_bytes: int = field(
         default=1 << 30,
@@ -290,11 +322,40 @@ class Settings:
         default=2, metadata=_opt("model uploads in progress at once; more answer 503")
     )
 
+    def lazy_serving(self) -> bool:
+        """Models load on first use under a budget (--model-memory-budget, --max-loaded-models)."""
+        return bool(self.model_memory_budget.strip()) or self.max_loaded_models > 0
+
     def models_to_load(self) -> list[str] | None:
         """None loads every model in the repository."""
         if not self.load_model or "*" in self.load_model:
             return None
         return list(self.load_model)
+
+
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_size(text: str, flag: str) -> int:
+    """A size in bytes: a number, or one with a unit as Kubernetes writes them (K, M, G, T:
+    powers of 1000; Ki, Mi, Gi, Ti: powers of 1024; a trailing B is allowed): ``8Gi``."""
+    raw = text.strip()
+    body = raw[:-1] if raw[-1:] in ("B", "b") else raw
+    binary = body[-1:] in ("i", "I")
+    if binary:
+        body = body[:-1]
+    unit = body[-1:].lower() if body[-1:].isalpha() else ""
+    number = body[: len(body) - len(unit)].strip()
+    if unit not in _UNITS or (binary and not unit):
+        raise ConfigError(f"{flag}: '{text}' is not a size (bytes, or 8Gi, 10G...)")
+    try:
+        value = float(number)
+    except ValueError:
+        raise ConfigError(f"{flag}: '{text}' is not a size (bytes, or 8Gi, 10G...)") from None
+    scale = 1024 ** " kmgt".index(unit or " ") if binary else _UNITS[unit]
+    if not 0 <= value < 2**63 / scale:  # also NaN and infinity
+        raise ConfigError(f"{flag}: '{text}' is not a size of 0 bytes or more")
+    return int(value * scale)
 
 
 def _flag(name: str) -> str:

@@ -26,6 +26,7 @@ import botocore.exceptions
 from botocore.config import Config
 
 from inferd.core.errors import ConfigError, InferdError
+from inferd.repository import cache_bound
 from inferd.repository.storage import WRITING_MARKER as _WRITING
 from inferd.repository.storage import (
     ModelFiles,
@@ -69,6 +70,7 @@ class S3Storage:
         self.uri = uri.rstrip("/")
         self.bucket, self.prefix = parse_uri(uri)
         self.cache = options.cache_for(self.uri)
+        self.cache_max_bytes = options.cache_max_bytes
         style = options.s3_addressing_style or "auto"
         if style not in ("auto", "path", "virtual"):
             raise ConfigError(f"--s3-addressing-style must be auto, path or virtual, not '{style}'")
@@ -184,6 +186,12 @@ class S3Storage:
             removed,
         )
         return folder
+
+    def trim_cache(self, keep: frozenset[str]) -> list[str]:
+        """Keep the cache within ``cache_max_bytes``, but for the models in ``keep``."""
+        if not self.cache_max_bytes:
+            return []
+        return cache_bound.trim(self.cache, self.cache / _MANIFESTS, self.cache_max_bytes, keep)
 
     def read(self, rel: str) -> bytes | None:
         key = self.prefix + check_relative(rel, f"file in model repository '{self.uri}'")
