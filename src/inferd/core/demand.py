@@ -18,7 +18,7 @@ from inferd.config.spec import build_spec
 from inferd.core.errors import InvalidInput, NotFound
 from inferd.core.registry import unknown_model
 from inferd.core.types import InferRequest
-from inferd.core.views import ModelMetadata, ResidencyView, TensorMetadata
+from inferd.core.views import ModelMetadata, ResidencyTotals, ResidencyView, TensorMetadata
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,10 @@ class OnDemand(Protocol):
 
     def views(self) -> Mapping[str, ResidencyView]:
         """Every model of the repository and its residency."""
+        ...
+
+    def totals(self) -> ResidencyTotals:
+        """The budget, what is loaded and the counters."""
         ...
 
 

@@ -60,6 +60,21 @@ class ResidencyView:
 
 
 @dataclass(frozen=True, slots=True)
+class ResidencyTotals:
+    """Lazy serving as a whole: the budget, what is loaded, and what happened so far."""
+
+    memory_budget_bytes: int  # 0: no bound on memory
+    max_models: int  # 0: no bound on the number of loaded models
+    models: int  # loaded now
+    memory_bytes: int  # what the loaded models were measured to take
+    loads: int
+    load_failures: int
+    evictions: int
+    hits: int
+    misses: int
+
+
+@dataclass(frozen=True, slots=True)
 class IndexEntry:
     """One row of the repository index (no version: the model as a whole)."""
 

@@ -22,12 +22,20 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from inferd.backends.completion import bool_parameter
-from inferd.core import views
 from inferd.core.demand import Described
 from inferd.core.errors import InferdError, Unavailable
 from inferd.core.model import ModelState
 from inferd.core.registry import ModelRecord
 from inferd.core.stats import Duration
+from inferd.core.views import (
+    AVAILABLE,
+    EVICTED,
+    FAILED,
+    LOADED,
+    LOADING,
+    ResidencyTotals,
+    ResidencyView,
+)
 from inferd.repository.describe import describe
 from inferd.repository.loader import MEMORY_PARAMETER, PIN_PARAMETER
 from inferd.repository.manager import ModelManager
@@ -345,20 +353,20 @@ class Residency:
 
     # ------------------------------------------------------------------ what the server shows
 
-    def views(self) -> Mapping[str, views.ResidencyView]:
-        found: dict[str, views.ResidencyView] = {}
+    def views(self) -> Mapping[str, ResidencyView]:
+        found: dict[str, ResidencyView] = {}
         for name in self.manager.catalog.names | self._residents.keys():
             resident = self._residents.get(name)
             failed = self._failed(name)
             if name in self._loads:
-                state = views.LOADING
+                state = LOADING
             elif resident is not None:
-                state = views.LOADED
+                state = LOADED
             elif failed is not None:
-                state = views.FAILED
+                state = FAILED
             else:
-                state = views.EVICTED if name in self._evicted else views.AVAILABLE
-            found[name] = views.ResidencyView(
+                state = EVICTED if name in self._evicted else AVAILABLE
+            found[name] = ResidencyView(
                 state=state,
                 memory_bytes=resident.memory_bytes if resident else self._memory.get(name, 0),
                 pinned=resident.pinned if resident else name in self.budget.pinned,
@@ -369,6 +377,20 @@ class Residency:
                 reason=failed or "",
             )
         return found
+
+    def totals(self) -> ResidencyTotals:
+        counters = self.counters
+        return ResidencyTotals(
+            memory_budget_bytes=self.budget.memory_bytes,
+            max_models=self.budget.max_models,
+            models=len(self._residents),
+            memory_bytes=self.resident_bytes(),
+            loads=counters.loads,
+            load_failures=counters.load_failures,
+            evictions=counters.evictions,
+            hits=self.hits,
+            misses=counters.misses,
+        )
 
     def resident(self) -> dict[str, int]:
         """The loaded models and the bytes each is counted for."""
