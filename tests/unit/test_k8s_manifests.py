@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from inferd.app.drain import QUIET_S, STOP_GRACE_S
-from inferd.app.settings import Settings, parse_size
+from inferd.app.settings import Settings, from_sources, parse_size
 from inferd.core.registry import ModelRecord, Registry
 from inferd.observability.metrics import EndpointStats, build_registry, render
 from tests.echo_support import echo_version
@@ -217,13 +217,7 @@ def test_many_models_serves_lazily_and_envoy_routes_by_model(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
     objects = rendered["overlays/many-models"]
-    settings = Settings(
-        **{
-            name[len("INFERD_") :].lower(): value
-            for name, value in _settings(objects).items()
-            if name in ("INFERD_MODEL_MEMORY_BUDGET", "INFERD_MODEL_CACHE_MAX_BYTES")
-        }
-    )
+    settings = from_sources(None, _settings(objects))  # as the pod reads them
     assert settings.lazy_serving()
     budget = parse_size(settings.model_memory_budget, "budget")
     pod = _one(objects, "Deployment", "inferd")["spec"]["template"]["spec"]
