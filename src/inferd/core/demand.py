@@ -60,13 +60,14 @@ class OnDemand(Protocol):
 
 
 def timeout_s(request: InferRequest) -> float | None:
-    """The request's ``timeout`` parameter (microseconds, Triton's) in seconds, if any."""
+    """The request's ``timeout`` parameter (microseconds, Triton's) in seconds; None when it
+    has none (or 0, which the schedulers read as none too)."""
     value = request.parameters.get("timeout")
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInput(f"parameter 'timeout' must be a non-negative integer, got {value!r}")
-    return value / 1e6
+    return value / 1e6 if value else None
 
 
 T = TypeVar("T")

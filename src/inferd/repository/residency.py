@@ -24,7 +24,7 @@ from functools import partial
 from inferd.backends import get_backend
 from inferd.backends.completion import bool_parameter
 from inferd.core.demand import Described
-from inferd.core.errors import InferdError, Unavailable
+from inferd.core.errors import InferdError, NotFound, Unavailable
 from inferd.core.model import ModelState
 from inferd.core.registry import ModelRecord
 from inferd.core.stats import Duration
@@ -337,9 +337,14 @@ class Residency:
         return any(user in serving for user in self.manager.lifecycle.graph.users(name))
 
     def _last_used(self, name: str) -> float:
-        record = self.registry.record(name)
-        last_ms = max((v.stats.last_inference_ms for v in record.versions.values()), default=0)
-        return max(last_ms / 1000, self._residents[name].loaded_unix_s)
+        resident = self._residents.get(name)
+        loaded = resident.loaded_unix_s if resident is not None else 0.0
+        try:
+            versions = self.registry.record(name).versions.values()
+        except NotFound:  # unloaded elsewhere (a poll saw it leave): _sync forgets it next
+            return loaded
+        last_ms = max((v.stats.last_inference_ms for v in versions), default=0)
+        return max(last_ms / 1000, loaded)
 
     def _victim(self, keep: str) -> str | None:
         """The least recently used model that may be evicted now, if any."""
