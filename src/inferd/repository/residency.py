@@ -47,7 +47,7 @@ log = logging.getLogger("inferd.repository")
 ROOM_WAIT_S = 30.0  # a load waits at most this long for busy models to make room
 ROOM_POLL_S = 0.01
 FAILED_RETRY_S = 10.0  # requests for a model that failed to load get its reason this long
-DEFAULT_BACKEND = "onnxruntime"  # primed at start: an inferd dependency, the usual backend
+DEFAULT_BACKEND = "onnxruntime"  # primed by the first load: a dependency, the usual backend
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +110,7 @@ class Residency:
         self._load_counts: dict[str, int] = {}
         # Backends whose framework is in memory: a model's load then measures the model only.
         self._primed: set[str] = set()
-        self._priming: asyncio.Task[None] | None = None
+        self._prime_tried: set[str] = set()
 
     # ------------------------------------------------------------------ what requests ask
 
@@ -163,9 +163,7 @@ class Residency:
 
     async def start(self, preload: list[str]) -> None:
         """Load the pinned models and ``preload`` (``--load-model``) once the stores are
-        listed; one that cannot load is logged, as at any start. ONNX Runtime is primed first,
-        in the background (requests wait for it, as for any load)."""
-        self._priming = asyncio.get_running_loop().create_task(self._prime(DEFAULT_BACKEND))
+        listed; one that cannot load is logged, as at any start."""
         for name in sorted(self.budget.pinned) + [n for n in preload if n != "*"]:
             if not self.serves(name):
                 log.error("cannot load model '%s': no such model in the repository", name)
@@ -185,19 +183,23 @@ class Residency:
     # ------------------------------------------------------------------ load
 
     async def _prime(self, name: str) -> None:
-        async with self._changes:
-            try:
-                prime = getattr(get_backend(name), "prime", None)
-                if prime is not None:
-                    await asyncio.to_thread(prime)
-                    self._primed.add(name)
-            except Exception as exc:  # a backend that cannot load says so with its first model
-                log.warning("could not prime backend '%s': %s", name, exc)
+        """Bring a backend's framework into memory before the first load measures (not at
+        start: importing it would hold the event loop while the server comes up)."""
+        self._prime_tried.add(name)
+        try:
+            prime = getattr(get_backend(name), "prime", None)
+            if prime is not None:
+                await asyncio.to_thread(prime)
+                self._primed.add(name)
+        except Exception as exc:  # a backend that cannot load says so with its first model
+            log.warning("could not prime backend '%s': %s", name, exc)
 
     async def _bring_in(self, name: str) -> None:
         async with self._changes:
             if self.registry.is_ready(name):
                 return  # loaded meanwhile (a load call, a dependency of another model)
+            if DEFAULT_BACKEND not in self._prime_tried:
+                await self._prime(DEFAULT_BACKEND)
             await self._make_room(name, self._estimate(name))
             before = self.measure()
             started = time.perf_counter_ns()
