@@ -53,12 +53,14 @@ METADATA_PREFIX = "inferd.optimize."  # the same notes, in the ONNX file's metad
 
 
 def _read_io(path: Path) -> tuple[list[TensorIO], list[TensorIO], dict[str, str]]:
-    """Graph inputs and outputs, and inferd's notes, read from the file without a session."""
-    import onnx
+    """Graph inputs and outputs, and inferd's notes, read from the file without a session
+    (nor its weights: ``onnx_io``)."""
     from onnx import helper
 
+    from inferd.backends.onnx_io import light_model
+
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        model = light_model(path)
     except Exception as exc:
         raise ModelLoadError(f"cannot read ONNX model {path.name}: {exc}") from None
     notes = {
