@@ -10,12 +10,10 @@ fixes the threshold, so large blocks (weights) are mapped and unmapped with thei
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import logging
 import os
-from pathlib import Path
 
 log = logging.getLogger("inferd.repository")
 
@@ -41,29 +39,44 @@ def return_freed() -> bool:
     done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
     done = bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)) and done
     if done:
-        log.debug("malloc: mmap threshold %d, trim threshold %d", *_thresholds())
+        log.debug(
+            "malloc: mmap threshold %d, trim threshold %d",
+            MMAP_THRESHOLD_BYTES,
+            TRIM_THRESHOLD_BYTES,
+        )
     return done
 
 
-def _thresholds() -> tuple[int, int]:
-    return MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES
+def _read(path: str) -> bytes:
+    """A small /proc file ("" when it is gone); os calls, not pathlib: a process tree with
+    hundreds of threads reads hundreds of these per measurement."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, 65536)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def _rss(pid: int | str) -> int:
     """One process's resident bytes (0 when it is gone)."""
+    fields = _read(f"/proc/{pid}/statm").split()
+    return int(fields[1]) * _PAGE if len(fields) > 1 else 0
+
+
+def _children(pid: int | str) -> list[bytes]:
+    """The child processes of every thread of ``pid``."""
     try:
-        fields = Path(f"/proc/{pid}/statm").read_bytes().split()
-        return int(fields[1]) * _PAGE
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def _children(pid: int | str) -> list[str]:
-    found: list[str] = []
-    with contextlib.suppress(OSError):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            with contextlib.suppress(OSError):
-                found.extend((task / "children").read_text().split())
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    found: list[bytes] = []
+    for task in tasks:
+        found.extend(_read(f"/proc/{pid}/task/{task}/children").split())
     return found
 
 
@@ -73,10 +86,10 @@ def tree_rss_bytes(pid: int | None = None) -> int:
     pending: list[int | str] = [os.getpid() if pid is None else pid]
     seen: set[str] = set()
     while pending:
-        current = pending.pop()
-        if str(current) in seen:
+        current = str(pending.pop())
+        if current in seen:
             continue
-        seen.add(str(current))
+        seen.add(current)
         total += _rss(current)
-        pending.extend(_children(current))
+        pending.extend(child.decode() for child in _children(current))
     return total

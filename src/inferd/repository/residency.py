@@ -201,7 +201,7 @@ class Residency:
             if DEFAULT_BACKEND not in self._prime_tried:
                 await self._prime(DEFAULT_BACKEND)
             await self._make_room(name, self._estimate(name))
-            before = self.measure()
+            before = await asyncio.to_thread(self.measure)
             started = time.perf_counter_ns()
             reason = ""
             try:
@@ -216,7 +216,7 @@ class Residency:
                 log.error("%s", message)
                 raise Unavailable(message)
             took_ns = time.perf_counter_ns() - started
-            grown = self.measure() - before
+            grown = await asyncio.to_thread(self.measure) - before
             self._failures.pop(name, None)
             self._evicted.pop(name, None)
             record = self.registry.record(name)
