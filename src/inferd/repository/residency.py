@@ -271,7 +271,7 @@ class Residency:
     # ------------------------------------------------------------------ eviction
 
     def resident_bytes(self) -> int:
-        return sum(r.memory_bytes for r in self._residents.values())
+        return sum(r.memory_bytes for r in dict(self._residents).values())
 
     def _sync(self) -> None:
         """Follow loads and unloads made elsewhere (load and unload calls, polls)."""
@@ -419,5 +419,6 @@ class Residency:
         )
 
     def resident(self) -> dict[str, int]:
-        """The loaded models and the bytes each is counted for."""
-        return {name: r.memory_bytes for name, r in self._residents.items()}
+        """The loaded models and the bytes each is counted for (a copy first: the metrics
+        port reads this from its own thread)."""
+        return {name: r.memory_bytes for name, r in dict(self._residents).items()}
