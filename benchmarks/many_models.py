@@ -121,6 +121,7 @@ def sizes(repo: Path) -> dict[str, int]:
 @dataclass
 class Run:
     latencies_ms: list[float] = field(default_factory=list)
+    asked: dict[str, int] = field(default_factory=dict)  # requests per model
     failures: dict[str, int] = field(default_factory=dict)
     wrong: int = 0
     seconds: float = 0.0
@@ -158,6 +159,7 @@ async def drive(
             while (sent < rounds) if rounds else (time.monotonic() < deadline):
                 sent += 1
                 name = pick()
+                run.asked[name] = run.asked.get(name, 0) + 1
                 started = time.perf_counter()
                 try:
                     r = await client.post(f"{url}/v2/models/{name}/infer", content=BODY)
@@ -465,6 +467,12 @@ def fleet(repo: Path, budget: int, tmp: Path, args: Any) -> None:
             f"models = {sum(map(len, held)) / max(1, len(distinct_held)):.2f}x; loaded copies over "
             f"the run {sum(map(len, ever))} of {len(distinct_ever)} distinct models hit = "
             f"{sum(map(len, ever)) / max(1, len(distinct_ever)):.2f}x"
+        )
+        often = {name for name, count in run.asked.items() if count >= 3}
+        copies = sum(len(often & loaded) for loaded in ever)
+        print(
+            f"models asked for 3 times or more: {len(often)}, loaded on {copies} node(s) in all "
+            f"= {copies / max(1, len(often)):.2f}x"
         )
         rates = [
             m.get("hits", 0) / max(1, m.get("hits", 0) + m.get("misses", 0)) for m in run.metrics
