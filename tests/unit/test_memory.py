@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from inferd.repository.memory import return_freed, tree_rss_bytes
+from inferd.repository.memory import tree_rss_bytes
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 
@@ -39,11 +39,25 @@ def test_a_child_process_counts_in_the_tree() -> None:
     assert tree_rss_bytes(child.pid) == 0  # gone
 
 
+FREED = """
+from inferd.repository.memory import return_freed, tree_rss_bytes
+assert return_freed()  # glibc
+before = tree_rss_bytes()
+weights = [bytearray(1 << 20) for _ in range(32)]  # 1 MiB tensors, as a model's weights
+for w in weights:
+    w[::4096] = b"x" * len(w[::4096])
+grown = tree_rss_bytes() - before
+del weights
+print(grown >> 20, (tree_rss_bytes() - before) >> 20)
+"""
+
+
 def test_freed_weights_go_back_to_the_system() -> None:
-    assert return_freed()  # glibc
-    before = tree_rss_bytes()
-    weights = bytearray(32 << 20)
-    weights[::4096] = b"x" * len(weights[::4096])
-    assert tree_rss_bytes() - before >= 32 << 20
-    del weights
-    assert tree_rss_bytes() - before < 8 << 20
+    """In a fresh process (a long-lived one may reuse memory freed before it fixed the
+    thresholds): 32 blocks of 1 MiB are resident while held, and gone once freed."""
+    done = subprocess.run(
+        [sys.executable, "-c", FREED], capture_output=True, text=True, timeout=60, check=True
+    )
+    grown_mib, left_mib = (int(n) for n in done.stdout.split())
+    assert grown_mib >= 32
+    assert left_mib < 4
