@@ -175,7 +175,8 @@ class Residency:
         pinned = sum(r.memory_bytes for r in self._residents.values() if r.pinned)
         if self.budget.memory_bytes and pinned > self.budget.memory_bytes:
             log.warning(
-                "pinned models hold %d MiB, over the memory budget of %d MiB: nothing else loads",
+                "pinned models hold %d MiB, over the memory budget of %d MiB: every other load "
+                "goes over it",
                 pinned >> 20,
                 self.budget.memory_bytes >> 20,
             )
@@ -283,7 +284,7 @@ class Residency:
                 self._adopt(name, record, 0)
 
     async def _make_room(self, name: str, need: int, wait: bool = True) -> None:
-        """Evict idle models until ``need`` more bytes (and, when ``need``, one more model)
+        """Evict idle models until ``need`` more bytes (and, with ``wait``, one more model)
         fit; with ``wait``, wait for busy ones, else stop when no idle one is left."""
         deadline = time.monotonic() + ROOM_WAIT_S
         adding = 1 if wait else 0
@@ -330,7 +331,10 @@ class Residency:
 
     def _busy(self, name: str) -> bool:
         """Requests in flight, versions changing, or a loaded model that needs it."""
-        record = self.registry.record(name)
+        try:
+            record = self.registry.record(name)
+        except NotFound:  # gone already (a poll saw it leave)
+            return False
         if record.state is not ModelState.READY or any(
             v.stats.pending for v in record.versions.values()
         ):
