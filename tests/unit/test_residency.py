@@ -17,7 +17,7 @@ from inferd.core.errors import Unavailable
 from inferd.core.registry import Registry
 from inferd.core.types import InferRequest
 from inferd.repository import residency as residency_module
-from inferd.repository.manager import ModelManager
+from inferd.repository.manager import ControlMode, ModelManager
 from inferd.repository.residency import Budget, Residency
 from tests.e2e.lifecycle_support import write_version
 
@@ -258,3 +258,35 @@ def test_metadata_and_config_answer_from_the_config_without_loading(tmp_path: Pa
         assert bare_meta.name == "bare" and residency.counters.loads == 1
 
     lazy(root, Budget(max_models=2), test)
+
+
+def test_a_poll_follows_only_the_loaded_models(tmp_path: Path) -> None:
+    root = tmp_path / "models"
+    for name in ("a", "b"):
+        write_model(root, name)
+
+    async def run() -> None:
+        registry = Registry()
+        manager = ModelManager(
+            [root], registry, lazy=True, mode=ControlMode.POLL, files_dir=tmp_path / "files"
+        )
+        residency = Residency(manager, Budget(max_models=2), measure=lambda: 0)
+        plane = DataPlane(registry)
+        plane.on_demand = residency
+        await manager.start()
+        try:
+            await plane.infer(request("a"))
+            first = registry.get("a")
+            write_model(root, "a", delay_ms="0")  # both change in the store
+            write_model(root, "b", delay_ms="0")
+            write_model(root, "c")  # and one arrives
+            listing, failed = await manager.scan()
+            await manager.apply(listing, set(failed))
+            assert registry.get("a") is not first  # the loaded one follows its files
+            assert not registry.is_ready("b") and not registry.is_ready("c")  # not loaded
+            assert residency.serves("c") and residency.views()["c"].state == "available"
+            assert (await plane.infer(request("c", 2.0))).outputs["OUTPUT0"][0, 0] == 2.0
+        finally:
+            await manager.close()
+
+    asyncio.run(run())
