@@ -55,7 +55,7 @@ def request_body() -> tuple[bytes, int]:
 
 
 async def drive(repository: str, rounds: int) -> None:
-    from inferd.app import settings
+    from inferd.app import flags
 
     try:
         from inferd.app.server import NetworkServer
@@ -65,7 +65,7 @@ async def drive(repository: str, rounds: int) -> None:
     body, header_length = request_body()
 
     argv = ["--model-repository", repository, "--model-control-mode", "explicit"]
-    server = NetworkServer(settings.parse([*argv, "--load-model", "echo"]))
+    server = NetworkServer(flags.parse([*argv, "--load-model", "echo"]))
     if hasattr(server, "core"):
         await server.core.start()
     else:

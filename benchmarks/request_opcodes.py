@@ -72,7 +72,7 @@ def stage_of(key: str) -> str:
 
 
 async def count(requests: int) -> tuple[collections.Counter[str], collections.Counter[int]]:
-    from inferd.app import settings
+    from inferd.app import flags
 
     try:
         from inferd.app.server import NetworkServer
@@ -87,7 +87,7 @@ async def count(requests: int) -> tuple[collections.Counter[str], collections.Co
     write_demo_repository(repo, models=["half_plus_two"])
     args = ["--model-repository", str(repo), "--model-control-mode", "explicit",
             "--load-model", "half_plus_two"]  # fmt: skip
-    server = NetworkServer(settings.parse(args))
+    server = NetworkServer(flags.parse(args))
     if hasattr(server, "core"):
         await server.core.start()
     else:

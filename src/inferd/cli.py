@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from inferd.app import settings
+from inferd.app import flags
 from inferd.app.envoy_config import add_parser as add_envoy_parser
 from inferd.app.repo_cli import add_parser as add_repo_parser
 from inferd.bench.options import add_arguments as add_bench_arguments
@@ -29,7 +29,7 @@ def _setup_logging(verbose: int) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     try:
-        config = settings.from_sources(args, os.environ)
+        config = flags.from_sources(args, os.environ)
     except ConfigError as exc:
         print(f"inferd: {exc.message}", file=sys.stderr)
         return 2
@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="serve the models of a model repository")
-    settings.add_arguments(serve)
+    flags.add_arguments(serve)
     serve.set_defaults(func=_serve)
 
     demo = commands.add_parser("demo-models", help="write the demo model repository")

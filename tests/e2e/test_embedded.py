@@ -171,7 +171,8 @@ def test_the_awaited_form(repo: Path) -> None:
             assert got == [2, 1, 0]
             index = {e.name: e.state for e in await server.async_models(ready_only=True)}
             assert index == dict.fromkeys(["chain", "countdown", "half_plus_two", "scale"], "READY")
-            assert server.model_metadata("scale").inputs[0].shape == (-1, 3)  # plain: on the loop
+            assert (await server.async_model_metadata("scale")).inputs[0].shape == (-1, 3)
+            assert server.model_ready("scale")  # plain: at once, on the loop
             with pytest.raises(RuntimeError, match="await the async_ form"):
                 server.infer("half_plus_two", {"x": X})
             # A thread may still make blocking calls into the awaited server.

@@ -64,7 +64,7 @@ def test_views_are_frozen_snapshots_with_triton_json(versions: list[ModelVersion
             "logging",
         ),
     )
-    meta = plane.model_metadata("m")
+    meta = asyncio.run(plane.model_metadata("m"))
     tensor = TensorMetadata("INPUT0", "FP32", (-1, 2))
     assert meta == ModelMetadata(
         "m", ("1", "2"), "", (tensor,), (TensorMetadata("OUTPUT0", "FP32", (-1, 2)),)
@@ -78,9 +78,9 @@ def test_views_are_frozen_snapshots_with_triton_json(versions: list[ModelVersion
     }
     with pytest.raises(AttributeError):
         meta.name = "other"  # type: ignore[misc]
-    config = plane.model_config("m", "1")
+    config = asyncio.run(plane.model_config("m", "1"))
     config.max_batch_size = 1  # a copy: the served config is untouched
-    assert plane.model_config("m", "1").max_batch_size == 8
+    assert asyncio.run(plane.model_config("m", "1")).max_batch_size == 8
     assert plane.model_status("m") == ModelStatus(
         "m", (VersionState(2, "READY", ""), VersionState(1, "READY", ""))
     )
@@ -137,9 +137,9 @@ def test_statistics_after_requests(versions: list[ModelVersion]) -> None:
 def test_unknown_and_malformed_names(versions: list[ModelVersion]) -> None:
     plane = DataPlane(registry_with(*versions))
     with pytest.raises(NotFound, match=r"^Request for unknown model: 'nope' is not found$"):
-        plane.model_metadata("nope")
+        asyncio.run(plane.model_metadata("nope"))
     with pytest.raises(NotFound, match=r"^Request for unknown model: 'm' version 7 is not found$"):
-        plane.model_metadata("m", "7")
+        asyncio.run(plane.model_metadata("m", "7"))
     with pytest.raises(InvalidInput, match=r"^failed to get model version from specified"):
         plane.model_ready("m", "x1")
     assert plane.model_ready("m", "2") and not plane.model_ready("m", "7")
@@ -200,4 +200,4 @@ def test_a_retired_version_is_routed_again(tmp_path: Path) -> None:
     assert asyncio.run(run()) == "2"
     assert old.state is ModelState.UNAVAILABLE
     with pytest.raises(Unavailable, match="no ready version"):
-        DataPlane(registry_with(old)).model_metadata("swap")
+        asyncio.run(DataPlane(registry_with(old)).model_metadata("swap"))

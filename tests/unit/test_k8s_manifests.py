@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from inferd.app.drain import QUIET_S, STOP_GRACE_S
+from inferd.app.flags import from_sources, parse_size
 from inferd.app.settings import Settings
 from inferd.core.registry import ModelRecord, Registry
 from inferd.observability.metrics import EndpointStats, build_registry, render
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from cloudcoil.resources import Resource
 
 K8S = Path(__file__).parents[2] / "deploy" / "k8s"
-OVERLAYS = ["base", "overlays/hpa", "overlays/keda"]
+OVERLAYS = ["base", "overlays/hpa", "overlays/keda", "overlays/many-models"]
 KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl (for kubectl kustomize) absent")
 
@@ -102,6 +103,7 @@ def test_every_object_is_valid(rendered: dict[str, list[dict[str, Any]]], overla
     expected = {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget"}
     expected |= {"overlays/hpa": {"HorizontalPodAutoscaler", "PodMonitor"}}.get(overlay, set())
     expected |= {"overlays/keda": {"ScaledObject", "PodMonitor"}}.get(overlay, set())
+    expected |= {"overlays/many-models": {"PodMonitor"}}.get(overlay, set())
     assert set(kinds) == expected
 
 
@@ -209,6 +211,49 @@ def test_envoy_runs_the_bootstrap_inferd_envoy_config_writes(
         "http": 8080,
         "grpc": 8081,
         "stats": 9902,
+    }
+
+
+def test_many_models_serves_lazily_and_envoy_routes_by_model(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = rendered["overlays/many-models"]
+    settings = from_sources(None, _settings(objects))  # as the pod reads them
+    assert settings.lazy_serving()
+    budget = parse_size(settings.model_memory_budget, "budget")
+    pod = _one(objects, "Deployment", "inferd")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    limit = parse_size(container["resources"]["limits"]["memory"], "limit")
+    assert budget <= limit - (512 << 20)  # room beside the models for the process itself
+    cache = next(v for v in pod["volumes"] if v["name"] == "model-cache")
+    cache_max = parse_size(settings.model_cache_max_bytes, "cache")
+    assert cache_max < parse_size(cache["emptyDir"]["sizeLimit"], "volume")
+    (config,) = [
+        o
+        for o in objects
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("envoy-")
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "inferd",
+        "envoy-config",
+        "--upstream",
+        "inferd-headless:8080:8081",
+        "--strict-dns",
+        "--stats-listen",
+        "0.0.0.0:9902",
+        "--route-by-model",
+    ]
+    expected = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    assert config["data"]["envoy.yaml"] == expected
+    clusters = yaml.safe_load(expected)["static_resources"]["clusters"]
+    assert {c["name"]: c.get("lb_policy") for c in clusters} == {
+        "inferd_http": "ROUND_ROBIN",
+        "inferd_grpc": "ROUND_ROBIN",
+        "inferd_http_by_model": "RING_HASH",
+        "inferd_grpc_by_model": "RING_HASH",
+        "envoy_admin": None,
     }
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.app import settings
+from inferd.app import flags, settings
 from inferd.app.repository import model_manager
 from inferd.app.server import set_gc_threshold, set_gil_switch_interval
 from inferd.core.errors import ConfigError
@@ -16,7 +16,7 @@ from inferd.core.registry import Registry
 
 
 def test_defaults() -> None:
-    s = settings.parse([], environ={})
+    s = flags.parse([], environ={})
     assert s.http_port == 8080
     assert s.model_repository == []
     assert s.models_to_load() is None
@@ -28,39 +28,39 @@ def test_flags_and_environment() -> None:
         "INFERD_MODEL_REPOSITORY": "/a,/b",
         "INFERD_LOG_VERBOSE": "1",
     }
-    s = settings.parse(["--http-port", "9100", "--load-model", "digits"], environ=env)
+    s = flags.parse(["--http-port", "9100", "--load-model", "digits"], environ=env)
     assert s.http_port == 9100  # the flag wins
     assert s.model_repository == ["/a", "/b"]
     assert s.log_verbose == 1
     assert s.models_to_load() == ["digits"]
-    s = settings.parse(["--disable-auto-complete-config"], environ={})
+    s = flags.parse(["--disable-auto-complete-config"], environ={})
     assert s.disable_auto_complete_config is True
-    s = settings.parse(["--disable-auto-complete-config=false"], environ={})
+    s = flags.parse(["--disable-auto-complete-config=false"], environ={})
     assert s.disable_auto_complete_config is False
 
 
 def test_repository_fault_and_readiness_flags() -> None:
-    s = settings.parse([], environ={})
+    s = flags.parse([], environ={})
     assert (s.strict_readiness, s.repository_unload_max_fraction) == (True, 0.5)
     assert s.repository_unload_grace_s == 60
     env = {"INFERD_REPOSITORY_UNLOAD_MAX_FRACTION": "0.25"}
-    s = settings.parse(["--strict-readiness=false", "--repository-unload-grace-s", "5"], env)
+    s = flags.parse(["--strict-readiness=false", "--repository-unload-grace-s", "5"], env)
     assert (s.strict_readiness, s.repository_unload_max_fraction) == (False, 0.25)
     assert s.repository_unload_grace_s == 5
     with pytest.raises(ConfigError, match="invalid value for --repository-unload-max-fraction"):
-        settings.parse(["--repository-unload-max-fraction", "half"], environ={})
+        flags.parse(["--repository-unload-max-fraction", "half"], environ={})
     for flag, value, message in (
         ("--repository-unload-max-fraction", "1.5", "above 0 and at most 1"),
         ("--repository-unload-grace-s", "-1", "must be 0 or more"),
     ):
-        bad = settings.parse(["--model-repository", "/tmp", flag, value], environ={})
+        bad = flags.parse(["--model-repository", "/tmp", flag, value], environ={})
         with pytest.raises(ConfigError, match=message):
             model_manager(bad, Registry(), None)
 
 
 def test_gc_threshold() -> None:
-    assert settings.parse([], environ={}).gc_threshold == 10_000
-    s = settings.parse([], environ={"INFERD_GC_THRESHOLD": "5000"})
+    assert flags.parse([], environ={}).gc_threshold == 10_000
+    s = flags.parse([], environ={"INFERD_GC_THRESHOLD": "5000"})
     assert s.gc_threshold == 5000
     before = gc.get_threshold()
     try:
@@ -73,8 +73,8 @@ def test_gc_threshold() -> None:
 
 
 def test_gil_switch_interval() -> None:
-    assert settings.parse([], environ={}).gil_switch_interval_us == 500
-    s = settings.parse(["--gil-switch-interval-us", "200"], environ={})
+    assert flags.parse([], environ={}).gil_switch_interval_us == 500
+    s = flags.parse(["--gil-switch-interval-us", "200"], environ={})
     assert s.gil_switch_interval_us == 200
     before = sys.getswitchinterval()
     try:
@@ -87,7 +87,7 @@ def test_gil_switch_interval() -> None:
 
 
 def test_keywords_are_the_same_settings() -> None:
-    s = settings.from_keywords(
+    s = flags.from_keywords(
         {
             "model_repository": Path("/m"),
             "http_port": 9000,
@@ -103,20 +103,20 @@ def test_keywords_are_the_same_settings() -> None:
     assert s.repository_unload_max_fraction == 1.0
     assert isinstance(s.repository_unload_max_fraction, float)
     base = settings.Settings(server_name="a", http_port=1)
-    assert settings.from_keywords({"http_port": 2}, base) == settings.Settings(
+    assert flags.from_keywords({"http_port": 2}, base) == settings.Settings(
         server_name="a", http_port=2
     )
-    assert settings.from_keywords({}) == settings.Settings()
+    assert flags.from_keywords({}) == settings.Settings()
 
 
 def test_keywords_are_checked() -> None:
     with pytest.raises(ConfigError, match="unknown setting 'http_prot'; did you mean 'http_port'"):
-        settings.from_keywords({"http_prot": 1})
+        flags.from_keywords({"http_prot": 1})
     with pytest.raises(ConfigError, match=r"setting 'http_port' must be int, got float 1\.5"):
-        settings.from_keywords({"http_port": 1.5})
+        flags.from_keywords({"http_port": 1.5})
     with pytest.raises(ConfigError, match="setting 'http_port' must be int, got bool"):
-        settings.from_keywords({"http_port": True})
+        flags.from_keywords({"http_port": True})
     with pytest.raises(ConfigError, match="invalid value for --http-port"):
-        settings.from_keywords({"http_port": "eighty"})
+        flags.from_keywords({"http_port": "eighty"})
     with pytest.raises(ConfigError, match="'load_model' takes a string or a list of strings"):
-        settings.from_keywords({"load_model": [1]})
+        flags.from_keywords({"load_model": [1]})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inferd.app import settings
+from inferd.app import flags
 from inferd.torchserve import config_properties
 
 PROPERTIES = """
@@ -26,7 +26,7 @@ job_queue_size=50
 def test_properties_become_settings_where_flags_left_defaults(tmp_path: Path) -> None:
     path = tmp_path / "config.properties"
     path.write_text(PROPERTIES)
-    given = settings.parse(["--ts-config", str(path), "--default-workers-per-model", "3"], {})
+    given = flags.parse(["--ts-config", str(path), "--default-workers-per-model", "3"], {})
     applied = config_properties.apply(given, str(path))
     assert applied.http_address == "127.0.0.1"
     assert (applied.torchserve_inference_port, applied.torchserve_management_port) == (9080, 9081)
@@ -42,6 +42,6 @@ def test_properties_become_settings_where_flags_left_defaults(tmp_path: Path) ->
 
 
 def test_models_take_several_values_after_one_flag() -> None:
-    parsed = settings.parse(["--models", "a=a.mar", "b.mar", "--models", "all"], {})
+    parsed = flags.parse(["--models", "a=a.mar", "b.mar", "--models", "all"], {})
     assert parsed.models == ["a=a.mar", "b.mar", "all"]
     assert config_properties.parse("a = 1\n! note\nb:2\nc\n") == {"a": "1", "b": "2", "c": ""}

@@ -10,7 +10,7 @@ import tempfile
 
 from grpc_health.v1 import health_pb2
 
-from inferd.app import settings
+from inferd.app import flags
 from inferd.app.server import NetworkServer as Server
 from inferd.cli import build_parser
 from inferd.protocols.tfserving_grpc import TfServingGrpc
@@ -140,7 +140,7 @@ def http_routes() -> list[tuple[str, str, str]]:
     """(method, path, scope) of every route of a server with the default settings."""
     with tempfile.TemporaryDirectory() as empty:
         args = build_parser().parse_args(["serve", "--model-repository", empty])
-        server = Server(settings.from_sources(args, {}))
+        server = Server(flags.from_sources(args, {}))
         routes = []
         for method, pattern, route in server.http_app.router.patterns():
             for path in _readable(pattern):
@@ -152,7 +152,7 @@ def grpc_methods() -> list[tuple[str, str]]:
     """(service/method, scope) of every RPC the gRPC port serves."""
     with tempfile.TemporaryDirectory() as empty:
         args = build_parser().parse_args(["serve", "--model-repository", empty])
-        plane = Server(settings.from_sources(args, {})).plane
+        plane = Server(flags.from_sources(args, {})).plane
         names = [f"{SERVICE}/{m}" for m in V2Grpc(plane).method_handlers()]
         for service, handlers in TfServingGrpc(plane).services().items():
             names += [f"{service}/{m}" for m in handlers]

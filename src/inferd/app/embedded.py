@@ -34,9 +34,10 @@ import orjson
 
 from inferd.app import edge
 from inferd.app.calls import Outputs, OutputsWanted, build_request
+from inferd.app.flags import from_keywords
 from inferd.app.loop_thread import LoopThread, call_in_loop
-from inferd.app.repository import model_manager
-from inferd.app.settings import Settings, from_keywords
+from inferd.app.repository import lazy_serving, model_manager
+from inferd.app.settings import Settings
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError, Unavailable
@@ -102,6 +103,7 @@ class Server:
         self.endpoints = EndpointStats()
         self.metrics = build_registry(self.registry, self.endpoints, self.manager.status)
         self.metrics.register(self.model_metrics)
+        self.residency = lazy_serving(settings, self.manager, self.plane, self.metrics)
         self.tracer = (
             Tracer(settings.trace_exporter, settings.trace_endpoint, settings.server_name)
             if settings.trace_exporter
@@ -147,7 +149,10 @@ class Server:
 
     async def _load_models(self) -> None:
         try:
-            await self.manager.start([*self.settings.load_model, *self.also_load])
+            load = [*self.settings.load_model, *self.also_load]
+            await self.manager.start(load)
+            if self.residency is not None:  # lazy serving: pinned and --load-model models
+                await self.residency.start(load)
             if self.after_startup_loads is not None:
                 await self.after_startup_loads()
         finally:
@@ -345,11 +350,21 @@ class Server:
 
     def model_metadata(self, name: str, version: str | int = "") -> ModelMetadata:
         """A model's versions, platform, and inputs and outputs (name, datatype, shape)."""
-        return self._here(self.plane.model_metadata, name, str(version or ""))
+        return self._block(self.plane.model_metadata(name, str(version or "")))
+
+    async def async_model_metadata(self, name: str, version: str | int = "") -> ModelMetadata:
+        """``model_metadata``, awaited (under lazy serving it may load the model)."""
+        self._check_loop()
+        return await self.plane.model_metadata(name, str(version or ""))
 
     def model_config(self, name: str, version: str | int = "") -> ModelConfig:
         """A copy of the model's completed config (a ``ModelConfig`` message)."""
-        return self._here(self.plane.model_config, name, str(version or ""))
+        return self._block(self.plane.model_config(name, str(version or "")))
+
+    async def async_model_config(self, name: str, version: str | int = "") -> ModelConfig:
+        """``model_config``, awaited (under lazy serving it may load the model)."""
+        self._check_loop()
+        return await self.plane.model_config(name, str(version or ""))
 
     def model_ready(self, name: str, version: str | int = "") -> bool:
         return self._here(self.plane.model_ready, name, str(version or ""))

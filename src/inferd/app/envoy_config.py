@@ -6,6 +6,8 @@ active health checks (``/v2/health/ready``, gRPC health), outlier detection, and
 where a request cannot have run twice: a connection that failed or a stream refused before
 the request went out, or a 503 / UNAVAILABLE, which inferd answers only for requests it did
 not execute. Reads are also retried after a reset. The access log names the upstream node.
+``--route-by-model`` sends each model to the same node by consistent hashing
+(``inferd.app.envoy_routing``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import re
 import sys
 from dataclasses import dataclass
 from typing import Any
+
+from inferd.app import envoy_routing
 
 HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3"
 ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
@@ -69,6 +73,8 @@ class Options:
     health_interval_s: float = 5.0
     timeout_s: float = 120.0  # one inference, including its time in the queue
     access_log: str = "/dev/stdout"
+    route_by_model: bool = False  # hash each model to the same node (envoy_routing)
+    hash_lb: str = "ring_hash"  # with route_by_model: ring_hash or maglev
 
 
 def _port(text: str, what: str, raw: str) -> int:
@@ -145,18 +151,19 @@ def _method(*methods: str) -> dict[str, Any]:
 
 def _http_routes(options: Options) -> list[dict[str, Any]]:
     cluster = "inferd_http"
-    return [
-        _route(
-            {"safe_regex": {"regex": INFER_PATHS}, "headers": [_method("POST")]},
-            cluster,
-            options.timeout_s,
-            RETRY_INFER,
-        ),
-        _route({"prefix": "/", "headers": [_method("GET", "HEAD")]}, cluster, 30, RETRY_READ),
-        _route({"path": READ_POSTS}, cluster, 30, RETRY_READ),
-        # Repository writes and uploads: a model load may take minutes; never run twice.
-        _route({"prefix": "/"}, cluster, 600, SAFE_ANY),
-    ]
+    infer = _route(
+        {"safe_regex": {"regex": INFER_PATHS}, "headers": [_method("POST")]},
+        cluster,
+        options.timeout_s,
+        RETRY_INFER,
+    )
+    reads = _route({"prefix": "/", "headers": [_method("GET", "HEAD")]}, cluster, 30, RETRY_READ)
+    # Repository writes and uploads: a model load may take minutes; never run twice.
+    writes = _route({"prefix": "/"}, cluster, 600, SAFE_ANY)
+    routes = [infer, reads, _route({"path": READ_POSTS}, cluster, 30, RETRY_READ), writes]
+    if options.route_by_model:
+        return envoy_routing.http_routes(infer, reads, writes) + routes
+    return routes
 
 
 def _grpc_routes(options: Options) -> list[dict[str, Any]]:
@@ -168,6 +175,8 @@ def _grpc_routes(options: Options) -> list[dict[str, Any]]:
     ]
     for route in routes:  # a client's grpc-timeout (its deadline) wins over the route's
         route["route"]["max_stream_duration"] = {"grpc_timeout_header_max": "0s"}
+    if options.route_by_model:
+        return envoy_routing.grpc_routes(routes) + routes
     return routes
 
 
@@ -331,6 +340,8 @@ def bootstrap(options: Options) -> dict[str, Any]:
         _listener("inferd_grpc", options.grpc_listen, _grpc_routes(options), options),
     ]
     clusters = [_cluster("inferd_http", False, options), _cluster("inferd_grpc", True, options)]
+    if options.route_by_model:
+        clusters += [envoy_routing.hashed_cluster(c, options.hash_lb) for c in clusters]
     if options.stats_listen is not None:
         listener, cluster = _stats(options)
         listeners.append(listener)
@@ -392,6 +403,8 @@ def _run(args: argparse.Namespace) -> int:
             health_interval_s=args.health_interval_s,
             timeout_s=args.timeout_s,
             access_log=args.access_log,
+            route_by_model=args.route_by_model,
+            hash_lb=args.hash_lb,
         )
         text = render(options, args.format)
     except UpstreamError as exc:
@@ -435,6 +448,20 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--lb", choices=("round_robin", "least_request"), default="round_robin", help="balancing"
+    )
+    parser.add_argument(
+        "--route-by-model",
+        action="store_true",
+        help="send each model's requests to the same node by consistent hashing (for lazy "
+        "serving: a model loads on few nodes, not all): on the path for HTTP, on the "
+        f"'{envoy_routing.MODEL_HEADER}' metadata header for gRPC; requests naming no model, "
+        "and gRPC calls without the header, are balanced by --lb",
+    )
+    parser.add_argument(
+        "--hash-lb",
+        choices=envoy_routing.HASH_LBS,
+        default="ring_hash",
+        help="the consistent-hash balancer of --route-by-model (ring_hash)",
     )
     parser.add_argument(
         "--strict-dns",

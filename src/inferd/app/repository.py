@@ -1,14 +1,22 @@
-"""The model manager a server's Settings describe: its stores, control mode and limits."""
+"""The model manager a server's Settings describe: its stores, control mode and limits, and
+with lazy serving its budget (``inferd.repository.residency``)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
+from inferd.app.flags import parse_size
 from inferd.app.settings import Settings
+from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError
 from inferd.core.registry import Registry
+from inferd.observability.residency_metrics import ResidencyCollector
 from inferd.repository.manager import ControlMode, ModelManager
+from inferd.repository.memory import return_freed
+from inferd.repository.residency import Budget, Residency
 from inferd.repository.schemes import open_storage
 from inferd.repository.storage import StorageOptions
 from inferd.scheduling.cache import ResponseCache
@@ -21,8 +29,17 @@ def model_manager(
     cache: ResponseCache | None,
     code_policy: CodePolicy | None = None,
 ) -> ModelManager:
+    cache_max_bytes = 0
+    if settings.model_cache_max_bytes.strip():
+        cache_max_bytes = parse_size(settings.model_cache_max_bytes, "--model-cache-max-bytes")
+        if not settings.lazy_serving():
+            raise ConfigError(
+                "--model-cache-max-bytes bounds the cache of lazy serving: give "
+                "--model-memory-budget or --max-loaded-models too"
+            )
     options = StorageOptions(
         cache_dir=settings.model_cache_dir,
+        cache_max_bytes=cache_max_bytes,
         s3_endpoint_url=settings.s3_endpoint_url,
         s3_access_key_id=settings.s3_access_key_id,
         s3_secret_access_key=settings.s3_secret_access_key,
@@ -52,4 +69,30 @@ def model_manager(
         unload_max_fraction=settings.repository_unload_max_fraction,
         unload_grace_s=float(settings.repository_unload_grace_s),
         code_policy=code_policy,
+        lazy=settings.lazy_serving(),
     )
+
+
+def lazy_serving(
+    settings: Settings, manager: ModelManager, plane: DataPlane, metrics: CollectorRegistry
+) -> Residency | None:
+    """Lazy serving's budget, pins and loads on demand, wired to the data plane and the
+    metrics; None unless a budget is set."""
+    if not settings.lazy_serving():
+        if settings.pin_model:
+            raise ConfigError("--pin-model needs lazy serving (--model-memory-budget or ...)")
+        return None
+    if settings.max_loaded_models < 0:
+        raise ConfigError("--max-loaded-models must be 0 (no bound) or more")
+    memory = 0
+    if settings.model_memory_budget.strip():
+        memory = parse_size(settings.model_memory_budget, "--model-memory-budget")
+        if memory <= 0:
+            raise ConfigError("--model-memory-budget must be more than 0 bytes")
+    # Memory a model frees goes back to the system, so each load's growth is its own.
+    return_freed()
+    budget = Budget(memory, settings.max_loaded_models, frozenset(settings.pin_model))
+    residency = Residency(manager, budget)
+    plane.on_demand = residency
+    metrics.register(ResidencyCollector(residency))
+    return residency

@@ -1,21 +1,11 @@
-"""One Settings object: command-line flags (Triton's names), ``INFERD_*`` environment variables.
-
-Precedence: a flag given on the command line, then the environment, then the default.
-Every field's flag is ``--field-name`` and its variable ``INFERD_FIELD_NAME``.
-"""
+"""One Settings object: every setting of a server, its default and its help text. Where the
+values come from (flags, ``INFERD_*`` variables, Python keywords) is ``inferd.app.flags``."""
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import difflib
-import os
 import socket
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from inferd.core.errors import ConfigError
 
 
 def _opt(help_text: str, **extra: Any) -> Any:
@@ -39,7 +29,7 @@ class Settings:
             "own copy of the models: a number, or auto: the usable CPU cores when every store "
             "is a local folder, every model loaded at start is at most 256 MiB on disk, and "
             "cores x (256 MiB + 2 x those models' size) fits in half the available memory; "
-            "else 1"
+            "else 1 (always 1 with lazy serving: the memory budget is one for the server)"
         ),
     )
     allow_grpc: bool = field(default=True, metadata=_opt("serve gRPC (KServe v2 / Triton)"))
@@ -98,6 +88,38 @@ class Settings:
     model_cache_dir: str = field(
         default="",
         metadata=_opt("local copies of models from S3 (default: a folder under the temp dir)"),
+    )
+    model_cache_max_bytes: str = field(
+        default="",
+        metadata=_opt(
+            "SIZE: with lazy serving, keep the local copies of S3 models within this size, "
+            "removing those of the least recently loaded models that are not loaded (default: "
+            "no bound)"
+        ),
+    )
+    model_memory_budget: str = field(
+        default="",
+        metadata=_opt(
+            "SIZE (bytes, or with a unit: 512Mi, 8Gi, 10G): lazy serving. Every model of the "
+            "repository is available, none loads at start (but pinned ones); the first request "
+            "for a model loads it, and the least recently used idle models are unloaded so "
+            "that the memory the loaded models were measured to take stays within SIZE"
+        ),
+    )
+    max_loaded_models: int = field(
+        default=0,
+        metadata=_opt(
+            "lazy serving (as --model-memory-budget) with at most this many models loaded at "
+            "once (0: no bound on the number)"
+        ),
+    )
+    pin_model: list[str] = field(
+        default_factory=list,
+        metadata=_opt(
+            "with lazy serving, load this model at start and never unload it to make room "
+            "(repeat; the config parameter 'pinned' does the same once the model loads)",
+            repeat=True,
+        ),
     )
     max_upload_bytes: int = field(
         default=1 << 30,
@@ -365,134 +387,12 @@ class Settings:
         ),
     )
 
+    def lazy_serving(self) -> bool:
+        """Models load on first use under a budget (--model-memory-budget, --max-loaded-models)."""
+        return bool(self.model_memory_budget.strip()) or self.max_loaded_models > 0
+
     def models_to_load(self) -> list[str] | None:
         """None loads every model in the repository."""
         if not self.load_model or "*" in self.load_model:
             return None
         return list(self.load_model)
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _env(name: str) -> str:
-    return "INFERD_" + name.upper()
-
-
-def _parse_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"not a boolean: '{text}'")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    for f in dataclasses.fields(Settings):
-        meta = f.metadata
-        env = _env(f.name)
-        help_text = f"{meta['help']} (env {env})"
-        if f.type == "bool":
-            parser.add_argument(
-                _flag(f.name),
-                dest=f.name,
-                nargs="?",
-                const="true",
-                default=None,
-                metavar="BOOL",
-                help=help_text,
-            )
-        elif "const" in meta:  # a value, or the bare flag meaning ``const``
-            parser.add_argument(
-                _flag(f.name),
-                dest=f.name,
-                nargs="?",
-                const=meta["const"],
-                default=None,
-                help=help_text,
-            )
-        elif meta.get("many"):  # several values after one flag, as TorchServe's --models
-            parser.add_argument(
-                _flag(f.name), dest=f.name, action="extend", nargs="+", default=None, help=help_text
-            )
-        elif meta.get("repeat"):
-            parser.add_argument(
-                _flag(f.name), dest=f.name, action="append", default=None, help=help_text
-            )
-        else:
-            parser.add_argument(_flag(f.name), dest=f.name, default=None, help=help_text)
-
-
-def from_sources(args: argparse.Namespace | None, environ: Mapping[str, str]) -> Settings:
-    """Build Settings from parsed flags and an environment mapping."""
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(Settings):
-        raw: Any = getattr(args, f.name, None) if args is not None else None
-        if raw is None and _env(f.name) in environ:
-            text = environ[_env(f.name)]
-            raw = [p for p in text.split(",") if p] if f.metadata.get("repeat") else text
-        if raw is None:
-            continue
-        values[f.name] = _convert(f, raw)
-    return Settings(**values)
-
-
-def _convert(f: dataclasses.Field[Any], raw: Any) -> Any:
-    try:
-        if f.type == "bool":
-            return _parse_bool(str(raw))
-        if f.type == "int":
-            return int(raw)
-        if f.type == "float":
-            return float(raw)
-    except ValueError as exc:
-        raise ConfigError(f"invalid value for {_flag(f.name)}: {exc}") from None
-    if f.metadata.get("repeat"):
-        return list(raw)
-    return str(raw)
-
-
-def parse(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Settings:
-    parser = argparse.ArgumentParser(prog="inferd serve")
-    add_arguments(parser)
-    return from_sources(parser.parse_args(list(argv)), os.environ if environ is None else environ)
-
-
-def from_keywords(options: Mapping[str, Any], base: Settings | None = None) -> Settings:
-    """Settings from Python keyword arguments (``inferd.Server(model_repository=..., ...)``):
-    each name a field (a flag's name with underscores), each value of the field's type or its
-    text as the flag takes it; a folder may be a ``Path``, a repeated setting one value or a
-    list. Fields not named keep ``base``'s values (else the defaults); the environment is not
-    read."""
-    names = {f.name: f for f in dataclasses.fields(Settings)}
-    values: dict[str, Any] = {}
-    for name, value in options.items():
-        f = names.get(name)
-        if f is None:
-            close = difflib.get_close_matches(name, list(names), n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ConfigError(f"unknown setting '{name}'{hint}")
-        values[name] = _keyword_value(f, value)
-    return dataclasses.replace(base if base is not None else Settings(), **values)
-
-
-def _keyword_value(f: dataclasses.Field[Any], value: Any) -> Any:
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if f.metadata.get("repeat"):
-        items = [value] if isinstance(value, str | os.PathLike) else value
-        if not isinstance(items, list | tuple) or not all(
-            isinstance(i, str | os.PathLike) for i in items
-        ):
-            raise ConfigError(f"setting '{f.name}' takes a string or a list of strings")
-        return [os.fspath(i) for i in items]
-    if isinstance(value, str):
-        return _convert(f, value)
-    wanted = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,)}[str(f.type)]
-    if not isinstance(value, wanted) or (f.type != "bool" and isinstance(value, bool)):
-        raise ConfigError(
-            f"setting '{f.name}' must be {f.type}, got {type(value).__name__} {value!r}"
-        )
-    return float(value) if f.type == "float" and isinstance(value, int | float) else value

@@ -66,6 +66,8 @@ class Backend(Protocol):
 
     A backend whose models call other models (ensembles, pipelines) also has
     ``dependencies(config) -> Sequence[str]``: the control plane loads those models first.
+    A backend may have ``prime()``: load its framework once, so that the memory a later load
+    takes is the model's own (lazy serving measures each model's load).
     """
 
     name: str

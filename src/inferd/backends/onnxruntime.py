@@ -53,12 +53,14 @@ METADATA_PREFIX = "inferd.optimize."  # the same notes, in the ONNX file's metad
 
 
 def _read_io(path: Path) -> tuple[list[TensorIO], list[TensorIO], dict[str, str]]:
-    """Graph inputs and outputs, and inferd's notes, read from the file without a session."""
-    import onnx
+    """Graph inputs and outputs, and inferd's notes, read from the file without a session
+    (nor its weights: ``onnx_io``)."""
     from onnx import helper
 
+    from inferd.backends.onnx_io import light_model
+
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        model = light_model(path)
     except Exception as exc:
         raise ModelLoadError(f"cannot read ONNX model {path.name}: {exc}") from None
     notes = {
@@ -101,6 +103,20 @@ class OnnxRuntimeBackend:
         import onnxruntime as ort
 
         return "CUDAExecutionProvider" in ort.get_available_providers()
+
+    def prime(self) -> None:
+        """Import onnxruntime and onnx and run one session of a one-node model: what stays
+        (the libraries, the runtime's environment and thread pools) is not any model's."""
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+
+        x, y = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [1]) for n in ("x", "y"))
+        graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "prime", [x], [y])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = 8  # what every onnxruntime reads
+        providers = ["CPUExecutionProvider"]
+        session = ort.InferenceSession(model.SerializeToString(), providers=providers)
+        session.run(None, {"x": np.zeros(1, np.float32)})
 
     def complete_config(
         self, version_dir: Path, config: ModelConfig, default_max_batch_size: int

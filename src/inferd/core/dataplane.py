@@ -19,25 +19,25 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from inferd.config.model_config_pb2 import ModelConfig
+from inferd.core import demand as lazy
 from inferd.core.errors import InferdError, InvalidInput, NotFound, Unavailable, Unimplemented
 from inferd.core.model import ModelState, ModelVersion
 from inferd.core.registry import Registry, parse_version, unknown_model
 from inferd.core.routing import (
     LABEL_PARAMETER,
-    ModelRouting,
     RoutingPolicy,
     RoutingView,
-    ShadowDecision,
     check_label,
     check_version,
     labels_from_mapping,
     shadow_from_mapping,
     split_from_mapping,
 )
+from inferd.core.shadows import Shadows
 from inferd.core.shared_memory import SystemSharedMemory
 from inferd.core.stats import ModelStatistics
 from inferd.core.tfserving import TfServing
-from inferd.core.types import InferRequest, InferResponse, Tensors
+from inferd.core.types import InferRequest, InferResponse
 from inferd.core.views import (
     IndexEntry,
     ModelMetadata,
@@ -91,12 +91,14 @@ class DataPlane:
         )
         self._routing_changes = asyncio.Lock()
         self.tfserving = TfServing(self.registry, self.run)
-        self._shadows: set[asyncio.Task[None]] = set()
+        self.shadows = Shadows(registry)  # copies of requests to shadow versions
         # Regions clients registered (Triton's system shared memory extension).
         self.shared_memory = SystemSharedMemory()
         # The model names whose queue has a size limit, kept current by the registry: only
         # these need ``admit`` before a frontend reads a body (read-only here).
         self.queue_limited: AbstractSet[str] = registry.queue_limited
+        # Lazy serving (a memory budget): loads models on first use; None: all are loaded.
+        self.on_demand: lazy.OnDemand | None = None
 
     # ------------------------------------------------------------------ health and metadata
 
@@ -116,12 +118,46 @@ class DataPlane:
         )
 
     def model_ready(self, name: str, version: str = "") -> bool:
-        self.registry.record(name)  # unknown model -> NotFound
+        """Loaded and READY; with lazy serving, also a model a request would load."""
+        demand = self.on_demand
+        if demand is None or not demand.serves(name):
+            self.registry.record(name)  # unknown model -> NotFound
         if version:
             parse_version(version)  # a malformed version is a client error
-        return self.registry.is_ready(name, version)
+        if self.registry.is_ready(name, version):
+            return True
+        return demand is not None and demand.serves(name) and demand.available(name)
 
-    def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
+    async def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
+        """A loaded version's metadata; with lazy serving, from the model's config when that
+        says enough, else after loading it."""
+        try:
+            return self._metadata(name, version)
+        except (NotFound, Unavailable) as exc:
+            demand = self._lazy(name, exc)
+        return await lazy.answer(
+            demand, name, lambda: self._metadata(name, version), lazy.metadata, version
+        )
+
+    async def model_config(self, name: str, version: str = "") -> ModelConfig:
+        """A copy of the version's completed config; with lazy serving, the repository's
+        config of a model that is not loaded when it says enough (else it is loaded)."""
+        try:
+            return self._config(name, version)
+        except (NotFound, Unavailable) as exc:
+            demand = self._lazy(name, exc)
+        return await lazy.answer(
+            demand, name, lambda: self._config(name, version), lazy.config, version
+        )
+
+    def _lazy(self, name: str, error: InferdError) -> lazy.OnDemand:
+        """The on-demand loader when it serves ``name``; else ``error`` (routing's) raised."""
+        demand = self.on_demand
+        if demand is None or not demand.serves(name):
+            raise error
+        return demand
+
+    def _metadata(self, name: str, version: str = "") -> ModelMetadata:
         model = self.registry.get(name, version)
         record = self.registry.record(name)
         spec = model.spec
@@ -138,8 +174,7 @@ class DataPlane:
             ),
         )
 
-    def model_config(self, name: str, version: str = "") -> ModelConfig:
-        """A copy of the version's completed config."""
+    def _config(self, name: str, version: str = "") -> ModelConfig:
         config = ModelConfig()
         config.CopyFrom(self.registry.get(name, version).config)
         return config
@@ -174,27 +209,31 @@ class DataPlane:
 
     async def index(self, ready_only: bool = False) -> list[IndexEntry]:
         """Every model version with its state; models in the repository but not loaded are
-        listed with no version as UNAVAILABLE 'unloaded', as Triton does."""
+        listed with no version as UNAVAILABLE 'unloaded', as Triton does. With lazy serving
+        every row carries its model's residency."""
         entries: list[IndexEntry] = []
         loaded = set(self.registry.names())
         notes: dict[str, str] = {}
+        residency = self.on_demand.views() if self.on_demand is not None else {}
         if self.repository is not None:
             view = await self.repository.view()  # the last listing: never waits on a store
             notes = view.notes
             for name in view.names:
                 if name not in loaded:
-                    entries.append(IndexEntry(name, "", "UNAVAILABLE", "unloaded"))
+                    entries.append(
+                        IndexEntry(name, "", "UNAVAILABLE", "unloaded", residency.get(name))
+                    )
         for record in self.registry.records():
             note = notes.get(record.name, "")
+            where = residency.get(record.name)
             if not record.status:
                 entries.append(
-                    IndexEntry(record.name, "", record.state.value, note or record.reason)
+                    IndexEntry(record.name, "", record.state.value, note or record.reason, where)
                 )
             for status in record.status.values():
+                reason = note or status.reason
                 entries.append(
-                    IndexEntry(
-                        record.name, str(status.version), status.state.value, note or status.reason
-                    )
+                    IndexEntry(record.name, str(status.version), status.state.value, reason, where)
                 )
         if ready_only:
             entries = [e for e in entries if e.state == "READY"]
@@ -255,8 +294,46 @@ class DataPlane:
         label = request.parameters.get(LABEL_PARAMETER, "")
         if not isinstance(label, str):
             raise InvalidInput(f"parameter '{LABEL_PARAMETER}' must be a string")
-        model = self.registry.route(request.model_name, request.model_version, label, request.id)
+        try:
+            model = self.registry.route(
+                request.model_name, request.model_version, label, request.id
+            )
+        except (NotFound, Unavailable):
+            if self.on_demand is None:
+                raise
+            return self._run_loaded(request, label)
+        if self.on_demand is not None:
+            self.on_demand.hits += 1
         return self.run(model, request, label)
+
+    async def _run_loaded(self, request: InferRequest, label: str) -> InferResponse:
+        return await self.run(await self._route(request, label, False), request, label)
+
+    async def _route(self, request: InferRequest, label: str, hit: bool = True) -> ModelVersion:
+        """Route a request; with lazy serving, load its model first when it is not loaded
+        (``hit``: count a request that finds it loaded)."""
+        name, version = request.model_name, request.model_version
+        try:
+            model = self.registry.route(name, version, label, request.id)
+        except (NotFound, Unavailable) as exc:
+            demand = self._lazy(name, exc)
+        else:
+            if hit and self.on_demand is not None:
+                self.on_demand.hits += 1
+            return model
+        await demand.ensure(name, lazy.timeout_s(request))
+        return self.registry.route(name, version, label, request.id)
+
+    async def loaded(self, name: str) -> None:
+        """With lazy serving, load a model served on demand that is not loaded yet (for the
+        adapters that route by themselves: TF Serving's)."""
+        demand = self.on_demand
+        if demand is None or not demand.serves(name):
+            return
+        if self.registry.is_ready(name):
+            demand.hits += 1
+            return
+        await demand.ensure(name, None)
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         """The responses to one request: a decoupled model's 0..N as it sends them (parameter
@@ -264,7 +341,7 @@ class DataPlane:
         label = request.parameters.get(LABEL_PARAMETER, "")
         if not isinstance(label, str):
             raise InvalidInput(f"parameter '{LABEL_PARAMETER}' must be a string")
-        model = self.registry.route(request.model_name, request.model_version, label, request.id)
+        model = await self._route(request, label)
         if not model.decoupled:
             yield await self.run(model, request, label)
             return
@@ -280,54 +357,14 @@ class DataPlane:
         except Unavailable:
             if model.state is ModelState.READY:
                 raise
-            # Retired between routing and running (a version swap): route once more.
-            name, version = request.model_name, request.model_version
-            model = self.registry.route(name, version, label, request.id)
+            # Retired between routing and running (a version swap, an eviction): route once
+            # more (loading the model again if it was evicted).
+            model = await self._route(request, label, False)
             response = await model.infer(request, signature)
         routing = self.registry.shadowing(model.name)
         if routing is not None and not signature:
-            self._mirror(routing, model, request, response)
+            self.shadows.mirror(routing, model, request, response)
         return response
-
-    def _mirror(
-        self,
-        routing: ModelRouting,
-        primary: ModelVersion,
-        request: InferRequest,
-        response: InferResponse,
-    ) -> None:
-        registry, name = self.registry, primary.name
-        decision = routing.shadow(
-            primary.version, lambda v: registry.ready_version(name, v) is not None
-        )
-        if decision is None:
-            return
-        target = registry.ready_version(name, decision.version)
-        assert target is not None  # checked ready just now, on this thread
-        copy = replace(request, model_version=str(target.version))
-        task = asyncio.get_running_loop().create_task(
-            self._shadow(routing, decision, target, copy, response.outputs)
-        )
-        self._shadows.add(task)
-        task.add_done_callback(self._shadows.discard)
-
-    async def _shadow(
-        self,
-        routing: ModelRouting,
-        decision: ShadowDecision,
-        target: ModelVersion,
-        request: InferRequest,
-        expected: Tensors,
-    ) -> None:
-        try:
-            answer = await target.infer(request)
-        except InferdError as exc:
-            routing.shadowed(decision, expected, exc)
-        except Exception as exc:
-            log.exception("shadow copy to model '%s' v%d failed", target.name, target.version)
-            routing.shadowed(decision, expected, exc)
-        else:
-            routing.shadowed(decision, expected, answer.outputs)
 
     # ------------------------------------------------------------------ repository API
 

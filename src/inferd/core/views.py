@@ -37,6 +37,43 @@ class ModelMetadata:
     outputs: tuple[TensorMetadata, ...]
 
 
+# Residency states, as the index and the dashboard show them.
+AVAILABLE = "available"  # in the repository, not loaded: the next request loads it
+LOADING = "loading"
+LOADED = "loaded"
+EVICTED = "evicted"  # was loaded, unloaded to make room: the next request loads it again
+FAILED = "failed"  # the last load on demand failed: requests answer its reason for a while
+
+
+@dataclass(frozen=True, slots=True)
+class ResidencyView:
+    """One lazily served model: where it stands, what it holds, when it was last used."""
+
+    state: str
+    memory_bytes: int  # measured at its last load (0: never loaded)
+    pinned: bool = False
+    loads: int = 0
+    loaded_unix_s: float | None = None
+    last_used_unix_s: float | None = None
+    evicted_unix_s: float | None = None
+    reason: str = ""  # why the last load failed
+
+
+@dataclass(frozen=True, slots=True)
+class ResidencyTotals:
+    """Lazy serving as a whole: the budget, what is loaded, and what happened so far."""
+
+    memory_budget_bytes: int  # 0: no bound on memory
+    max_models: int  # 0: no bound on the number of loaded models
+    models: int  # loaded now
+    memory_bytes: int  # what the loaded models were measured to take
+    loads: int
+    load_failures: int
+    evictions: int
+    hits: int
+    misses: int
+
+
 @dataclass(frozen=True, slots=True)
 class IndexEntry:
     """One row of the repository index (no version: the model as a whole)."""
@@ -45,6 +82,7 @@ class IndexEntry:
     version: str
     state: str
     reason: str
+    residency: ResidencyView | None = None  # with lazy serving (``inferd.core.demand``)
 
 
 @dataclass(frozen=True, slots=True)

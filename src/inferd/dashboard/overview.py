@@ -1,5 +1,6 @@
 """The dashboard's models table in one document: every model and version with its state,
-backend, instances, batching, routing and load time, and what the page needs of the server.
+backend, instances, batching, routing and load time, and what the page needs of the server;
+with lazy serving, each model's residency (memory, last use, evictions) and the budget's use.
 
 It reads the registry and the repository manager's last scan (rescanned at most every
 ``RESCAN_S``, so a page polling every two seconds does not list an S3 bucket every time).
@@ -8,10 +9,11 @@ It reads the registry and the repository manager's last scan (rescanned at most 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from inferd.core.demand import OnDemand
 from inferd.core.model import ModelVersion
 from inferd.core.registry import ModelRecord, Registry
 from inferd.protocols.repository_http import routing_json
@@ -97,10 +99,17 @@ def _model(record: ModelRecord, registry: Registry) -> dict[str, Any]:
 
 
 class Overview:
-    def __init__(self, registry: Registry, manager: ModelManager, facts: ServerFacts) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        manager: ModelManager,
+        facts: ServerFacts,
+        on_demand: OnDemand | None = None,
+    ) -> None:
         self.registry = registry
         self.manager = manager
         self.facts = facts
+        self.on_demand = on_demand  # lazy serving
         self._scanned_mono = -RESCAN_S
 
     async def _repository_names(self) -> set[str]:
@@ -131,9 +140,13 @@ class Overview:
                 }
             )
         models.sort(key=lambda m: m["name"])
+        residency = self.on_demand.views() if self.on_demand is not None else {}
         for model in models:
             model["in_repository"] = model["name"] in in_repository
-        return {
+            where = residency.get(model["name"])
+            if where is not None:
+                model["residency"] = asdict(where)
+        found: dict[str, Any] = {
             "server": {
                 "name": facts.name,
                 "version": __version__,
@@ -150,3 +163,6 @@ class Overview:
             },
             "models": models,
         }
+        if self.on_demand is not None:
+            found["server"]["residency"] = asdict(self.on_demand.totals())
+        return found

@@ -90,7 +90,7 @@ class EndpointStats:
         return self._durations
 
 
-def _histogram(family: HistogramMetricFamily, labels: list[str], duration: Duration) -> None:
+def add_histogram(family: HistogramMetricFamily, labels: list[str], duration: Duration) -> None:
     cumulative = 0
     buckets: list[tuple[str, float]] = []
     for bound, count in zip(BUCKETS_S, duration.buckets, strict=False):
@@ -145,7 +145,7 @@ class InferdCollector(Collector):
                 ready.add_metric(labels, 1 if version.state.value == "READY" else 0)
                 load.add_metric(labels, version.load_seconds)
                 for attr, family in durations.items():
-                    _histogram(family, labels, getattr(stats, attr))
+                    add_histogram(family, labels, getattr(stats, attr))
                 sizes = {size: b.compute_infer.count for size, b in stats.batches.items()}
                 cumulative = 0
                 buckets: list[tuple[str, float]] = []
@@ -172,7 +172,7 @@ class InferdCollector(Collector):
             labels=["protocol", "endpoint"],
         )
         for (protocol, endpoint), duration in sorted(self.endpoints.durations.items()):
-            _histogram(latency, [protocol, endpoint], duration)
+            add_histogram(latency, [protocol, endpoint], duration)
         yield requests
         yield latency
 

@@ -115,7 +115,7 @@ class Dashboard:
             envoy_admin=bool(self.envoy_admin),
             started_s=time.time(),
         )
-        self.overview = Overview(plane.registry, manager, facts)
+        self.overview = Overview(plane.registry, manager, facts, plane.on_demand)
         self._port_server: Any = None
         # Several workers: the traffic of all of them (see inferd.workers); else this one's.
         self.traffic_totals: Callable[[float, str], Awaitable[dict[str, Any]]] | None = None

@@ -34,12 +34,12 @@ class GenerateHttp:
         router.add("POST", _MODEL + "/generate", self.generate)
         router.add("POST", _MODEL + "/generate_stream", self.generate_stream)
 
-    def _request(self, request: HttpRequest) -> InferRequest:
+    async def _request(self, request: HttpRequest) -> InferRequest:
         doc = parse_json(request.body)
         if not isinstance(doc, dict):
             raise InvalidInput("the generate request must be a JSON object")
         model, version = request.params["model"], request.params.get("version", "")
-        metadata = self.plane.model_metadata(model, version)
+        metadata = await self.plane.model_metadata(model, version)
         known = {t.name: t for t in metadata.inputs}
         inputs: Tensors = {}
         for name, value in doc.items():
@@ -67,7 +67,7 @@ class GenerateHttp:
         )
 
     async def generate(self, request: HttpRequest) -> HttpResponse:
-        responses = [r async for r in self._responses(self._request(request))]
+        responses = [r async for r in self._responses(await self._request(request))]
         if len(responses) != 1:
             raise InvalidInput(
                 f"model '{request.params['model']}' sent {len(responses)} responses; "
@@ -76,7 +76,7 @@ class GenerateHttp:
         return json_response(_flat(responses[0]))
 
     async def generate_stream(self, request: HttpRequest) -> HttpResponse:
-        responses = self._responses(self._request(request))
+        responses = self._responses(await self._request(request))
         try:  # bad input fails the request itself (400), not its stream
             first = await anext(responses)
         except StopAsyncIteration:

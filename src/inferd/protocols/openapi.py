@@ -103,12 +103,29 @@ _MODEL_METADATA: Schema = {
         "outputs": {"type": "array", "items": _META_TENSOR},
     },
 }
+_TIME_OR_NULL: Schema = {"type": ["string", "null"]}
+_RESIDENCY: Schema = {  # lazy serving (--model-memory-budget): where each model stands
+    "type": "object",
+    "properties": {
+        "state": {"enum": ["available", "loading", "loaded", "evicted", "failed"]},
+        "memory_bytes": {"type": "integer", "minimum": 0},
+        "pinned": {"type": "boolean"},
+        "loads": {"type": "integer", "minimum": 0},
+        "loaded_at": _TIME_OR_NULL,
+        "last_used_at": _TIME_OR_NULL,
+        "evicted_at": _TIME_OR_NULL,
+        "reason": {"type": "string"},
+    },
+}
 _INDEX: Schema = {
     "type": "array",
     "items": {
         "type": "object",
         "required": ["name", "version", "state", "reason"],
-        "properties": {k: {"type": "string"} for k in ("name", "version", "state", "reason")},
+        "properties": {
+            **{k: {"type": "string"} for k in ("name", "version", "state", "reason")},
+            "residency": _RESIDENCY,
+        },
     },
 }
 _OBJECT: Schema = {"type": "object"}

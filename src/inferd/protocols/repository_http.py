@@ -19,7 +19,7 @@ from typing import Any
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InvalidInput, Unavailable
 from inferd.core.routing import RoutingPolicy, RoutingView, policy_document
-from inferd.core.views import IndexEntry
+from inferd.core.views import IndexEntry, ResidencyView
 from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2_http import json_object, parse_json
 from inferd.security.access import Access
@@ -186,9 +186,35 @@ def routing_json(view: RoutingView) -> dict[str, Any]:
     return {"name": view.name, **policy_document(policy), "shadow_stats": view.shadow_stats}
 
 
-def _entries(entries: list[IndexEntry]) -> list[dict[str, str]]:
+def _entries(entries: list[IndexEntry]) -> list[dict[str, Any]]:
     """Index rows; a reason never shows a server path (``inferd.security.redact``)."""
-    return [
-        {"name": e.name, "version": e.version, "state": e.state, "reason": redact(e.reason)}
-        for e in entries
-    ]
+    rows: list[dict[str, Any]] = []
+    for e in entries:
+        row: dict[str, Any] = {
+            "name": e.name,
+            "version": e.version,
+            "state": e.state,
+            "reason": redact(e.reason),
+        }
+        if e.residency is not None:
+            row["residency"] = residency_json(e.residency)
+        rows.append(row)
+    return rows
+
+
+def residency_json(view: ResidencyView) -> dict[str, Any]:
+    """A model's residency with lazy serving, times as RFC 3339."""
+
+    def at(unix_s: float | None) -> str | None:
+        return None if unix_s is None else rfc3339(unix_s)
+
+    return {
+        "state": view.state,
+        "memory_bytes": view.memory_bytes,
+        "pinned": view.pinned,
+        "loads": view.loads,
+        "loaded_at": at(view.loaded_unix_s),
+        "last_used_at": at(view.last_used_unix_s),
+        "evicted_at": at(view.evicted_unix_s),
+        "reason": redact(view.reason),
+    }

@@ -241,12 +241,14 @@ class TfServingGrpc:
             )
         return found
 
-    def _target(self, model_spec: Any, verb: str) -> Target:
+    async def _target(self, model_spec: Any, verb: str) -> Target:
         name, version, label = _model_spec(model_spec)
+        if self.plane.on_demand is not None:  # lazy serving: a model may need loading first
+            await self.plane.loaded(name)
         return self.tf.target(name, version, label, model_spec.signature_name, verb)
 
     async def predict(self, request: Any) -> Any:
-        target = self._target(request.model_spec, "predict")
+        target = await self._target(request.model_spec, "predict")
         inputs = {name: to_array(tensor, name) for name, tensor in request.inputs.items()}
         answer = await self.tf.predict(target, inputs, list(request.output_filter))
         response = pb.PredictResponse()
@@ -256,7 +258,7 @@ class TfServingGrpc:
         return response
 
     async def classify(self, request: Any) -> Any:
-        target = self._target(request.model_spec, "classify")
+        target = await self._target(request.model_spec, "classify")
         examples, context = examples_of(request.input)
         classified = await self.tf.classify(target, examples, context)
         response = pb.ClassificationResponse()
@@ -268,7 +270,7 @@ class TfServingGrpc:
         return response
 
     async def regress(self, request: Any) -> Any:
-        target = self._target(request.model_spec, "regress")
+        target = await self._target(request.model_spec, "regress")
         examples, context = examples_of(request.input)
         regressed = await self.tf.regress(target, examples, context)
         response = pb.RegressionResponse()
@@ -287,6 +289,7 @@ class TfServingGrpc:
             raise InvalidInput(
                 f"unknown metadata_field {unknown}; the one field is 'signature_def'"
             )
+        await self.plane.loaded(name)
         meta = self.tf.metadata(name, version, label)
         response = pb.GetModelMetadataResponse()
         response.model_spec.name = meta.name

@@ -63,6 +63,8 @@ class TfServingHttp:
         if not isinstance(signature, str):
             raise InvalidInput("'signature_name' must be a string")
         p, verb = request.params, request.params["verb"]
+        if self.plane.on_demand is not None:  # lazy serving: a model may need loading first
+            await self.plane.loaded(p["model"])
         target = self.tf.target(
             p["model"], p.get("version", ""), p.get("label", ""), signature, verb
         )
@@ -107,6 +109,7 @@ class TfServingHttp:
 
     async def metadata(self, request: HttpRequest) -> HttpResponse:
         p = request.params
+        await self.plane.loaded(p["model"])
         meta = self.tf.metadata(p["model"], p.get("version", ""), p.get("label", ""))
         return tf_json(metadata_json(meta))
 

@@ -145,7 +145,7 @@ class V2Grpc:
         )
 
     async def model_metadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
-        meta = self.plane.model_metadata(_model_name(request.name), request.version)
+        meta = await self.plane.model_metadata(_model_name(request.name), request.version)
         tensor = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
             name=meta.name,
@@ -156,7 +156,7 @@ class V2Grpc:
         )
 
     async def model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
-        config = self.plane.model_config(_model_name(request.name), request.version)
+        config = await self.plane.model_config(_model_name(request.name), request.version)
         response = pb.ModelConfigResponse()
         # inferd.ModelConfig lives in the default pool and the response's in ours: same wire.
         response.config.MergeFromString(config.SerializeToString())

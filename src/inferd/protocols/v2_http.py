@@ -355,7 +355,7 @@ class V2Http:
 
     async def model_metadata(self, request: HttpRequest) -> HttpResponse:
         p = request.params
-        return json_response(self.plane.model_metadata(p["model"], self._version(p)))
+        return json_response(await self.plane.model_metadata(p["model"], self._version(p)))
 
     async def model_ready(self, request: HttpRequest) -> HttpResponse:
         p = request.params
@@ -365,4 +365,5 @@ class V2Http:
 
     async def model_config(self, request: HttpRequest) -> HttpResponse:
         p = request.params
-        return json_response(config_to_dict(self.plane.model_config(p["model"], self._version(p))))
+        config = await self.plane.model_config(p["model"], self._version(p))
+        return json_response(config_to_dict(config))

@@ -81,6 +81,9 @@ class Catalog:
     def __init__(self, storages: list[Storage]) -> None:
         self.storages = storages
         self.names: set[str] = set()  # model names the stores held at the last scan
+        # Where each model was at the last scan, and its files (a store that did not answer
+        # keeps what it listed before): lazy serving reads sizes and configs from it.
+        self.listing = Listing()
         self.synced_unix_s: float | None = None  # the last scan every store answered
         self.stores = {s.uri: StoreState(s.uri, False, None) for s in storages}
         # Scans may overlap (the poller's, an index call's): a slow one that began earlier
@@ -163,6 +166,8 @@ class Catalog:
         if newest:
             every = set(listing.found) | listing.writing
             self.names = every if not failures else self.names | every
+            kept = self.listing.found if failures else {}
+            self.listing = Listing({**kept, **listing.found}, listing.listed, listing.writing)
             if not failures:
                 self.synced_unix_s = now
         return listing, failures
@@ -220,6 +225,24 @@ class Catalog:
 
     def forget(self, name: str) -> None:
         self._fetch_failed.pop(name, None)
+
+    def cached(self, failed: set[str]) -> dict[str, tuple[Storage, ModelFiles]]:
+        """What the unreachable stores left in their local caches, to serve meanwhile."""
+        found: dict[str, tuple[Storage, ModelFiles]] = {}
+        for storage in self.storages:
+            cached = getattr(storage, "cached", None)  # remote stores keep a cache
+            if storage.uri not in failed or cached is None:
+                continue
+            models: dict[str, ModelFiles] = cached()
+            log.warning(
+                "model repository '%s' is unreachable: serving %d model(s) from its local cache "
+                "until it answers%s",
+                storage.uri,
+                len(models),
+                f" ({', '.join(models)})" if models else "",
+            )
+            found.update({name: (storage, files) for name, files in models.items()})
+        return found
 
 
 def _code_files(files: ModelFiles) -> ModelFiles:

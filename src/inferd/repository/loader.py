@@ -43,6 +43,10 @@ log = logging.getLogger("inferd.repository")
 
 # "true": each instance of the model is a worker process (Python models always are).
 PROCESS_PARAMETER = "process_instances"
+# Lazy serving (``inferd.repository.residency``): "true" keeps the model loaded once it is, and
+# the memory the budget counts for it, in bytes, instead of what its load is measured to take.
+PIN_PARAMETER = "pinned"
+MEMORY_PARAMETER = "memory_bytes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,11 +140,14 @@ def load_version(
     config = ModelConfig()
     config.CopyFrom(model_plan.config)
     # Routing and process parameters are the server's, not the backend's: it does not see them.
-    server_keys = (*ROUTING_PARAMETERS, PROCESS_PARAMETER)
+    server_keys = (*ROUTING_PARAMETERS, PROCESS_PARAMETER, PIN_PARAMETER, MEMORY_PARAMETER)
     kept = {k: config.parameters[k].string_value for k in server_keys if k in config.parameters}
     for key in kept:
         del config.parameters[key]
     in_processes = uses_processes(backend, kept)
+    bool_parameter(kept, PIN_PARAMETER)  # lazy serving reads these once the model is loaded
+    if not kept.get(MEMORY_PARAMETER, "0").strip().isdecimal():
+        raise ConfigError(f"parameter {MEMORY_PARAMETER} must be a number of bytes")
     if options.auto_complete:
         with granted(grants):
             backend.complete_config(version_dir, config, options.default_max_batch_size)

@@ -95,6 +95,7 @@ class ModelManager:
         unload_max_fraction: float = 0.5,
         unload_grace_s: float = 60.0,
         code_policy: CodePolicy | None = None,
+        lazy: bool = False,
     ) -> None:
         self.registry = registry
         self.catalog = Catalog([_as_storage(r) for r in roots])
@@ -109,6 +110,9 @@ class ModelManager:
         self.files_dir = files_dir or Path(tempfile.gettempdir()) / f"inferd-load-{os.getpid()}"
         self.wanted: set[str] = set()  # the models that should serve (strict readiness)
         self.followed: set[str] | None = None  # poll mode with --load-model: only these
+        # Lazy serving: nothing loads at start, and a poll follows only the loaded models
+        # (``inferd.repository.residency`` loads and evicts them).
+        self.lazy = lazy
         self._sources: dict[str, _Source] = {}
 
     # ------------------------------------------------------------------ what the server knows
@@ -160,7 +164,7 @@ class ModelManager:
         """Startup loading by control mode. In poll mode the caller then runs a Poller over
         ``scan`` and ``apply``, which follows only the ``--load-model`` models when named."""
         names: list[str] | None = None
-        if self.mode is ControlMode.EXPLICIT and not load_model:
+        if (self.mode is ControlMode.EXPLICIT and not load_model) or self.lazy:
             names = []
         elif load_model and "*" not in load_model:
             names = list(load_model)
@@ -174,7 +178,7 @@ class ModelManager:
         for error in failures.values():
             log.error("%s", error.message)
         if failures:
-            for name, place in self._cached(set(failures)).items():
+            for name, place in self.catalog.cached(set(failures)).items():
                 listing.found.setdefault(name, place)
         self.catalog.mark_startup(listing)
         wanted = sorted(listing.found) if names is None else list(names)
@@ -200,25 +204,9 @@ class ModelManager:
                     self.registry.put(ModelRecord(name, reason=exc.message))
 
     def _follows(self, name: str) -> bool:
+        if self.lazy:
+            return name in self._sources
         return self.followed is None or name in self.followed
-
-    def _cached(self, failed: set[str]) -> dict[str, tuple[Storage, ModelFiles]]:
-        """What the unreachable stores left in their local caches, to serve meanwhile."""
-        found: dict[str, tuple[Storage, ModelFiles]] = {}
-        for storage in self.storages:
-            cached = getattr(storage, "cached", None)  # remote stores keep a cache
-            if storage.uri not in failed or cached is None:
-                continue
-            models: dict[str, ModelFiles] = cached()
-            log.warning(
-                "model repository '%s' is unreachable: serving %d model(s) from its local cache "
-                "until it answers%s",
-                storage.uri,
-                len(models),
-                f" ({', '.join(models)})" if models else "",
-            )
-            found.update({name: (storage, files) for name, files in models.items()})
-        return found
 
     async def apply(self, listing: Listing, failed: set[str]) -> None:
         """Bring the loaded models in line with a scan (poll mode); stores in ``failed``

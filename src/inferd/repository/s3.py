@@ -4,7 +4,8 @@ Listing gives each object's size and ETag, which stamp the files; ``fetch`` copi
 changed objects into a local cache folder (atomically, file by file) and removes the ones the
 store no longer has, so a poll only downloads what changed. ``put_model`` uploads a model
 folder under a ``.inferd-writing`` marker object, which tells other servers to leave the model
-alone until every object is in place (S3 cannot rename a folder). Every call has short
+alone until every object is in place (S3 cannot rename a folder). With lazy serving the cache
+is kept within ``--model-cache-max-bytes`` (``cache_bound``). Every call has short
 timeouts. Credentials come from the ``--s3-*`` settings or boto3's usual sources
 (``AWS_ACCESS_KEY_ID``... variables, profiles).
 """
@@ -26,6 +27,7 @@ import botocore.exceptions
 from botocore.config import Config
 
 from inferd.core.errors import ConfigError, InferdError
+from inferd.repository.cache_bound import CacheBound
 from inferd.repository.storage import WRITING_MARKER as _WRITING
 from inferd.repository.storage import (
     ModelFiles,
@@ -69,6 +71,12 @@ class S3Storage:
         self.uri = uri.rstrip("/")
         self.bucket, self.prefix = parse_uri(uri)
         self.cache = options.cache_for(self.uri)
+        # Lazy serving: the cache within a size, least recently fetched models removed first.
+        self.bound = (
+            CacheBound(self.cache, self.cache / _MANIFESTS, options.cache_max_bytes)
+            if options.cache_max_bytes
+            else None
+        )
         style = options.s3_addressing_style or "auto"
         if style not in ("auto", "path", "virtual"):
             raise ConfigError(f"--s3-addressing-style must be auto, path or virtual, not '{style}'")
@@ -174,6 +182,8 @@ class S3Storage:
         removed = _remove_extra(folder, set(files))
         manifest = {rel: stamp for rel, stamp in manifest.items() if rel in files}
         _write_manifest(manifest_path, manifest)
+        if self.bound is not None:
+            self.bound.fetched(name, sum(size for size, _ in manifest.values()))
         log.info(
             "model '%s' from %s: fetched %d file(s) (%d bytes), %d unchanged, %d removed",
             name,
@@ -184,6 +194,10 @@ class S3Storage:
             removed,
         )
         return folder
+
+    def trim_cache(self, keep: frozenset[str]) -> list[str]:
+        """Keep the cache within ``--model-cache-max-bytes``, but for the models in ``keep``."""
+        return self.bound.trim(keep) if self.bound is not None else []
 
     def read(self, rel: str) -> bytes | None:
         key = self.prefix + check_relative(rel, f"file in model repository '{self.uri}'")
@@ -257,6 +271,8 @@ class S3Storage:
         _remove_extra(target, set(files))
         manifest = {rel: stamp for rel, stamp in manifest.items() if rel in files}
         _write_manifest(manifest_path, manifest)
+        if self.bound is not None:
+            self.bound.fetched(name, sum(size for size, _ in manifest.values()))
 
     def _download(self, key: str, target: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -75,6 +75,7 @@ class StorageOptions:
     """Settings shared by the remote schemes."""
 
     cache_dir: str = ""  # "" : a folder under the system's temp dir, one per repository
+    cache_max_bytes: int = 0  # lazy serving: the cache is trimmed to this size (0: no bound)
     s3_endpoint_url: str = ""
     s3_access_key_id: str = ""
     s3_secret_access_key: str = ""

@@ -3,7 +3,8 @@
 auto is the number of usable CPU cores (the affinity mask, capped by a cgroup CPU quota) when
 every model store is a local folder, every model that loads at start is at most
 ``SMALL_MODEL_BYTES`` on disk, and ``cores x (WORKER_BYTES + 2 x their total size)`` fits in
-half the available memory (MemAvailable, capped by a cgroup memory limit); otherwise 1.
+half the available memory (MemAvailable, capped by a cgroup memory limit); otherwise 1. Lazy
+serving (a memory budget) runs one process: the budget is the server's, not each process's.
 """
 
 from __future__ import annotations
@@ -104,6 +105,13 @@ def auto_workers(settings: Settings) -> tuple[int, str]:
 def worker_count(settings: Settings) -> tuple[int, str]:
     """``--http-workers``: a positive number, or auto (ConfigError otherwise)."""
     text = settings.http_workers.strip().lower()
+    if settings.lazy_serving() and text in ("auto", "1"):
+        return 1, "lazy serving: one memory budget for the server"
+    if settings.lazy_serving():
+        raise ConfigError(
+            f"--http-workers {text} with lazy serving would give each serving process a budget "
+            "and a copy of the models of its own: use 1 or auto"
+        )
     if text == "auto":
         return auto_workers(settings)
     if not text.isdigit() or int(text) < 1:

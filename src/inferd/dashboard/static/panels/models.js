@@ -1,5 +1,6 @@
 // Models: every model and version with its state (and the reason in full), backend,
-// instances, batching, labels, traffic split, shadow, load time and current traffic.
+// instances, batching, labels, traffic split, shadow, load time and current traffic; with lazy
+// serving, each model's residency (memory, last use, eviction) and the budget's use.
 
 import {h, fmt, badge, replace, field, select} from '../ui.js';
 import {latest, onOverview, refreshSeries} from '../store.js';
@@ -49,6 +50,29 @@ function shadow(routing) {
   return `→ ${target} ${Math.round(policy.fraction * 100)}% (sent ${st.sent}, agreed ${st.agreed}, disagreed ${st.disagreed}, failed ${st.failed})`;
 }
 
+// Lazy serving: where one model stands (loaded, evicted...) and the memory it is counted for.
+function residency(r) {
+  if (!r) return null;
+  const parts = [r.state];
+  if (r.memory_bytes) parts.push(fmt.bytes(r.memory_bytes));
+  if (r.pinned) parts.push('pinned');
+  if (r.state === 'loaded' && r.last_used_unix_s) parts.push(`used ${fmt.clock(r.last_used_unix_s)}`);
+  if (r.state === 'evicted' && r.evicted_unix_s) parts.push(`at ${fmt.clock(r.evicted_unix_s)}`);
+  if (r.state === 'available') parts.push('loads on first request');
+  return h('div', {class: 'muted residency'}, parts.join(' · '));
+}
+
+// Lazy serving as a whole: the budget's use and how often requests found their model loaded.
+function budget(t) {
+  if (!t) return '';
+  const models = t.max_models ? `${t.models} of ${t.max_models}` : `${t.models}`;
+  const memory = t.memory_budget_bytes ? `${fmt.bytes(t.memory_bytes)} of ${fmt.bytes(t.memory_budget_bytes)}`
+    : fmt.bytes(t.memory_bytes);
+  const asked = t.hits + t.misses;
+  const rate = asked ? ` · hit rate ${Math.round((t.hits / asked) * 100)}%` : '';
+  return ` · lazy serving: ${models} loaded, ${memory} · ${t.loads} loads, ${t.evictions} evictions${rate}`;
+}
+
 export class ModelsPanel {
   constructor(root, app) {
     this.root = root;
@@ -92,7 +116,7 @@ export class ModelsPanel {
     this.summary.textContent = `${doc.models.length} model${doc.models.length === 1 ? '' : 's'}: ${
       Object.entries(counts).map(([k, n]) => `${n} ${k}`).join(', ') || 'none'}` +
       (shown.length !== doc.models.length ? ` · ${shown.length} shown` : '') +
-      ` · repository ${doc.server.repositories.join(', ')}`;
+      ` · repository ${doc.server.repositories.join(', ')}` + budget(doc.server.residency);
     if (!shown.length) {
       replace(this.body, h('tr', null, h('td', {colspan: 11, class: 'empty'},
         doc.models.length ? 'No model matches the filter.' : 'The repository has no models yet: deploy one from the Deploy tab.')));
@@ -114,7 +138,8 @@ export class ModelsPanel {
     return h('tr', {'data-model': m.name},
       h('th', {scope: 'row'}, h('div', {class: 'mono'}, m.name), h('div', {class: 'row-actions'}, action('Files', 'files'),
         m.state === 'READY' ? action('Try', 'try') : null, action('Manage', 'deploy'))),
-      h('td', {'data-label': 'State'}, badge(m.state), m.reason ? h('div', {class: 'reason'}, m.reason) : null),
+      h('td', {'data-label': 'State'}, badge(m.state), residency(m.residency),
+        m.reason ? h('div', {class: 'reason'}, m.reason) : null),
       h('td', {'data-label': 'Versions'}, versions),
       h('td', {'data-label': 'Backend'}, m.backend || '–', m.platform && m.platform !== m.backend ? h('div', {class: 'muted'}, m.platform) : null),
       cell('Instances', instances(m)),

@@ -1,0 +1,65 @@
+"""Prometheus metrics of lazy serving: the budget, what is loaded, loads, evictions, hits.
+
+Rendered at scrape time from the residency's own counters (``inferd.repository.residency``);
+nothing here runs on the request path. The per-model gauge is labelled only by loaded models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from inferd.observability.metrics import add_histogram
+from inferd.repository.residency import Residency
+
+
+class ResidencyCollector(Collector):
+    def __init__(self, residency: Residency) -> None:
+        self.residency = residency
+
+    def collect(self) -> Iterable[Metric]:
+        residency = self.residency
+        counters = residency.counters
+        resident = residency.resident()
+        budget = residency.budget
+        gauges = (
+            ("budget_bytes", "The memory budget of loaded models (0: none)", budget.memory_bytes),
+            ("max_models", "The most models loaded at once (0: no bound)", budget.max_models),
+            ("models", "Models loaded", len(resident)),
+            ("bytes", "Memory the loaded models were measured to take", sum(resident.values())),
+        )
+        for suffix, text, value in gauges:
+            gauge = GaugeMetricFamily(f"inferd_residency_{suffix}", text)
+            gauge.add_metric([], value)
+            yield gauge
+        per_model = GaugeMetricFamily(
+            "inferd_residency_model_bytes",
+            "Memory a loaded model was measured to take at its load (what the budget counts)",
+            labels=["model"],
+        )
+        for name, size in sorted(resident.items()):
+            per_model.add_metric([name], size)
+        yield per_model
+        counts = (
+            ("loads", "Models loaded on demand", counters.loads),
+            ("load_failures", "Loads on demand that failed", counters.load_failures),
+            ("evictions", "Models unloaded to make room", counters.evictions),
+            ("hits", "Requests that found their model loaded", residency.hits),
+            ("misses", "Requests that found their model not loaded", counters.misses),
+        )
+        for suffix, text, value in counts:
+            counter = CounterMetricFamily(f"inferd_residency_{suffix}", text)
+            counter.add_metric([], value)
+            yield counter
+        latency = HistogramMetricFamily(
+            "inferd_residency_load_duration_seconds", "Cold loads on demand, from start to ready"
+        )
+        add_histogram(latency, [], counters.load_duration)
+        yield latency

@@ -1,0 +1,63 @@
+"""The serving process tree's resident memory, read from /proc: a child's memory counts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from inferd.repository.memory import tree_rss_bytes
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+
+HOLD = """
+import sys, time
+block = bytearray(64 << 20)
+block[::4096] = b"x" * len(block[::4096])  # touched: resident
+print("ready", flush=True)
+time.sleep(30)
+"""
+
+
+def test_a_child_process_counts_in_the_tree() -> None:
+    alone = tree_rss_bytes()
+    child = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        with_child = tree_rss_bytes()
+        assert tree_rss_bytes(child.pid) >= 64 << 20
+        assert with_child - alone >= 64 << 20
+    finally:
+        child.kill()
+        child.wait()
+    deadline = time.monotonic() + 10
+    while tree_rss_bytes() - alone >= 64 << 20 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert tree_rss_bytes() - alone < 64 << 20
+    assert tree_rss_bytes(child.pid) == 0  # gone
+
+
+FREED = """
+from inferd.repository.memory import return_freed, tree_rss_bytes
+assert return_freed()  # glibc
+before = tree_rss_bytes()
+weights = [bytearray(1 << 20) for _ in range(32)]  # 1 MiB tensors, as a model's weights
+for w in weights:
+    w[::4096] = b"x" * len(w[::4096])
+grown = tree_rss_bytes() - before
+del weights
+print(grown >> 20, (tree_rss_bytes() - before) >> 20)
+"""
+
+
+def test_freed_weights_go_back_to_the_system() -> None:
+    """In a fresh process (a long-lived one may reuse memory freed before it fixed the
+    thresholds): 32 blocks of 1 MiB are resident while held, and gone once freed."""
+    done = subprocess.run(
+        [sys.executable, "-c", FREED], capture_output=True, text=True, timeout=60, check=True
+    )
+    grown_mib, left_mib = (int(n) for n in done.stdout.split())
+    assert grown_mib >= 32
+    assert left_mib < 4
