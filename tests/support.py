@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -23,6 +24,18 @@ def binary_header(name: str, shape: list[int], datatype: str, size: int, **doc: 
     item: dict[str, Any] = {"name": name, "shape": shape, "datatype": datatype}
     item["parameters"] = {"binary_data_size": size}
     return json.dumps({"inputs": [item], **doc}).encode()
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_snippet(name: str) -> str:
+    """The code block after ``<!-- readme-test: name -->`` in the README, as written."""
+    found = re.search(
+        rf"<!-- readme-test: {re.escape(name)} -->\n```[a-z]*\n(.*?)```", README.read_text(), re.S
+    )
+    assert found, f"README has no snippet '{name}'"
+    return found.group(1)
 
 
 def free_port() -> int:

@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.support import readme_snippet
+
 ADD_SUB_CONFIG = """
 backend: "python"
 input [
@@ -459,6 +461,8 @@ def write_repository(root: Path, demo_repo: Path, venv: Path, marker: Path, log:
     write_model(root, "bls", BLS_CONFIG, BLS)
     write_model(root, "bls_async", BLS_ASYNC_CONFIG, BLS_ASYNC)
     write_model(root, "native", NATIVE_CONFIG, NATIVE)
+    (root / "scale" / "1").mkdir(parents=True)  # the README's native model: no config.pbtxt
+    (root / "scale" / "1" / "model.py").write_text(readme_snippet("native"))
     write_model(root, "in_venv", VENV_CONFIG % venv, VENV_MODEL)
     write_model(root, "finalizer", FINALIZER_CONFIG % marker, FINALIZER)
     write_model(root, "no_file", SCALAR_INT_CONFIG, None)

@@ -43,7 +43,10 @@ PLATFORMS: dict[str, str] = {
     "openvino": "openvino",
     "ensemble": "ensemble",
 }
-# The file a version directory holds, for a config that names no backend.
+# The file a version directory holds, for a config that names no backend, in the order looked
+# for: a framework's model file wins over a ``model.py`` beside it (code that may load it), so a
+# folder is a Python model by its files only when it holds no other model file. The Python
+# backend still runs it only where the operator allowed Python models (inferd.security.trust).
 DEFAULT_FILES: dict[str, str] = {
     "model.onnx": "onnxruntime",
     "model.savedmodel": "tensorflow",  # Triton's SavedModel folder
@@ -57,6 +60,7 @@ DEFAULT_FILES: dict[str, str] = {
     "model.json": "xgboost",
     "model.ubj": "xgboost",
     "model.txt": "lightgbm",
+    "model.py": "python",
 }
 
 _cache: dict[str, Backend] = {}
