@@ -89,6 +89,9 @@ def test_models_document(server: ServerProcess) -> None:
     assert doc["server"]["control_mode"] == "explicit"
     assert doc["server"]["access_log"] is True and doc["server"]["envoy_admin"] is True
     assert doc["server"]["writable"] is True
+    # Explicit mode on loopback: the admin API answers without a token.
+    assert doc["server"]["admin"] == "open" and doc["server"]["admin_hint"] == ""
+    assert f"dashboard: http://127.0.0.1:{server.http_port}/dashboard/" in server.log()
     models = {m["name"]: m for m in doc["models"]}
     assert set(models) == {HPT, ECHO_BYTES}
     hpt = models[HPT]
@@ -201,7 +204,10 @@ def test_a_dashboard_port_of_its_own(tmp_path: Path) -> None:
         assert r.status_code == 302 and r.headers["location"] == "/dashboard/"
         assert "inferd dashboard" in HTTP.get(f"{own}/dashboard/").text
         # The page's APIs answer on its port too, under the same rules as on the HTTP port.
-        assert HTTP.get(f"{own}/v2/dashboard/models").json()["server"]["control_mode"] == "none"
+        facts = HTTP.get(f"{own}/v2/dashboard/models").json()["server"]
+        assert facts["control_mode"] == "none"
+        # ... and the page, told so, says how to turn the admin API on instead of asking.
+        assert facts["admin"] == "off" and "--admin-token TOKEN" in facts["admin_hint"]
         answer = HTTP.post(f"{own}/v2/models/{HPT}/infer", json=X).json()
         assert answer["outputs"][0]["data"] == [2.5]
         # The HTTP port no longer serves the page.
@@ -214,7 +220,7 @@ def test_a_dashboard_port_of_its_own(tmp_path: Path) -> None:
         assert refused.status_code == 403 and "admin API is off" in refused.json()["error"]
     finally:
         proc.stop()
-    assert "listening: dashboard on 127.0.0.1:" in proc.log()
+    assert f"listening: dashboard on http://127.0.0.1:{port}/dashboard/" in proc.log()
 
 
 def test_the_dashboard_can_be_turned_off(tmp_path: Path) -> None:

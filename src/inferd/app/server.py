@@ -29,7 +29,7 @@ from inferd.observability.requests import RequestObserver
 from inferd.observability.trace_settings import TraceSettings
 from inferd.observability.tracing import Tracer
 from inferd.protocols.admin_http import AdminHttp
-from inferd.protocols.dashboard_http import Dashboard
+from inferd.protocols.dashboard_http import Dashboard, page_url
 from inferd.protocols.generate_http import GenerateHttp
 from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.http import HttpApp, Router
@@ -122,6 +122,7 @@ class Server:
         OpenApi(settings.allow_dashboard, not settings.dashboard_port).register(router)
         self.granian_options = edge.granian_options(settings)
         self.grpc_tls = edge.grpc_tls(settings)
+        http_access = edge.access_policy(settings, self.tokens, settings.http_address)
         self.dashboard = (
             Dashboard(
                 settings,
@@ -129,6 +130,7 @@ class Server:
                 self.manager,
                 access_log=self.logs.access_enabled,
                 tracing=self.tracer is not None,
+                access=http_access,
             )
             if settings.allow_dashboard
             else None
@@ -141,9 +143,7 @@ class Server:
         self.http_app = HttpApp(
             router,
             observer=self.observer,
-            guard=edge.http_guard(
-                settings, edge.access_policy(settings, self.tokens, settings.http_address)
-            ),
+            guard=edge.http_guard(settings, http_access),
             limits=edge.http_limits(settings),
         )
 
@@ -185,6 +185,11 @@ class Server:
             nonlocal bound
             bound = True
             log.info("listening: %s (KServe v2, TF Serving REST) on %s", scheme, address)
+            if self.dashboard is not None and not self.settings.dashboard_port:
+                where = page_url(
+                    scheme.lower(), self.settings.http_address, self.settings.http_port
+                )
+                log.info("dashboard: %s", where)
 
         http.on_startup(listening)
         # A worker other than the first, or a replacement, takes connections once it can serve.

@@ -42,7 +42,7 @@ from inferd.protocols.http import (
     json_response,
 )
 from inferd.repository.manager import ModelManager
-from inferd.security.access import Access
+from inferd.security.access import Access, AccessPolicy
 
 log = logging.getLogger("inferd.dashboard")
 
@@ -62,6 +62,22 @@ def _query(request: HttpRequest) -> dict[str, str]:
 
 def _redirect(location: str, status: int = 302) -> HttpResponse:
     return HttpResponse(b"", status, content_type="text/plain", headers=[("location", location)])
+
+
+def page_url(scheme: str, address: str, port: int) -> str:
+    """Where a browser on this machine opens the page: a wildcard address as localhost."""
+    host = "localhost" if address in ("", "0.0.0.0", "::", "[::]") else address
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{port}{PAGE}"
+
+
+def admin_state(policy: AccessPolicy) -> str:
+    """What the page may expect of the admin routes: "open", "token" (an admin token is
+    needed) or "off" (refused whatever it sends), so it asks only where it can get an answer."""
+    if policy.admin_off():
+        return "off"
+    return "token" if policy.needs_token(Access.ADMIN) else "open"
 
 
 class PortApp:
@@ -90,6 +106,7 @@ class Dashboard:
         *,
         access_log: bool,
         tracing: bool,
+        access: AccessPolicy | None = None,
     ) -> None:
         self.settings = settings
         self.plane = plane
@@ -114,6 +131,7 @@ class Dashboard:
             trace_url=settings.dashboard_trace_url,
             envoy_admin=bool(self.envoy_admin),
             started_s=time.time(),
+            admin=admin_state(access or AccessPolicy.open()),
         )
         self.overview = Overview(plane.registry, manager, facts)
         self._port_server: Any = None
@@ -244,7 +262,8 @@ class Dashboard:
             exc = task.exception() if task.done() else None
             raise ConfigError(f"cannot serve the dashboard on {address}:{port}: {exc}")
         self._port_server, self._port_task = server, task
-        log.info("listening: dashboard on %s:%d%s", address, port, PAGE)
+        scheme = "https" if "ssl_cert" in (server_options or {}) else "http"
+        log.info("listening: dashboard on %s", page_url(scheme, address, port))
 
     async def stop(self) -> None:
         await self.series.stop()
