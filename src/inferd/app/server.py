@@ -21,6 +21,7 @@ from inferd.app.repository import model_manager
 from inferd.app.settings import Settings
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError
+from inferd.core.model import ModelState
 from inferd.core.registry import Registry
 from inferd.observability.log_settings import LogSettings
 from inferd.observability.logging import Logs
@@ -148,19 +149,48 @@ class Server:
         )
 
     async def _load_models(self) -> None:
+        cancelled = False
         try:
             await self.manager.start(self.settings.load_model)
             if self.node is not None:
                 await self.node.control.replay()
+        except asyncio.CancelledError:
+            cancelled = True  # the server stops before startup loading settled
+            raise
         finally:
-            self.plane.started = True
-            ready = [r.name for r in self.registry.records() if r.versions]
-            log.info("server ready; models ready: %s", ", ".join(ready) or "none")
+            if not cancelled:
+                self.plane.started = True
+                if not self.plane.draining:
+                    self._log_readiness()
         if self.manager.mode is ControlMode.POLL:
             self.poller = Poller(
                 self.manager.scan, self.manager.apply, self.manager.poll_interval_s
             )
             self.poller.start()
+
+    def _log_readiness(self) -> None:
+        """Once startup loading settled, what ``/v2/health/ready`` answers, in the same words:
+        "server ready" only when it answers 200, and the models that failed either way."""
+        records = self.registry.records()
+        ready = sorted(r.name for r in records if r.versions)
+        failed = sorted(
+            f"{r.name} ({r.reason or r.state.value})"
+            for r in records
+            if not r.versions and r.state is ModelState.UNAVAILABLE
+        )
+        if self.plane.ready:
+            log.info(
+                "server ready; models ready: %s%s",
+                ", ".join(ready) or "none",
+                f"; models that failed to load: {', '.join(failed)}" if failed else "",
+            )
+        else:
+            log.warning(
+                "server not ready (/v2/health/ready answers 503): models that failed to load: "
+                "%s; models ready: %s",
+                ", ".join(failed) or "none",
+                ", ".join(ready) or "none",
+            )
 
     async def run(self) -> None:
         http = GranianServer(
