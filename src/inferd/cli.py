@@ -19,6 +19,17 @@ from inferd.optimize.command import add_parser as add_optimize_parser
 from inferd.tune.command import add_parser as add_tune_parser
 
 
+class _Parser(argparse.ArgumentParser):
+    """Help as a terminal shows it: the reST double backticks of docstrings and help texts
+    (``x``) print as `x` (its subcommands' parsers are of this class too)."""
+
+    def format_help(self) -> str:
+        return super().format_help().replace("``", "`")
+
+    def format_usage(self) -> str:
+        return super().format_usage().replace("``", "`")
+
+
 def _setup_logging(verbose: int) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose > 0 else logging.INFO,
@@ -67,7 +78,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="inferd", description=__doc__)
+    parser = _Parser(prog="inferd", description=__doc__)
     parser.add_argument("--version", action="version", version=f"inferd {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
