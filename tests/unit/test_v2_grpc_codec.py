@@ -153,6 +153,23 @@ def test_bf16_response_raw_bytes() -> None:
     assert parsed.raw_output_contents[0] == array.tobytes()
 
 
+def test_outputs_in_shared_memory_keep_their_place_with_empty_contents() -> None:
+    """Triton's answer: one raw_output_contents entry per output, empty for one written to
+    shared memory, so a client indexing by position (perf_analyzer) finds the others."""
+    outputs = {
+        "in_shm": np.ones(3, np.float32),
+        "on_wire": np.arange(4, dtype=np.int32),
+        "also_shm": np.zeros(2, np.float32),
+    }
+    data = codec.encode_response(InferResponse("m", "1", outputs), ["in_shm", "also_shm"])
+    parsed = triton_pb.ModelInferResponse.FromString(data.serialize())
+    assert [o.name for o in parsed.outputs] == ["in_shm", "on_wire", "also_shm"]
+    assert list(parsed.raw_output_contents) == [b"", outputs["on_wire"].tobytes(), b""]
+    assert not any(o.parameters for o in parsed.outputs)
+    result = triton_grpc.InferResult(parsed)
+    np.testing.assert_array_equal(result.as_numpy("on_wire"), outputs["on_wire"])
+
+
 def test_stream_response_success_and_error() -> None:
     ok = codec.encode_response(InferResponse("m", "1", {"y": np.ones(3, np.float32)}, id="a"))
     parsed = triton_pb.ModelStreamInferResponse.FromString(codec.StreamResponse(ok).serialize())

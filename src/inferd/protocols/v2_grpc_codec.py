@@ -10,7 +10,7 @@ Tensor checks (shape x datatype x byte length) are the shared ones in codecs.py.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -303,26 +303,18 @@ class EncodedInferResponse:
 
 
 def encode_response(
-    response: InferResponse, in_shared_memory: dict[str, dict[str, Any]] | None = None
+    response: InferResponse, in_shared_memory: Collection[str] = ()
 ) -> EncodedInferResponse:
-    """``in_shared_memory``: the parameters of outputs already written to shared memory; they
-    come after the others, with no raw_output_contents entry (which stay aligned with
-    the outputs tritonclient reads from the wire)."""
+    """``in_shared_memory``: the outputs already written to shared memory. As Triton does, every
+    output keeps its place and has a raw_output_contents entry, empty for those: clients (the
+    C++ one in perf_analyzer, tritonclient) find an output's bytes by its position."""
     header = pb.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
     raws: list[bytes | memoryview] = []
     for name, array in response.outputs.items():
-        if in_shared_memory and name in in_shared_memory:
-            continue
         header.outputs.add(name=name, datatype=datatypes.of_array(array).name, shape=array.shape)
-        raws.append(codecs.to_raw(array))
-    for name, params in (in_shared_memory or {}).items():
-        array = response.outputs[name]
-        tensor = header.outputs.add(
-            name=name, datatype=datatypes.of_array(array).name, shape=array.shape
-        )
-        set_parameters(tensor.parameters, params)
+        raws.append(b"" if name in in_shared_memory else codecs.to_raw(array))
     if response.parameters:
         set_parameters(header.parameters, response.parameters)
     return EncodedInferResponse(header, raws)
