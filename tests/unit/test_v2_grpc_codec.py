@@ -230,6 +230,20 @@ def test_bad_requests_name_the_field(data: bytes, fragment: str) -> None:
     assert fragment in info.value.message
 
 
+def test_typed_contents_beside_raw_ones_are_named_before_the_count() -> None:
+    """Triton's order: the input with typed contents is refused in Triton's words before any
+    count of raw_input_contents (one raw entry, two inputs, the second typed)."""
+    message = pb.ModelInferRequest(model_name="m", raw_input_contents=[b"\x00" * 4])
+    message.inputs.add(name="a", datatype="FP32", shape=[1])
+    message.inputs.add(name="b", datatype="FP32", shape=[1])
+    message.inputs[1].contents.fp32_contents.append(1.0)
+    with pytest.raises(InvalidInput) as info:
+        _decode(message.SerializeToString())
+    assert info.value.message == (
+        "contents field must not be specified when using raw_input_contents for 'b' for model 'm'"
+    )
+
+
 def test_input_without_data() -> None:
     message = pb.ModelInferRequest(model_name="m")
     message.inputs.add(name="x", datatype="FP32", shape=[1])

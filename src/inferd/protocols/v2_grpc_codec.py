@@ -144,6 +144,9 @@ def decode_request(
     )
     on_wire = len(tensors) - sum(in_shm)
     if raws and len(raws) != on_wire:
+        for index, tensor in enumerate(tensors):  # Triton checks this first, input by input
+            if not (in_shm and in_shm[index]) and tensor.HasField("contents"):
+                raise _contents_and_raw(tensor.name, message.model_name)
         raise InvalidInput(
             f"raw_input_contents has {len(raws)} entries but the request has "
             f"{on_wire} inputs outside shared memory; send one entry per input, in order"
@@ -169,11 +172,7 @@ def decode_request(
             inputs[name] = shm_tensors.read_input(regions, name, datatype, shape, params)
         elif raws:
             if tensor.HasField("contents"):
-                raise InvalidInput(
-                    "contents field must not be specified when using raw_input_contents for "
-                    f"'{name}' for model '{message.model_name}' (send every input one way or "
-                    "the other)"
-                )
+                raise _contents_and_raw(name, message.model_name)
             inputs[name] = codecs.from_raw(name, datatype, shape, raws[raw_index])
             raw_index += 1
         else:
@@ -191,6 +190,14 @@ def decode_request(
         outputs=outputs or None,
         parameters=parameters_to_dict(message.parameters) if message.parameters else {},
         input_parameters=input_parameters,
+    )
+
+
+def _contents_and_raw(name: str, model: str) -> InvalidInput:
+    """Triton's words (infer_handler.cc) for an input with typed contents beside raw ones."""
+    return InvalidInput(
+        f"contents field must not be specified when using raw_input_contents for '{name}' "
+        f"for model '{model}'"
     )
 
 
