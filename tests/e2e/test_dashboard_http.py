@@ -41,10 +41,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         proc.stop()
 
 
+BROWSER = {"accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+
+
 def test_root_redirects_to_the_page(server: ServerProcess) -> None:
-    r = HTTP.get(f"{server.http_url}/")
+    r = HTTP.get(f"{server.http_url}/", headers=BROWSER)
     assert r.status_code == 302
     assert r.headers["location"] == "/dashboard/"
+    # an API client gets KServe v1's liveness there instead
+    assert HTTP.get(f"{server.http_url}/").json() == {"status": "alive"}
     r = HTTP.get(f"{server.http_url}/dashboard", follow_redirects=True)
     assert r.status_code == 200
     assert "<title>inferd dashboard</title>" in r.text
@@ -200,7 +205,7 @@ def test_a_dashboard_port_of_its_own(tmp_path: Path) -> None:
     proc = ServerProcess(root, extra_args=["--dashboard-port", str(port)]).start()
     try:
         own = f"http://127.0.0.1:{port}"
-        r = HTTP.get(f"{own}/")
+        r = HTTP.get(f"{own}/", headers=BROWSER)
         assert r.status_code == 302 and r.headers["location"] == "/dashboard/"
         assert "inferd dashboard" in HTTP.get(f"{own}/dashboard/").text
         # The page's APIs answer on its port too, under the same rules as on the HTTP port.
@@ -212,7 +217,9 @@ def test_a_dashboard_port_of_its_own(tmp_path: Path) -> None:
         assert answer["outputs"][0]["data"] == [2.5]
         # The HTTP port no longer serves the page.
         assert HTTP.get(f"{proc.http_url}/dashboard/").status_code == 404
-        assert HTTP.get(f"{proc.http_url}/").status_code == 404
+        # ... and answers GET / as KServe v1 does, browsers included.
+        for headers in ({}, BROWSER):
+            assert HTTP.get(f"{proc.http_url}/", headers=headers).json() == {"status": "alive"}
         cluster = HTTP.get(f"{proc.http_url}/v2/dashboard/cluster").json()
         assert cluster["enabled"] is False and "--envoy-admin" in cluster["hint"]
         # Mode none, no admin token: the admin API is off on the dashboard's port as well.
@@ -227,8 +234,11 @@ def test_the_dashboard_can_be_turned_off(tmp_path: Path) -> None:
     root = write_repository(tmp_path / "models")
     proc = ServerProcess(root, extra_args=["--allow-dashboard=false"]).start()
     try:
-        for path in ("/", "/dashboard/", "/v2/dashboard/models", "/v2/dashboard/series"):
+        for path in ("/dashboard/", "/v2/dashboard/models", "/v2/dashboard/series"):
             assert HTTP.get(f"{proc.http_url}{path}").status_code == 404, path
+        # GET / stays KServe v1's liveness, for browsers too: there is no page to go to.
+        for headers in ({}, BROWSER):
+            assert HTTP.get(f"{proc.http_url}/", headers=headers).json() == {"status": "alive"}
         assert HTTP.get(f"{proc.http_url}/v2/health/ready").status_code == 200
     finally:
         proc.stop()

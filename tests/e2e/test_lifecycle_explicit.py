@@ -81,6 +81,7 @@ def test_load_and_unload_over_http(explicit: ServerProcess) -> None:
     assert r.status_code == 503 and "unloaded" in r.json()["error"]
     status = HTTP.get(f"{explicit.http_url}/v1/models/other").json()
     assert status["model_version_status"][0]["state"] == "END"
+    assert (status["name"], status["ready"]) == ("other", False)  # KServe v1: not ready
     client.unload_model("other")  # unloading twice is fine
 
 

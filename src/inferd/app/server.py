@@ -108,7 +108,10 @@ class Server:
         )
         router = Router()
         V2Http(self.plane).register(router)
-        TfServingHttp(self.plane).register(router)
+        # GET / is KServe v1's liveness; where the dashboard's page is, it answers it (and sends
+        # browsers to the page).
+        page_here = settings.allow_dashboard and not settings.dashboard_port
+        TfServingHttp(self.plane).register(router, root=not page_here)
         RepositoryHttp(
             self.plane, settings.max_upload_bytes, settings.max_concurrent_uploads
         ).register(router)

@@ -1,15 +1,15 @@
 """The web dashboard over HTTP: its page at ``/dashboard/`` and the JSON it needs.
 
-The page (``GET /`` redirects to it) is static files from ``inferd/dashboard/static``; it
-reads inferd's public APIs (repository index, statistics, ``/metrics``, ``/v2/logs``,
-routing) and these, which they lack: ``/v2/dashboard/models`` (the models table),
-``/v2/dashboard/series`` (recent traffic, sampled once a second), ``/v2/dashboard/cluster``
-(Envoy's view of the nodes) and ``/v2/repository/models/{m}/files[/{path}]`` (a model's
-folder). The page's files are open to anyone who reaches the port (they hold no data); the
-JSON routes need the inference scope, a model's files the admin scope, like every other route
-(``http_guard``). With ``--dashboard-port`` the page moves to a port of its own, which also
-answers every other route, so the page there reaches the same APIs under the same rules, Host
-checks and TLS included.
+The page (``GET /`` redirects a browser to it; an API client gets KServe v1's liveness) is
+static files from ``inferd/dashboard/static``; it reads inferd's public APIs (repository index,
+statistics, ``/metrics``, ``/v2/logs``, routing) and these, which they lack:
+``/v2/dashboard/models`` (the models table), ``/v2/dashboard/series`` (recent traffic, sampled
+once a second), ``/v2/dashboard/cluster`` (Envoy's view of the nodes) and
+``/v2/repository/models/{m}/files[/{path}]`` (a model's folder). The page's files are open to
+anyone who reaches the port (they hold no data); the JSON routes need the inference scope, a
+model's files the admin scope, like every other route (``http_guard``). With
+``--dashboard-port`` the page moves to a port of its own, which also answers every other route,
+so the page there reaches the same APIs under the same rules, Host checks and TLS included.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from inferd.protocols.http import (
     Router,
     json_response,
 )
+from inferd.protocols.tfserving_http import kserve_live
 from inferd.repository.manager import ModelManager
 from inferd.security.access import Access, AccessPolicy
 
@@ -154,11 +155,20 @@ class Dashboard:
     def register_page(self, router: Router) -> None:
         public = Access.PUBLIC
         router.add("GET", "/", self.root, access=public)
-        router.add("GET", "/dashboard", self.root, access=public)
+        router.add("GET", "/dashboard", self.to_page, access=public)
         router.add("GET", r"/dashboard/(?P<asset>[A-Za-z0-9_.\-/]*)", self.asset, access=public)
 
-    async def root(self, request: HttpRequest) -> HttpResponse:
+    async def to_page(self, request: HttpRequest) -> HttpResponse:
         return _redirect(PAGE)
+
+    async def root(self, request: HttpRequest) -> HttpResponse:
+        """A browser (Accept: text/html) goes to the page; an API client gets KServe v1's
+        liveness, as a KServe server answers ``GET /``."""
+        if "text/html" in request.headers.get("accept", ""):
+            response = _redirect(PAGE)
+            response.headers.append(("vary", "accept"))
+            return response
+        return kserve_live()
 
     async def asset(self, request: HttpRequest) -> HttpResponse:
         name = request.params.get("asset", "") or "index.html"
