@@ -73,10 +73,13 @@ def write_digits_held_out(path: Path) -> None:
     np.savez(path, input=x_test.astype(np.float32), labels=y_test.astype(np.int64))
 
 
-def inferd(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+def inferd(
+    *args: str, timeout_s: float = 300, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """The real command line, in a subprocess."""
     return subprocess.run(
         [sys.executable, "-m", "inferd", *args],
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout_s,

@@ -25,6 +25,18 @@ def binary_header(name: str, shape: list[int], datatype: str, size: int, **doc: 
     return json.dumps({"inputs": [item], **doc}).encode()
 
 
+PYTHON_PAGE = Path(__file__).resolve().parents[1] / "docs" / "python" / "index.md"
+
+
+def docs_block(page: Path, path: str) -> str:
+    """The block a docs page writes to ``path`` (``<!-- run file=PATH -->``), as written."""
+    from inferd_docs.examples import blocks
+
+    found = [b.body for b in blocks(page) if b.options.get("file") == path]
+    assert len(found) == 1, f"{page} has no block for {path}"
+    return found[0]
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

@@ -19,6 +19,17 @@ from inferd.tune.command import add_parser as add_tune_parser
 from inferd.version import __version__
 
 
+class _Parser(argparse.ArgumentParser):
+    """Help as a terminal shows it: the reST double backticks of docstrings and help texts
+    (``x``) print as `x` (its subcommands' parsers are of this class too)."""
+
+    def format_help(self) -> str:
+        return super().format_help().replace("``", "`")
+
+    def format_usage(self) -> str:
+        return super().format_usage().replace("``", "`")
+
+
 def _setup_logging(verbose: int) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose > 0 else logging.INFO,
@@ -39,16 +50,24 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _demo_models(args: argparse.Namespace) -> int:
-    from inferd.demo.models import default_models, write_demo_repository
+    """Named models must all be written (exit 2 otherwise); by default, every model this install
+    can serve is, and the others are named with the extra that brings them (exit 0)."""
+    from inferd.demo.models import default_models, write_available, write_demo_repository
 
     _setup_logging(0)
-    names = args.models or default_models()
+    skipped: dict[str, str] = {}
     try:
-        written = write_demo_repository(Path(args.directory), models=names)
+        if args.models:
+            written = write_demo_repository(Path(args.directory), models=args.models)
+        else:
+            written, skipped = write_available(Path(args.directory), default_models())
     except (ValueError, ImportError) as exc:
         print(f"inferd demo-models: {exc}", file=sys.stderr)
         return 2
     print(f"demo repository {args.directory}: {', '.join(written)}")
+    for need in dict.fromkeys(skipped.values()):
+        names = ", ".join(name for name, why in skipped.items() if why == need)
+        print(f"inferd demo-models: not written: {names} (needs {need})", file=sys.stderr)
     return 0
 
 
@@ -59,7 +78,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="inferd", description=__doc__)
+    parser = _Parser(prog="inferd", description=__doc__)
     parser.add_argument("--version", action="version", version=f"inferd {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -67,7 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     flags.add_arguments(serve)
     serve.set_defaults(func=_serve)
 
-    demo = commands.add_parser("demo-models", help="write the demo model repository")
+    demo = commands.add_parser(
+        "demo-models",
+        help="write the demo model repository (models whose extra is missing are named, not "
+        "written: inferd[demo] brings digits and the resnet pipeline)",
+    )
     demo.add_argument("directory", help="folder to write the repository into")
     demo.add_argument(
         "--model", dest="models", action="append", help="only this model (repeat); default all"

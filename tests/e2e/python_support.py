@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.support import PYTHON_PAGE, docs_block
+
 ADD_SUB_CONFIG = """
 backend: "python"
 input [
@@ -459,6 +461,10 @@ def write_repository(root: Path, demo_repo: Path, venv: Path, marker: Path, log:
     write_model(root, "bls", BLS_CONFIG, BLS)
     write_model(root, "bls_async", BLS_ASYNC_CONFIG, BLS_ASYNC)
     write_model(root, "native", NATIVE_CONFIG, NATIVE)
+    (root / "scale" / "1").mkdir(parents=True)  # the docs' native model: no config.pbtxt
+    (root / "scale" / "1" / "model.py").write_text(
+        docs_block(PYTHON_PAGE, "models/scale/1/model.py")
+    )
     write_model(root, "in_venv", VENV_CONFIG % venv, VENV_MODEL)
     write_model(root, "finalizer", FINALIZER_CONFIG % marker, FINALIZER)
     write_model(root, "no_file", SCALAR_INT_CONFIG, None)

@@ -89,6 +89,8 @@ def test_metadata_is_completed_from_the_estimator(sk_server: ServerProcess) -> N
     import httpx
 
     meta = httpx.get(f"{sk_server.http_url}/v2/models/iris").json()
+    # A model with a backend and no platform reports its backend, as Triton does.
+    assert meta["platform"] == "sklearn"
     assert meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 4]}]
     assert meta["outputs"] == [
         {"name": "label", "datatype": "INT64", "shape": [-1, 1]},

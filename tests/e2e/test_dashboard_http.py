@@ -41,10 +41,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         proc.stop()
 
 
+BROWSER = {"accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+
+
 def test_root_redirects_to_the_page(server: ServerProcess) -> None:
-    r = HTTP.get(f"{server.http_url}/")
+    r = HTTP.get(f"{server.http_url}/", headers=BROWSER)
     assert r.status_code == 302
     assert r.headers["location"] == "/dashboard/"
+    # an API client gets KServe v1's liveness there instead
+    assert HTTP.get(f"{server.http_url}/").json() == {"status": "alive"}
     r = HTTP.get(f"{server.http_url}/dashboard", follow_redirects=True)
     assert r.status_code == 200
     assert "<title>inferd dashboard</title>" in r.text
@@ -89,6 +94,9 @@ def test_models_document(server: ServerProcess) -> None:
     assert doc["server"]["control_mode"] == "explicit"
     assert doc["server"]["access_log"] is True and doc["server"]["envoy_admin"] is True
     assert doc["server"]["writable"] is True
+    # Explicit mode on loopback: the admin API answers without a token.
+    assert doc["server"]["admin"] == "open" and doc["server"]["admin_hint"] == ""
+    assert f"dashboard: http://127.0.0.1:{server.http_port}/dashboard/" in server.log()
     models = {m["name"]: m for m in doc["models"]}
     assert set(models) == {HPT, ECHO_BYTES}
     hpt = models[HPT]
@@ -197,16 +205,21 @@ def test_a_dashboard_port_of_its_own(tmp_path: Path) -> None:
     proc = ServerProcess(root, extra_args=["--dashboard-port", str(port)]).start()
     try:
         own = f"http://127.0.0.1:{port}"
-        r = HTTP.get(f"{own}/")
+        r = HTTP.get(f"{own}/", headers=BROWSER)
         assert r.status_code == 302 and r.headers["location"] == "/dashboard/"
         assert "inferd dashboard" in HTTP.get(f"{own}/dashboard/").text
         # The page's APIs answer on its port too, under the same rules as on the HTTP port.
-        assert HTTP.get(f"{own}/v2/dashboard/models").json()["server"]["control_mode"] == "none"
+        facts = HTTP.get(f"{own}/v2/dashboard/models").json()["server"]
+        assert facts["control_mode"] == "none"
+        # ... and the page, told so, says how to turn the admin API on instead of asking.
+        assert facts["admin"] == "off" and "--admin-token TOKEN" in facts["admin_hint"]
         answer = HTTP.post(f"{own}/v2/models/{HPT}/infer", json=X).json()
         assert answer["outputs"][0]["data"] == [2.5]
         # The HTTP port no longer serves the page.
         assert HTTP.get(f"{proc.http_url}/dashboard/").status_code == 404
-        assert HTTP.get(f"{proc.http_url}/").status_code == 404
+        # ... and answers GET / as KServe v1 does, browsers included.
+        for headers in ({}, BROWSER):
+            assert HTTP.get(f"{proc.http_url}/", headers=headers).json() == {"status": "alive"}
         cluster = HTTP.get(f"{proc.http_url}/v2/dashboard/cluster").json()
         assert cluster["enabled"] is False and "--envoy-admin" in cluster["hint"]
         # Mode none, no admin token: the admin API is off on the dashboard's port as well.
@@ -214,15 +227,18 @@ def test_a_dashboard_port_of_its_own(tmp_path: Path) -> None:
         assert refused.status_code == 403 and "admin API is off" in refused.json()["error"]
     finally:
         proc.stop()
-    assert "listening: dashboard on 127.0.0.1:" in proc.log()
+    assert f"listening: dashboard on http://127.0.0.1:{port}/dashboard/" in proc.log()
 
 
 def test_the_dashboard_can_be_turned_off(tmp_path: Path) -> None:
     root = write_repository(tmp_path / "models")
     proc = ServerProcess(root, extra_args=["--allow-dashboard=false"]).start()
     try:
-        for path in ("/", "/dashboard/", "/v2/dashboard/models", "/v2/dashboard/series"):
+        for path in ("/dashboard/", "/v2/dashboard/models", "/v2/dashboard/series"):
             assert HTTP.get(f"{proc.http_url}{path}").status_code == 404, path
+        # GET / stays KServe v1's liveness, for browsers too: there is no page to go to.
+        for headers in ({}, BROWSER):
+            assert HTTP.get(f"{proc.http_url}/", headers=headers).json() == {"status": "alive"}
         assert HTTP.get(f"{proc.http_url}/v2/health/ready").status_code == 200
     finally:
         proc.stop()

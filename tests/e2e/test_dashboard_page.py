@@ -338,6 +338,72 @@ def test_cluster_panel_shows_envoys_nodes(page: Any, shots: Path) -> None:
     shot(page, shots, "10-cluster")
 
 
+@pytest.fixture(scope="module")
+def default_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """As ./scripts/serve-demo starts it: no token, --model-control-mode none (admin API off)."""
+    proc = ServerProcess(write_repository(tmp_path_factory.mktemp("default") / "models"))
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+def test_the_default_server_greets_without_refusals(
+    browser: Any, default_server: ServerProcess, shots: Path
+) -> None:
+    """Panels that need the admin API say calmly what is off and the flag that turns it on;
+    the page asks for nothing it would be refused, and everything else works as usual."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme="light")
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    refused: list[str] = []
+    console: list[str] = []
+
+    def on_response(response: Any) -> None:
+        if response.status >= 400:
+            refused.append(f"{response.status} {response.url}")
+
+    def on_console(message: Any) -> None:
+        if message.type in ("error", "warning"):
+            console.append(message.text)
+
+    page.on("response", on_response)
+    page.on("console", on_console)
+    page.on("pageerror", lambda error: console.append(str(error)))
+    try:
+        page.goto(f"{default_server.http_url}/dashboard/")
+        page.locator(f"tr[data-model={HPT}] .badge.ready").first.wait_for()
+        flag = "--admin-token TOKEN"
+        for name, note in (("logs", "#panel-logs .msg"), ("files", "#panel-files .msg")):
+            tab(page, name)
+            page.locator(f"{note}:has-text('{flag}')").wait_for()
+            assert page.locator(f"{note}.error").count() == 0
+        shot(page, shots, "12-default-files")
+        tab(page, "try")
+        page.select_option("#try-model", HPT)
+        page.locator("#try-sample-why").wait_for()
+        assert page.locator("#try-sample").is_disabled()
+        why = page.inner_text("#try-sample-why")
+        assert "sample.json" in why and "admin API, which is off" in why and flag in why
+        page.fill("fieldset[data-input=x] input[type=text]", "1, 1")
+        page.fill("fieldset[data-input=x] textarea", "[1.0]")
+        page.click("#try-send")  # inference itself is not disturbed
+        page.wait_for_function(
+            "() => document.querySelector('tr[data-output=y] td.values')?.textContent === '[2.5]'"
+        )
+        shot(page, shots, "13-default-try-it")
+        tab(page, "deploy")
+        page.locator(f"#deploy-admin-note .msg:has-text('{flag}')").wait_for()
+        assert page.locator("#manage-unload").is_disabled()
+        tab(page, "cluster")
+        page.locator("#panel-cluster .msg:has-text('--envoy-admin')").wait_for()
+        page.wait_for_timeout(1500)  # a few refresh ticks of the visible panel
+        assert page.locator("#banner").is_hidden()
+        assert refused == [] and console == [], (refused, console)
+    finally:
+        context.close()
+    assert "dashboard: http://127.0.0.1:" in default_server.log()
+
+
 def test_dark_theme_on_a_phone(browser: Any, server: ServerProcess, shots: Path) -> None:
     context = browser.new_context(
         viewport={"width": 390, "height": 844}, color_scheme="dark", device_scale_factor=2

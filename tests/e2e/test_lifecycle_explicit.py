@@ -81,6 +81,7 @@ def test_load_and_unload_over_http(explicit: ServerProcess) -> None:
     assert r.status_code == 503 and "unloaded" in r.json()["error"]
     status = HTTP.get(f"{explicit.http_url}/v1/models/other").json()
     assert status["model_version_status"][0]["state"] == "END"
+    assert (status["name"], status["ready"]) == ("other", False)  # KServe v1: not ready
     client.unload_model("other")  # unloading twice is fine
 
 
@@ -144,6 +145,16 @@ def _b64(data: bytes) -> str:
         ("new", {"config": "{}", "file:/abs/x": _b64(b"x")}, 400, "absolute path"),
         ("new", {"config": "{}", "file:1/model.onnx": "%%%"}, 400, "not valid base64"),
         ("new", {"config": "{}", "file:1/model.onnx": _b64(b"junk")}, 400, "failed to load"),
+        # names the file system cannot hold: the client's doing, a 400 (was a 500 OSError)
+        (
+            "new",
+            {"config": "{}", f"file:1/{'a' * 300}.onnx": _b64(b"x")},
+            400,
+            f"file parameter 'file:1/{'a' * 78}... (307 characters)': a file or folder name is "
+            "too long (at most 255 bytes each)",
+        ),
+        ("new", {"config": "{}", f"file:{'d' * 300}/m": _b64(b"x")}, 400, "name is too long"),
+        ("m" * 300, {}, 404, "unknown model 'mmm"),
     ],
 )
 def test_bad_loads_are_4xx_and_change_nothing(

@@ -148,6 +148,7 @@ GOOD = {"1/model.onnx": HALF_PLUS_TWO}
         ("evil", _tar({"config.pbtxt": b"max_batch_size: 1\n"}), 400, "has no version folder"),
         ("evil", _tar({"config.pbtxt": b"name: 'x'\n", **GOOD}), 400, "does not match"),
         ("evil", _tar({"1/model.onnx": b"not onnx"}), 400, "did not load"),
+        ("evil", _tar({"1/" + "a" * 300: b"x", **GOOD}), 400, "a file or folder name is too long"),
         (".hidden", _tar(GOOD), 400, "model name '.hidden'"),
         (HPT, _tar({"1/model.onnx": b"not onnx"}), 400, "the repository was left as it was"),
     ],

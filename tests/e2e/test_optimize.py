@@ -6,6 +6,8 @@ Refusals leave the model folder as it was: no new version, no staging folder.
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +25,9 @@ from tests.optimize_support import (
 )
 from tests.support import ServerProcess
 
-FAST = ("--latency-runs", "1", "--no-progress")
+# These small models may time slower or faster as the host's noise goes: the accuracy tests keep
+# what they write either way (the speed verdict has tests of its own).
+FAST = ("--latency-runs", "1", "--no-progress", "--allow-slower")
 ALL_VERSIONS = "version_policy: { all {} }\n"
 
 
@@ -189,6 +193,36 @@ def test_graph_optimization_only(tmp_path: Path, demo_repo: Path) -> None:
     assert doc["agreement"] == 1.0
     assert doc["outputs"] == ["y: 100.00% within 1% (max |err| 0, mean 0)"]
     assert (root / "half_plus_two" / "2" / "model.onnx").is_file()
+    # Both models timed in interleaved rounds at batch 1 and 32, each with its verdict.
+    for batch in ("1", "32"):
+        timing = doc["latency_ms"][batch]
+        assert timing["verdict"] in ("faster", "slower", "within noise")
+        assert timing["rounds"] >= 1 and 0 <= timing["faster_rounds"] <= timing["rounds"]
+    assert "at batch 1: " in done.stdout and "(the copy won " in done.stdout
+
+
+def test_the_readme_example_works_as_printed(tmp_path: Path, demo_repo: Path) -> None:
+    """The README's commands, run as written in a folder of their own (the demo models linked
+    in first, so demo-models finds them built): a version 2 faster than the original, or, on a
+    host where it timed slower, a refusal that says so and writes nothing."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    found = re.search(r"### inferd optimize\n\n```bash\n(.*?)```", readme, re.S)
+    assert found, "README: no inferd optimize example"
+    commands = [line.split("#")[0].split() for line in found.group(1).splitlines()]
+    assert [c[:2] for c in commands] == [["inferd", "demo-models"], ["inferd", "optimize"]]
+    for name in ("half_plus_two", "digits", "resnet50"):
+        shutil.copytree(demo_repo / name, tmp_path / "models" / name, copy_function=os.link)
+    done = [inferd(*command[1:], cwd=tmp_path, timeout_s=600) for command in commands]
+    assert done[0].returncode == 0, done[0].stderr
+    optimized = done[1]
+    if optimized.returncode == 0:
+        assert (tmp_path / "models" / "resnet50" / "2" / "model.onnx").is_file()
+        assert "optimized  2" in optimized.stdout and "100.00% top-1" in optimized.stdout
+        assert "at batch 32: " in optimized.stdout
+    else:
+        assert "slower than the original" in optimized.stderr, optimized.stderr
+        assert "--allow-slower writes it anyway" in optimized.stderr
+        _untouched(tmp_path / "models" / "resnet50")
 
 
 def test_bad_flags_and_existing_version(repo: Path) -> None:

@@ -252,6 +252,13 @@ def test_the_native_form_gets_whole_batches(server: ServerProcess) -> None:
     assert _stats(server, "native")["execution_count"] == 1
 
 
+def test_the_readmes_native_model_loads_without_a_config(server: ServerProcess) -> None:
+    """A version folder holding ``model.py`` is a Python model: the README's ``scale``."""
+    metadata = httpx.get(f"{server.http_url}/v2/models/scale").json()
+    assert metadata["inputs"] == [{"name": "X", "datatype": "FP32", "shape": [-1, 3]}]
+    assert _outputs(_infer(server, "scale", [_fp32("X", [1, 2, 3], [1, 3])]))["Y"] == [3, 6, 9]
+
+
 def test_a_model_runs_in_its_own_venv(server: ServerProcess, paths: dict[str, Path]) -> None:
     where = _outputs(_infer(server, "in_venv", [_fp32("X", [1.0])]))["WHERE"]
     assert where == [str(paths["venv"]), "hello from the venv"]

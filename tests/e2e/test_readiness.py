@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import grpc
@@ -71,3 +72,73 @@ def test_a_failed_explicit_load_does_not_make_the_server_unready(tmp_path: Path)
         assert _ready(server) == (200, True, SERVING)
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_the_log_says_what_the_health_endpoint_says(tmp_path: Path, strict: bool) -> None:
+    """The log says "server ready" only when /v2/health/ready answers 200, and names the
+    models that failed either way."""
+    root = _repository(tmp_path / "models")
+    server = ServerProcess(root, extra_args=[f"--strict-readiness={str(strict).lower()}"])
+    server.start(until="/v2/health/live")
+    try:
+        wait_for(lambda: "models that failed to load: bad (" in server.log(), "the startup line")
+        status = HTTP.get(f"{server.http_url}/v2/health/ready").status_code
+    finally:
+        server.stop()
+    log = server.log()
+    if strict:
+        assert status == 503 and "server ready" not in log
+        assert (
+            "server not ready (/v2/health/ready answers 503): models that failed to load: bad ("
+            in log
+        )
+        assert "; models ready: good" in log
+    else:
+        assert status == 200
+        assert "server ready; models ready: good; models that failed to load: bad (" in log
+
+
+SLOW = ECHO + (
+    'parameters { key: "delay_ms" value: { string_value: "4000" } }\n'
+    'model_warmup [{ name: "w" batch_size: 1 inputs { key: "INPUT0" value: '
+    "{ data_type: TYPE_FP32 dims: [2] zero_data: true } } }]\n"
+)
+
+
+def _slow_repository(root: Path) -> Path:
+    """a_slow takes 4 s to warm up; b_waiting loads after it (in name order)."""
+    for name, config in (("a_slow", SLOW), ("b_waiting", ECHO)):
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(config)
+    return root
+
+
+def test_models_waiting_their_turn_show_loading(tmp_path: Path) -> None:
+    server = ServerProcess(_slow_repository(tmp_path / "models"))
+    server.start(until="/v2/health/live")
+    try:
+        wait_for(lambda: states(server, "a_slow") == {"1": "LOADING"}, "a_slow loading")
+        entries = HTTP.post(f"{server.http_url}/v2/repository/index").json()
+        waiting = [e for e in entries if e["name"] == "b_waiting"]
+        assert waiting == [{"name": "b_waiting", "version": "", "state": "LOADING", "reason": ""}]
+        assert HTTP.get(f"{server.http_url}/v2/health/ready").status_code == 503
+        wait_for(lambda: states(server, "b_waiting") == {"1": "READY"}, "b_waiting", 30)
+        wait_for(lambda: "server ready; models ready: a_slow, b_waiting" in server.log(), "log")
+    finally:
+        server.stop()
+
+
+def test_no_server_ready_while_stopping(tmp_path: Path) -> None:
+    """A SIGTERM during startup loading: the log never says the server became ready."""
+    server = ServerProcess(_slow_repository(tmp_path / "models"))
+    server.start(until="/v2/health/live")
+    assert server.proc is not None
+    try:
+        wait_for(lambda: states(server, "a_slow") == {"1": "LOADING"}, "a_slow loading")
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(timeout=30) == 0
+    finally:
+        server.stop()
+    log = server.log()
+    assert "drain" in log and "server ready" not in log and "server not ready" not in log

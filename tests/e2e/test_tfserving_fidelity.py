@@ -87,13 +87,15 @@ def test_rest_guide_half_plus_three_tf1_model(tf_serving: ServerProcess) -> None
     """The REST guide's example, on a TF1 SavedModel tf.saved_model.load cannot load."""
     url = f"{tf_serving.http_url}/v1/models/saved_model_half_plus_three"
     assert httpx.get(url).json() == {
+        "name": "saved_model_half_plus_three",
+        "ready": True,
         "model_version_status": [
             {
                 "version": "123",
                 "state": "AVAILABLE",
                 "status": {"error_code": "OK", "error_message": ""},
             }
-        ]
+        ],
     }
     assert _curl("-d", '{"instances": [1.0,2.0,5.0]}', "-X", "POST", f"{url}:predict") == {
         "predictions": [3.5, 4.0, 5.5]

@@ -84,13 +84,15 @@ def test_classify_and_regress(server: ServerProcess, demo_repo: Path) -> None:
 def test_model_status_and_metadata(server: ServerProcess) -> None:
     r = httpx.get(f"{server.http_url}/v1/models/half_plus_two")
     assert r.json() == {
+        "name": "half_plus_two",  # KServe v1's model readiness, beside TF Serving's status
+        "ready": True,
         "model_version_status": [
             {
                 "version": "1",
                 "state": "AVAILABLE",
                 "status": {"error_code": "OK", "error_message": ""},
             }
-        ]
+        ],
     }
     r = httpx.get(f"{server.http_url}/v1/models/half_plus_two/versions/1/metadata")
     meta = r.json()
@@ -99,6 +101,22 @@ def test_model_status_and_metadata(server: ServerProcess) -> None:
     assert sig["inputs"]["x"]["dtype"] == "DT_FLOAT"
     assert sig["inputs"]["x"]["tensor_shape"]["dim"] == [{"size": "-1", "name": ""}]
     assert sig["method_name"] == "tensorflow/serving/predict"
+
+
+def test_kserve_v1_liveness_and_model_readiness(server: ServerProcess) -> None:
+    """As KServe's v1 client asks: GET / is {"status": "alive"} for an API client (a browser
+    still goes to the dashboard), and a model's status says whether it is ready."""
+    for accept in ({}, {"accept": "application/json"}, {"accept": "*/*"}):
+        r = httpx.get(f"{server.http_url}/", headers=accept)
+        assert r.status_code == 200 and r.json() == {"status": "alive"}, accept
+        assert r.headers["content-type"].startswith("application/json")
+    browser = {"accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+    r = httpx.get(f"{server.http_url}/", headers=browser)
+    assert r.status_code == 302 and r.headers["location"] == "/dashboard/"
+    assert "accept" in r.headers["vary"]
+    ready = httpx.get(f"{server.http_url}/v1/models/half_plus_two/versions/1").json()
+    assert (ready["name"], ready["ready"]) == ("half_plus_two", True)
+    assert httpx.get(f"{server.http_url}/v1/models/nope").status_code == 404
 
 
 def test_bad_tfserving_requests(server: ServerProcess) -> None:

@@ -160,6 +160,23 @@ def test_triton_error_wording_over_http_and_grpc(triton: ServerProcess) -> None:
         f"contents field must not be specified when using raw_input_contents for 'x' for model "
         f"'{M}'"
     )
+    # Checked before the count of raw entries, as Triton does: one raw entry, a typed second.
+    request = pb.ModelInferRequest(model_name=M)
+    request.inputs.add(name="x", datatype="FP32", shape=[1, 1])
+    request.inputs.add(name="y", datatype="FP32", shape=[1, 1])
+    request.inputs[1].contents.fp32_contents.append(1.0)
+    request.raw_input_contents.append(np.float32(1.0).tobytes())
+    with (
+        grpc.insecure_channel(triton.grpc_address) as channel,
+        pytest.raises(grpc.RpcError) as info,
+    ):
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)  # type: ignore[no-untyped-call]
+        stub.ModelInfer(request, timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details() == (
+        f"contents field must not be specified when using raw_input_contents for 'y' for model "
+        f"'{M}'"
+    )
 
 
 def test_extensions_listed_are_the_ones_that_work(triton: ServerProcess) -> None:

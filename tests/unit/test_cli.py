@@ -3,9 +3,11 @@ only once the port is bound."""
 
 from __future__ import annotations
 
+import argparse
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support import ServerProcess, free_port
@@ -72,3 +74,27 @@ def test_listening_is_logged_after_the_bind(demo_repo: Path) -> None:
         assert f"{grpc_line}:{server.grpc_port} (native server)" in log
     finally:
         server.stop()
+
+
+def _parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                yield from _parsers(child)
+
+
+def test_help_prints_no_double_backticks() -> None:
+    """Docstrings and help texts write ``x``; a terminal shows `x`."""
+    from inferd.cli import build_parser
+
+    found = list(_parsers(build_parser()))
+    assert len(found) >= 8  # inferd and its subcommands
+    for parser in found:
+        text = parser.format_help()
+        assert "``" not in text, parser.prog
+    assert "The `inferd` command line" in found[0].format_help()
+    done = subprocess.run(
+        [sys.executable, "-m", "inferd", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and "``" not in done.stdout and "`inferd`" in done.stdout

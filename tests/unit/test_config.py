@@ -8,7 +8,7 @@ import pytest
 
 from inferd.config.model_config_pb2 import ModelVersionPolicy
 from inferd.config.spec import build_spec
-from inferd.config.text import config_to_dict, parse_config_text
+from inferd.config.text import config_to_dict, parse_config_json, parse_config_text
 from inferd.core.errors import ConfigError
 from inferd.repository import layout
 from inferd.repository.config import read_config
@@ -46,6 +46,31 @@ def test_config_json_has_numbers_and_enum_names() -> None:
 def test_unknown_field_is_named() -> None:
     with pytest.raises(ConfigError, match='no field named "model_repository_agents"'):
         parse_config_text('name: "m"\nmodel_repository_agents { }\n')
+
+
+def test_a_typo_gets_the_closest_field_or_the_valid_values() -> None:
+    cases = {
+        "max_batch_sise: 4": '"max_batch_size" has no field named "max_batch_sise"; '
+        'did you mean "max_batch_size"?',
+        'input [{ nme: "x" }]': 'message "ModelInput" has no field named "nme"; '
+        'did you mean "name"?',
+        'input [{ name: "x" data_type: TYPE_FLOAT32 dims: [1] }]': "no value named "
+        "TYPE_FLOAT32; valid values (did you mean TYPE_FP32?): TYPE_BOOL, TYPE_UINT8,",
+        "instance_group [{ kind: KIND_GPUU }]": "no value named KIND_GPUU; valid values "
+        "(did you mean KIND_GPU?): KIND_AUTO, KIND_GPU, KIND_CPU, KIND_MODEL",
+    }
+    for text, wanted in cases.items():
+        with pytest.raises(ConfigError) as refused:
+            parse_config_text(text)
+        assert wanted.split("; ")[-1] in refused.value.message, refused.value.message
+    # no field close enough: the message's fields, not a guess
+    with pytest.raises(ConfigError) as refused:
+        parse_config_text("model_operations { }")
+    assert "did you mean" not in refused.value.message
+    assert "; its fields: name, platform, backend," in refused.value.message
+    with pytest.raises(ConfigError) as refused:
+        parse_config_json({"input": [{"data_type": "TYPE_FLOAT32"}]})
+    assert "valid values (did you mean TYPE_FP32?): TYPE_BOOL" in refused.value.message
 
 
 def test_unimplemented_field_is_named() -> None:

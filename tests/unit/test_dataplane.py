@@ -67,12 +67,12 @@ def test_views_are_frozen_snapshots_with_triton_json(versions: list[ModelVersion
     meta = asyncio.run(plane.model_metadata("m"))
     tensor = TensorMetadata("INPUT0", "FP32", (-1, 2))
     assert meta == ModelMetadata(
-        "m", ("1", "2"), "", (tensor,), (TensorMetadata("OUTPUT0", "FP32", (-1, 2)),)
+        "m", ("1", "2"), "echo", (tensor,), (TensorMetadata("OUTPUT0", "FP32", (-1, 2)),)
     )
     assert orjson.loads(orjson.dumps(meta)) == {
         "name": "m",
         "versions": ["1", "2"],
-        "platform": "",
+        "platform": "echo",  # no platform in the config: its backend, as Triton reports it
         "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, 2]}],
         "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [-1, 2]}],
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,11 @@ def test_resnet_pipeline_files(tmp_path: Path) -> None:
     labels = (tmp_path / "resnet_postprocess" / "labels.txt").read_text().splitlines()
     assert len(labels) == 1000 and labels[7] == "class 7"
     assert (tmp_path / "resnet_preprocess" / "1" / "model.py").is_file()
+
+
+def test_a_missing_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inferd.demo.models import missing_extra
+
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # as on a plain install
+    assert missing_extra("digits") == "scikit-learn: pip install 'inferd[demo]'"
+    assert missing_extra("half_plus_two") == ""

@@ -13,10 +13,10 @@ from inferd_docs.examples import blocks
 
 from inferd.backends.base import InstancePlacement
 from inferd.backends.python.backend import PythonBackend
-from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import parse_config_text
+from inferd.repository.loader import plan
 from inferd.scheduling.work import Work
-from inferd.security.trust import CodePolicy, Origin, granted
+from inferd.security.trust import CodeNotAllowed, CodePolicy, Grant, Origin, granted
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "python" / "index.md"
 PLACEMENT = InstancePlacement("CPU", 0, 1, 0)
@@ -54,11 +54,13 @@ def test_the_triton_form(tmp_path: Path, clean: None) -> None:
 
 
 def test_the_native_form(tmp_path: Path, clean: None) -> None:
+    """As the page writes it: a folder with ``1/model.py`` and no config.pbtxt."""
     version = tmp_path / "scale" / "1"
     version.mkdir(parents=True)
     (version / "model.py").write_text(_snippet("models/scale/1/model.py"))
-    config = ModelConfig(name="scale", backend="python")
-    backend = PythonBackend()
+    model_plan = plan("scale", tmp_path / "scale")  # the loader's own reading of the folder
+    backend, config = model_plan.backend, model_plan.config
+    assert isinstance(backend, PythonBackend)
     backend.complete_config(version, config, 64)  # from the type hints, in a process of its own
     assert config.max_batch_size == 16
     assert [(t.name, list(t.dims)) for t in config.input] == [("X", [3])]
@@ -66,3 +68,24 @@ def test_the_native_form(tmp_path: Path, clean: None) -> None:
     x = np.ones((2, 3), np.float32)
     (result,) = executor.execute([Work({"X": x}, 2, ("Y",))]).results
     assert isinstance(result, dict) and result["Y"].tolist() == [[3, 3, 3], [3, 3, 3]]
+
+
+def test_a_model_py_folder_still_needs_the_operators_grant(tmp_path: Path) -> None:
+    """Found by its file, a Python model runs only where the operator allowed Python models."""
+    version = tmp_path / "scale" / "1"
+    version.mkdir(parents=True)
+    (version / "model.py").write_text(_snippet("models/scale/1/model.py"))
+    model_plan = plan("scale", tmp_path / "scale")
+    never = CodePolicy(python_models=Grant.NEVER)
+    with granted(never.grants(Origin.STARTUP)), pytest.raises(CodeNotAllowed) as refused:
+        model_plan.backend.complete_config(version, model_plan.config, 64)
+    assert "--allow-python-models never" in str(refused.value)
+
+
+def test_a_framework_file_beside_model_py_wins(tmp_path: Path) -> None:
+    """A model file next to a ``model.py`` (code that may load it) keeps its own backend."""
+    version = tmp_path / "m" / "1"
+    version.mkdir(parents=True)
+    (version / "model.py").write_text("")
+    (version / "model.onnx").write_bytes(b"")
+    assert plan("m", tmp_path / "m").backend.name == "onnxruntime"

@@ -247,8 +247,8 @@ def test_a_worker_killed_while_idle_is_replaced_before_the_next_request(
 
 
 def test_a_worker_that_cannot_start_is_a_load_error() -> None:
-    with pytest.raises(ModelLoadError, match="unknown echo parameter"):
-        ProcessInstances("bad", _recipes("bad", 2, _params(nonsense=1)))
+    with pytest.raises(ModelLoadError, match="parameter delay_ms must be an integer"):
+        ProcessInstances("bad", _recipes("bad", 2, _params(delay_ms="soon")))
 
 
 def test_warmup_runs_in_the_worker(closing: list[ProcessInstances]) -> None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import pytest
 
+from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import parse_config_text
-from inferd.tune.command import concurrency_levels, pick
-from inferd.tune.trials import default_trial, final_config, grid
+from inferd.tune.choice import best, pick
+from inferd.tune.command import concurrency_levels
+from inferd.tune.trials import Measured, default_trial, final_config, grid
 
 SERVED = parse_config_text(
     'name: "m"\nbackend: "onnxruntime"\nmax_batch_size: 8\n'
@@ -86,3 +89,61 @@ def test_pick_the_fastest_level_within_budget() -> None:
     best = pick(rows, None)
     assert best is not None and best["concurrency"] == 4
     assert pick(rows, 1.0) is None
+
+
+def _row(rate: float, p99: float, concurrency: int = 1) -> dict[str, Any]:
+    return {
+        "concurrency": concurrency,
+        "throughput_infer_per_s": rate,
+        "latency_p99_ms": p99,
+        "errors": 0,
+    }
+
+
+def test_throughputs_within_the_noise_tie_and_the_lower_p99_wins() -> None:
+    """The reported case: +0.05 % throughput at 4.5x the p99 is not better."""
+    default = Measured(default_trial(ModelConfig(name="m"), "m"), [], _row(2400.0, 5.0))
+    i1 = Measured(default_trial(ModelConfig(name="m"), "m"), [], _row(2636.6, 27.9))
+    i2 = Measured(default_trial(ModelConfig(name="m"), "m"), [], _row(2635.3, 6.1))
+    assert best([default, i1, i2]) is i2
+    assert best([default, i1, i2], tie_pct=0.0) is i1  # no tolerance: the raw maximum
+    # a clear gain beats a lower p99
+    i3 = Measured(default_trial(ModelConfig(name="m"), "m"), [], _row(3000.0, 9.0))
+    assert best([default, i1, i2, i3]) is i3
+    # the same rule picks a config's level: c=8 adds 1 % for 4x the p99
+    rows = [_row(1000.0, 2.0, 2), _row(1980.0, 3.0, 4), _row(2000.0, 12.0, 8)]
+    level = pick(rows, None)
+    assert level is not None and level["concurrency"] == 4
+
+
+def test_the_plot_reads_every_line() -> None:
+    """p99 on a log axis (one 2.6 s outlier squashed 17 lines) and a colour and marker each."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from inferd.tune.report import plot_figure
+
+    served = ModelConfig(name="m", backend="onnxruntime", max_batch_size=8)
+    trials = [default_trial(served, "m"), *grid(served, "m", (1, 2), (0, 500, 2000), (1, 2), ())]
+    assert len(trials) == 17
+    measured = [
+        Measured(
+            t, [_row(100.0 * i, 2.0 + i), _row(150.0 * i, 2600.0 if i == 3 else 4.0 + i)], None
+        )
+        for i, t in enumerate(trials)
+    ]
+    figure = plot_figure(measured, 50.0, "m")
+    try:
+        (axes,) = figure.axes
+        assert axes.get_xscale() == "log"
+        lines = [line for line in axes.get_lines() if line.get_label() in {t.label for t in trials}]
+        assert len(lines) == 17
+        styles = {
+            (str(line.get_color()), line.get_linestyle(), line.get_marker()) for line in lines
+        }
+        assert len(styles) == 17
+    finally:
+        plt.close(figure)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import stat
 import tarfile
@@ -175,3 +176,16 @@ def test_write_files_refuses_paths_outside(tmp_path: Path) -> None:
             upload.write_files({bad: b"x"}, tmp_path / "m", 100)
     with pytest.raises(PayloadTooLarge):
         upload.write_files({"1/big": b"x" * 101}, tmp_path / "m", 100)
+
+
+def test_only_the_clients_oserrors_become_400s() -> None:
+    too_long = OSError(errno.ENAMETOOLONG, "File name too long", "/x/" + "a" * 300)
+    refused = upload.client_path_error(too_long, "file parameter 'file:x'")
+    assert isinstance(refused, InvalidInput)
+    assert refused.message == (
+        "file parameter 'file:x': a file or folder name is too long (at most 255 bytes each)"
+    )
+    full = OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(OSError) as raised:
+        upload.client_path_error(full, "file parameter 'file:x'")  # the server's trouble: a 500
+    assert raised.value is full

@@ -153,6 +153,23 @@ def test_bf16_response_raw_bytes() -> None:
     assert parsed.raw_output_contents[0] == array.tobytes()
 
 
+def test_outputs_in_shared_memory_keep_their_place_with_empty_contents() -> None:
+    """Triton's answer: one raw_output_contents entry per output, empty for one written to
+    shared memory, so a client indexing by position (perf_analyzer) finds the others."""
+    outputs = {
+        "in_shm": np.ones(3, np.float32),
+        "on_wire": np.arange(4, dtype=np.int32),
+        "also_shm": np.zeros(2, np.float32),
+    }
+    data = codec.encode_response(InferResponse("m", "1", outputs), ["in_shm", "also_shm"])
+    parsed = triton_pb.ModelInferResponse.FromString(data.serialize())
+    assert [o.name for o in parsed.outputs] == ["in_shm", "on_wire", "also_shm"]
+    assert list(parsed.raw_output_contents) == [b"", outputs["on_wire"].tobytes(), b""]
+    assert not any(o.parameters for o in parsed.outputs)
+    result = triton_grpc.InferResult(parsed)
+    np.testing.assert_array_equal(result.as_numpy("on_wire"), outputs["on_wire"])
+
+
 def test_stream_response_success_and_error() -> None:
     ok = codec.encode_response(InferResponse("m", "1", {"y": np.ones(3, np.float32)}, id="a"))
     parsed = triton_pb.ModelStreamInferResponse.FromString(codec.StreamResponse(ok).serialize())
@@ -211,6 +228,20 @@ def test_bad_requests_name_the_field(data: bytes, fragment: str) -> None:
     with pytest.raises(InvalidInput) as info:
         _decode(data)
     assert fragment in info.value.message
+
+
+def test_typed_contents_beside_raw_ones_are_named_before_the_count() -> None:
+    """Triton's order: the input with typed contents is refused in Triton's words before any
+    count of raw_input_contents (one raw entry, two inputs, the second typed)."""
+    message = pb.ModelInferRequest(model_name="m", raw_input_contents=[b"\x00" * 4])
+    message.inputs.add(name="a", datatype="FP32", shape=[1])
+    message.inputs.add(name="b", datatype="FP32", shape=[1])
+    message.inputs[1].contents.fp32_contents.append(1.0)
+    with pytest.raises(InvalidInput) as info:
+        _decode(message.SerializeToString())
+    assert info.value.message == (
+        "contents field must not be specified when using raw_input_contents for 'b' for model 'm'"
+    )
 
 
 def test_input_without_data() -> None:

@@ -36,6 +36,7 @@ from inferd.app import edge
 from inferd.app.calls import Outputs, OutputsWanted, build_request
 from inferd.app.flags import from_keywords
 from inferd.app.loop_thread import LoopThread, call_in_loop
+from inferd.app.reporting import log_readiness, logs_from
 from inferd.app.repository import lazy_serving, model_manager
 from inferd.app.settings import Settings
 from inferd.config.model_config_pb2 import ModelConfig
@@ -148,6 +149,7 @@ class Server:
         return self
 
     async def _load_models(self) -> None:
+        cancelled = False
         try:
             load = [*self.settings.load_model, *self.also_load]
             await self.manager.start(load)
@@ -155,10 +157,14 @@ class Server:
                 await self.residency.start(load)
             if self.after_startup_loads is not None:
                 await self.after_startup_loads()
+        except asyncio.CancelledError:
+            cancelled = True  # the server stops before startup loading settled
+            raise
         finally:
-            self.plane.started = not self._stopped
-            ready = [r.name for r in self.registry.records() if r.versions]
-            log.info("server ready; models ready: %s", ", ".join(ready) or "none")
+            if not cancelled and not self._stopped:
+                self.plane.started = True
+                if not self.plane.draining:
+                    log_readiness(self.registry, self.plane.ready)
         if self.manager.mode is ControlMode.POLL and not self._stopped:
             self.poller = Poller(
                 self.manager.scan, self.manager.apply, self.manager.poll_interval_s
@@ -466,15 +472,3 @@ async def _next(stream: AsyncIterator[Outputs]) -> object:
         return await stream.__anext__()
     except StopAsyncIteration:
         return _END
-
-
-def logs_from(settings: Settings) -> Logs:
-    return Logs(
-        verbose=settings.log_verbose,
-        log_format=settings.log_format,
-        log_file=settings.log_file,
-        access_log=settings.access_log,
-        access_log_file=settings.access_log_file,
-        max_bytes=settings.log_max_bytes,
-        backup_count=settings.log_backup_count,
-    )

@@ -32,7 +32,7 @@ from inferd.observability.requests import RequestObserver
 from inferd.observability.trace_settings import TraceSettings
 from inferd.observability.tracing import Tracer
 from inferd.protocols.admin_http import AdminHttp
-from inferd.protocols.dashboard_http import Dashboard
+from inferd.protocols.dashboard_http import Dashboard, page_url
 from inferd.protocols.generate_http import GenerateHttp
 from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.http import HttpApp, Router
@@ -124,7 +124,10 @@ class Frontends:
         )
         router = Router()
         V2Http(self.plane).register(router)
-        TfServingHttp(self.plane).register(router)
+        # GET / is KServe v1's liveness; where the dashboard's page is, it answers it (and sends
+        # browsers to the page).
+        page_here = settings.allow_dashboard and not settings.dashboard_port
+        TfServingHttp(self.plane).register(router, root=not page_here)
         RepositoryHttp(
             self.plane, settings.max_upload_bytes, settings.max_concurrent_uploads
         ).register(router)
@@ -137,6 +140,7 @@ class Frontends:
         OpenApi(settings.allow_dashboard, not settings.dashboard_port).register(router)
         self.granian_options = edge.granian_options(settings)
         self.grpc_tls = edge.grpc_tls(settings)
+        http_access = edge.access_policy(settings, core.tokens, settings.http_address)
         self.dashboard = (
             Dashboard(
                 settings,
@@ -144,6 +148,7 @@ class Frontends:
                 core.manager,
                 access_log=core.logs.access_enabled,
                 tracing=core.tracer is not None,
+                access=http_access,
             )
             if settings.allow_dashboard
             else None
@@ -153,9 +158,7 @@ class Frontends:
         self.http_app = HttpApp(
             router,
             observer=self.observer,
-            guard=edge.http_guard(
-                settings, edge.access_policy(settings, core.tokens, settings.http_address)
-            ),
+            guard=edge.http_guard(settings, http_access),
             limits=edge.http_limits(settings),
         )
         self._http: list[_Listener] = []
@@ -193,6 +196,8 @@ class Frontends:
             raise ConfigError(f"cannot serve HTTP on {address}: {exc}")
         scheme = "HTTPS" if "ssl_cert" in self.granian_options else "HTTP"
         log.info("listening: %s (KServe v2, TF Serving REST) on %s", scheme, address)
+        if self.dashboard is not None and not self.settings.dashboard_port and not self._http:
+            log.info("dashboard: %s", page_url(scheme.lower(), self.settings.http_address, port))
         self._http.append(_Listener(server, task, address))
         if len(self._http) == 1:
             self._start_metrics_port()

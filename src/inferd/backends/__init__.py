@@ -44,7 +44,10 @@ PLATFORMS: dict[str, str] = {
     "openvino": "openvino",
     "ensemble": "ensemble",
 }
-# The file a version directory holds, for a config that names no backend.
+# The file a version directory holds, for a config that names no backend, in the order looked
+# for: a framework's model file wins over a ``model.py`` beside it (code that may load it), so a
+# folder is a Python model by its files only when it holds no other model file. The Python
+# backend still runs it only where the operator allowed Python models (inferd.security.trust).
 DEFAULT_FILES: dict[str, str] = {
     "model.onnx": "onnxruntime",
     "model.savedmodel": "tensorflow",  # Triton's SavedModel folder
@@ -59,6 +62,7 @@ DEFAULT_FILES: dict[str, str] = {
     "model.ubj": "xgboost",
     "model.txt": "lightgbm",
     "MAR-INF/MANIFEST.json": "torchserve",  # an unpacked TorchServe archive
+    "model.py": "python",
 }
 # A file with this suffix in a version directory selects the backend (TorchServe's ``.mar``).
 DEFAULT_SUFFIXES: dict[str, str] = {".mar": "torchserve"}

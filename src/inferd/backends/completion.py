@@ -8,6 +8,8 @@ lacks, or declares another datatype, is an error naming both.
 
 from __future__ import annotations
 
+import difflib
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +19,8 @@ from inferd.config.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
 from inferd.config.spec import config_enum_of, datatype_of
 from inferd.core.datatypes import DataType
 from inferd.core.errors import ConfigError, ModelLoadError
+
+log = logging.getLogger("inferd.backends")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,13 +119,35 @@ def string_parameters(config: ModelConfig) -> dict[str, str]:
     return {key: value.string_value for key, value in config.parameters.items()}
 
 
-def check_parameters(params: Mapping[str, str], known: set[str], backend: str) -> None:
-    unknown = set(params) - known
-    if unknown:
-        raise ConfigError(
-            f"unknown {backend} parameter(s) {', '.join(sorted(unknown))}; known: "
-            f"{', '.join(sorted(known))}"
-        )
+def check_parameters(
+    params: Mapping[str, str], known: set[str], backend: str, model: str = ""
+) -> None:
+    """Parameters the backend does not use are ignored, as Triton's backends ignore them
+    (Triton's own examples set ``execute_delay_ms`` on ONNX models), with one warning that
+    names them (a typo of a known one gets the closest name). Config fields inferd does not
+    implement still fail the load by name: that is the config parser's and ``build_spec``'s."""
+    unknown = frozenset(params) - known
+    key = (backend, model, unknown)
+    if not unknown or key in _WARNED:
+        return
+    if len(_WARNED) < _WARNED_KEPT:
+        _WARNED.add(key)
+    hints = []
+    for name in sorted(unknown):
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        hints.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    log.warning(
+        "model '%s': the %s backend ignores parameter(s) %s; it reads: %s",
+        model,
+        backend,
+        ", ".join(hints),
+        ", ".join(sorted(known)) or "none",
+    )
+
+
+# (backend, model, unknown names) already warned about: once per model, not per instance.
+_WARNED: set[tuple[str, str, frozenset[str]]] = set()
+_WARNED_KEPT = 4096
 
 
 def int_parameter(params: Mapping[str, str], key: str, default: int) -> int:

@@ -114,7 +114,7 @@ class _Behaviour:
     @classmethod
     def of(cls, config: ModelConfig, instance: int) -> _Behaviour:
         params = {k: v.string_value for k, v in config.parameters.items()}
-        check_parameters(params, _KNOWN, "echo")
+        check_parameters(params, _KNOWN, "echo", config.name)
         behaviour = cls(
             config.name,
             instance,

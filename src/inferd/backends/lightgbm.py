@@ -32,7 +32,7 @@ _KNOWN_PARAMETERS = {"num_threads"}
 
 def read_model(version_dir: Path, config: ModelConfig, threads: int = 1) -> TabularModel:
     params = string_parameters(config)
-    check_parameters(params, _KNOWN_PARAMETERS, "lightgbm")
+    check_parameters(params, _KNOWN_PARAMETERS, "lightgbm", config.name)
     try:
         import lightgbm
     except ImportError as exc:

@@ -140,7 +140,7 @@ class OnnxRuntimeBackend:
         params = {
             k: v for k, v in string_parameters(config).items() if not k.startswith(NOTE_PREFIX)
         }
-        check_parameters(params, _KNOWN_PARAMETERS, self.name)
+        check_parameters(params, _KNOWN_PARAMETERS, self.name, config.name)
         acceleration = accelerators.plan(
             config, placement.kind, placement.device_id, ort.get_available_providers()
         )

@@ -103,7 +103,7 @@ class OpenVinoBackend:
     ) -> OpenVinoRuntime:
         ov = _openvino()
         params = string_parameters(config)
-        check_parameters(params, _KNOWN_PARAMETERS, "openvino")
+        check_parameters(params, _KNOWN_PARAMETERS, "openvino", config.name)
         hint = params.get("PERFORMANCE_HINT", "LATENCY").upper()
         if hint not in _HINTS:
             raise ConfigError(

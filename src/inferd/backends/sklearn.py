@@ -41,7 +41,7 @@ def _path(version_dir: Path, config: ModelConfig) -> Path:
 def read_model(version_dir: Path, config: ModelConfig, threads: int = 1) -> TabularModel:
     """A joblib/pickle estimator (``threads`` is unused: the estimator keeps its own n_jobs)."""
     params = string_parameters(config)
-    check_parameters(params, _KNOWN_PARAMETERS, "sklearn")
+    check_parameters(params, _KNOWN_PARAMETERS, "sklearn", config.name)
     path = _path(version_dir, config)
     if "allow_pickle" in params:
         log.warning(

@@ -263,7 +263,7 @@ class TensorFlowBackend:
     def complete_config(
         self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
     ) -> None:
-        check_parameters(string_parameters(config), _KNOWN_PARAMETERS, "tensorflow")
+        check_parameters(string_parameters(config), _KNOWN_PARAMETERS, "tensorflow", config.name)
         if is_graphdef(version_dir, config):
             complete_graphdef(_tensorflow(), version_dir, config, self.name)
             return
@@ -284,7 +284,7 @@ class TensorFlowBackend:
     ) -> TensorFlowRuntime | SessionRuntime | GraphDefRuntime:
         tf = _tensorflow()
         params = string_parameters(config)
-        check_parameters(params, _KNOWN_PARAMETERS, "tensorflow")
+        check_parameters(params, _KNOWN_PARAMETERS, "tensorflow", config.name)
         _set_threads(
             tf,
             int_parameter(params, "intra_op_thread_count", available_cpus()),

@@ -148,7 +148,7 @@ class TorchBackend:
     ) -> TorchRuntime:
         torch = _torch()
         params = string_parameters(config)
-        check_parameters(params, _KNOWN_PARAMETERS, "pytorch")
+        check_parameters(params, _KNOWN_PARAMETERS, "pytorch", config.name)
         for name, data_type in _declared(config):
             if datatype_of(data_type, f"tensor '{name}'").is_bytes:
                 raise ConfigError(f"tensor '{name}': PyTorch has no BYTES (string) tensors")

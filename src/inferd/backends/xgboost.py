@@ -39,7 +39,7 @@ def _path(version_dir: Path, config: ModelConfig) -> Path:
 
 def read_model(version_dir: Path, config: ModelConfig, threads: int = 1) -> TabularModel:
     params = string_parameters(config)
-    check_parameters(params, _KNOWN_PARAMETERS, "xgboost")
+    check_parameters(params, _KNOWN_PARAMETERS, "xgboost", config.name)
     try:
         import xgboost
     except ImportError as exc:

@@ -6,6 +6,8 @@ does (proto field names, enums by name, int64 values as numbers).
 
 from __future__ import annotations
 
+import difflib
+import re
 from typing import Any
 
 from google.protobuf import json_format, text_format
@@ -37,8 +39,38 @@ def parse_config_json(value: dict[str, Any], source: str = "config override") ->
 
 
 def _clean_parse_error(message: str) -> str:
-    # protobuf says 'Message type "inferd.ModelConfig" has no field named "x"': keep the field.
-    return message.replace('"inferd.', '"').replace("Message type", "message").strip()
+    # protobuf says 'Message type "inferd.ModelConfig" has no field named "x"': keep the field,
+    # and add what a typo most likely meant.
+    cleaned = message.replace('"inferd.', '"').replace("Message type", "message").strip()
+    return cleaned.rstrip(".") + _hint(message)
+
+
+_NO_FIELD = re.compile(r'Message type "([\w.]+)" has no field named "(\w+)"')
+_NO_VALUE = re.compile(r'Enum type "([\w.]+)" has no value named (\w+)')
+_CLOSE = 0.8  # a typo, not another field: "model_operations" is no "model_transaction_policy"
+_BAD_ENUM = re.compile(r"Invalid enum value (\w+) for enum type ([\w.]+)")
+
+
+def _hint(message: str) -> str:
+    """The closest field name (difflib), else the message's fields; for an enum, the closest
+    value and every valid one. "" when protobuf's message is of another kind."""
+    pool = ModelConfig.DESCRIPTOR.file.pool
+    if found := _NO_FIELD.search(message):
+        names = [f.name for f in pool.FindMessageTypeByName(found.group(1)).fields]
+        close = difflib.get_close_matches(found.group(2), names, n=1, cutoff=_CLOSE)
+        if close:
+            return f'; did you mean "{close[0]}"?'
+        return f"; its fields: {', '.join(names)}"
+    found = _NO_VALUE.search(message)
+    enum, value = (found.group(1), found.group(2)) if found else ("", "")
+    if not found and (found := _BAD_ENUM.search(message)):
+        enum, value = found.group(2), found.group(1)
+    if not enum:
+        return ""
+    values = [v.name for v in pool.FindEnumTypeByName(enum).values if "INVALID" not in v.name]
+    close = difflib.get_close_matches(value, values, n=1)  # all are listed: a guess is cheap
+    meant = f" (did you mean {close[0]}?)" if close else ""
+    return f"; valid values{meant}: {', '.join(values)}"
 
 
 def config_to_dict(config: Message) -> dict[str, Any]:

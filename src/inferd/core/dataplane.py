@@ -165,7 +165,7 @@ class DataPlane:
         return ModelMetadata(
             name=name,
             versions=tuple(str(v) for v in sorted(record.versions)),
-            platform=spec.platform,
+            platform=spec.platform or spec.backend,  # Triton's rule: the backend, if no platform
             inputs=tuple(
                 TensorMetadata(t.name, t.datatype.name, tuple(t.shape(batch))) for t in spec.inputs
             ),

@@ -21,6 +21,8 @@ from inferd.repository.manager import ModelManager
 from inferd.version import __version__
 
 RESCAN_S = 10.0
+# The one flag that turns the admin API on, as the page says it where a panel needs it.
+ADMIN_HINT = "start inferd with --admin-token TOKEN, then paste the token with the Token button"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,9 @@ class ServerFacts:
     trace_url: str
     envoy_admin: bool
     started_s: float
+    # The admin API (logs, model files, uploads, loads, routing): "open" (no token needed),
+    # "token" (an admin token needed) or "off" (refused whatever the page sends).
+    admin: str = "open"
 
 
 def _batching(config: ModelConfig | None) -> dict[str, Any]:
@@ -159,6 +164,8 @@ class Overview:
                 "tracing": facts.tracing,
                 "trace_url": facts.trace_url,
                 "envoy_admin": facts.envoy_admin,
+                "admin": facts.admin,
+                "admin_hint": ADMIN_HINT if facts.admin == "off" else "",
                 "uptime_s": round(time.time() - facts.started_s, 1),
             },
             "models": models,

@@ -60,6 +60,27 @@ def write_demo_repository(
     return names
 
 
+def missing_extra(name: str) -> str:
+    """What a plain install lacks to build (or serve) demo model ``name``: the package and the
+    extra that brings it, as a user types it; "" when nothing is missing."""
+    need = _NEEDS.get(name)
+    if need is None or importlib.util.find_spec(need[0]) is not None:
+        return ""
+    return f"{need[1]}: pip install 'inferd[{need[2]}]'"
+
+
+def write_available(root: Path, models: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """Write the models this install can build and serve (or that ``root`` already holds, as
+    built); return them, and the others each with what it needs (``missing_extra``)."""
+    skipped = {
+        name: missing_extra(name)
+        for name in _validate_names(models)
+        if missing_extra(name) and not _is_current(Path(root) / name)
+    }
+    kept = [name for name in _validate_names(models) if name not in skipped]
+    return write_demo_repository(root, models=kept), skipped
+
+
 # --------------------------------------------------------------------------- repository files
 
 
@@ -414,6 +435,16 @@ def _build_saved_model_half_plus_two() -> Files:
             if p.is_file()
         }
 
+
+# What each demo model needs beyond a plain install: (module, package, extra). The resnet
+# pipeline's image step decodes with Pillow when it runs, so the whole pipeline needs it.
+_NEEDS: dict[str, tuple[str, str, str]] = {
+    "digits": ("sklearn", "scikit-learn", "demo"),
+    pipeline.PREPROCESS: ("PIL", "Pillow", "demo"),
+    pipeline.POSTPROCESS: ("PIL", "Pillow", "demo"),
+    pipeline.PIPELINE: ("PIL", "Pillow", "demo"),
+    SAVED_MODEL_DEMO: ("tensorflow", "TensorFlow", "tensorflow"),
+}
 
 _BUILDERS: dict[str, Callable[[], Files]] = {
     "half_plus_two": _build_half_plus_two,

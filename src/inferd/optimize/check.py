@@ -1,5 +1,5 @@
-"""The accuracy check and the latency figures of ``inferd optimize``: the original and the
-optimized model run on the same held-out rows; outputs are compared per output.
+"""The accuracy check of ``inferd optimize`` (its timing is ``inferd.optimize.speed``): the
+original and the optimized model run on the same held-out rows; outputs are compared per output.
 
 Agreement per output: top-1 (argmax over the last axis) for float outputs with more than one
 value per row, exact equality for integer and boolean outputs, and for other float outputs the
@@ -9,8 +9,6 @@ The model's agreement is its lowest output agreement.
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -108,17 +106,6 @@ def accuracy(
     n = len(labels)
     truth = labels.reshape(n)
     return float((ref[:n] == truth).mean()), float((got[:n] == truth).mean())
-
-
-def latency_ms(run: Run, feed: Arrays, runs: int) -> float:
-    """Median wall time of ``runs`` calls, after one warmup call."""
-    run(feed)
-    times = []
-    for _ in range(max(1, runs)):
-        started = time.perf_counter()
-        run(feed)
-        times.append((time.perf_counter() - started) * 1000.0)
-    return statistics.median(times)
 
 
 def batch_of(rows: Rows, size: int) -> Arrays:

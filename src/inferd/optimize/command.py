@@ -1,6 +1,6 @@
 """The ``inferd optimize REPO/MODEL`` command: build the optimized copy in a hidden folder, check
-it against the original, and only then move it in as the new version (exit 2, nothing written,
-when the check fails or nothing could be optimized)."""
+it against the original, time both, and only then move it in as the new version (exit 2, nothing
+written, when the check fails, the copy is slower, or nothing could be optimized)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from inferd.core.errors import InferdError
-from inferd.optimize import data
+from inferd.optimize import data, speed
 from inferd.optimize.steps import Options, Refused, Result
 
 
@@ -65,7 +65,19 @@ def add_parser(commands: Any) -> None:
         help="refuse (exit 2, nothing written) below this agreement with the original "
         "(default 0.99)",
     )
-    add("--latency-runs", type=int, default=3, help="timed runs per latency figure (default 3)")
+    add(
+        "--latency-runs",
+        type=int,
+        default=3,
+        help="timing rounds per batch size, at least (default 3; a fast model gets more, up to "
+        "25 in about a second): each round times the original and the copy on the same batch",
+    )
+    add(
+        "--allow-slower",
+        action="store_true",
+        help="write the copy even where it measured slower than the original (by default: "
+        "refused, exit 2, nothing written)",
+    )
     add(
         "--reduce-range",
         choices=("on", "off"),
@@ -123,6 +135,7 @@ def _options(args: argparse.Namespace) -> Options:
         max_fp32_nodes=args.max_fp32_nodes,
         progress=args.progress,
         report=args.report,
+        allow_slower=args.allow_slower,
     )
 
 
@@ -176,14 +189,14 @@ def optimize(options: Options) -> Result:
 
 def print_summary(result: Result, out: Any) -> None:
     res = result.result
-    header = ["", "version", "size", *[f"batch {b}" for b in result.latency_ms], "agreement"]
+    header = ["", "version", "size", *[f"batch {b}" for b in result.timings], "agreement"]
     agreement = f"{res.agreement:.2%}" if res else "n/a"
     rows = [
         ["original", str(result.source_version), _mb(result.sizes_bytes[0])]
-        + [f"{a:.2f} ms" for a, _ in result.latency_ms.values()]
+        + [_time(t.original_ms) for t in result.timings.values()]
         + ["-"],
         ["optimized", str(result.version), _mb(result.sizes_bytes[1])]
-        + [f"{b:.2f} ms" for _, b in result.latency_ms.values()]
+        + [_time(t.optimized_ms) for t in result.timings.values()]
         + [agreement],
     ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
@@ -205,11 +218,13 @@ def print_summary(result: Result, out: Any) -> None:
                 f"optimized {after:.2%} ({(after - before) * 100:+.2f} points)",
                 file=out,
             )
-    speedups = [a / b for a, b in result.latency_ms.values() if b > 0]
-    if speedups:
+    if result.timings:
+        print("speedup: " + ", ".join(t.describe(n) for n, t in result.timings.items()), file=out)
+    slower = speed.slower_at(result.timings)
+    if slower:
+        batches = ", ".join(str(b) for b in slower)
         print(
-            "speedup: "
-            + ", ".join(f"{a / b:.2f}x at batch {n}" for n, (a, b) in result.latency_ms.items()),
+            f"SLOWER than the original at batch {batches}: written only because of --allow-slower",
             file=out,
         )
 
@@ -224,7 +239,15 @@ def report(result: Result) -> dict[str, Any]:
         "notes": result.notes,
         "size_bytes": {"original": result.sizes_bytes[0], "optimized": result.sizes_bytes[1]},
         "latency_ms": {
-            str(size): {"original": a, "optimized": b} for size, (a, b) in result.latency_ms.items()
+            str(size): {
+                "original": t.original_ms,
+                "optimized": t.optimized_ms,
+                "speedup": t.speedup,
+                "verdict": t.verdict,
+                "rounds": t.rounds,
+                "faster_rounds": t.faster_rounds,
+            }
+            for size, t in result.timings.items()
         },
         "agreement": None if res is None else res.agreement,
         "outputs": [] if res is None else [o.describe() for o in res.outputs],
@@ -237,4 +260,8 @@ def report(result: Result) -> dict[str, Any]:
 
 
 def _mb(size: int) -> str:
-    return f"{size / 1e6:.1f} MB"
+    return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size / 1e3:.1f} KB"
+
+
+def _time(ms: float) -> str:
+    return f"{ms:.2f} ms" if ms >= 1 else f"{ms * 1000:.1f} µs"

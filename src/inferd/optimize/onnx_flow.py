@@ -57,7 +57,9 @@ def optimize_onnx(
     if mode is None:
         result = run_check(options, original, optimized, held_out, inputs)
     enforce(options, result, config.name)
-    latency = measure_latency(options, original, optimized, held_out, inputs, config.max_batch_size)
+    timings = measure_latency(
+        options, original, optimized, held_out, inputs, config.max_batch_size, config.name
+    )
     notes["agreement"] = f"{result.agreement:.4f}"
     notes["check_rows"] = str(result.rows)
     notes["source_version"] = version_dir.name
@@ -71,7 +73,7 @@ def optimize_onnx(
         result=result,
         check_sources=held_out.sources,
         sizes_bytes=(folder_bytes(source), folder_bytes(target)),
-        latency_ms=latency,
+        timings=timings,
     )
 
 

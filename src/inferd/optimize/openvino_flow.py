@@ -48,7 +48,9 @@ def optimize_openvino(
     optimized = openvino_int8.compiled_runner(openvino_int8.read_model(target))
     result = run_check(options, original, optimized, held_out, inputs)
     enforce(options, result, config.name)
-    latency = measure_latency(options, original, optimized, held_out, inputs, config.max_batch_size)
+    timings = measure_latency(
+        options, original, optimized, held_out, inputs, config.max_batch_size, config.name
+    )
     source_bytes = folder_bytes(source) + (
         folder_bytes(source.with_suffix(".bin")) if source.suffix == ".xml" else 0
     )
@@ -61,5 +63,5 @@ def optimize_openvino(
         result=result,
         check_sources=held_out.sources,
         sizes_bytes=(source_bytes, folder_bytes(staging)),
-        latency_ms=latency,
+        timings=timings,
     )

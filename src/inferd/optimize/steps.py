@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.optimize import check, data
+from inferd.optimize import check, data, speed
 from inferd.optimize.data import InputSpec, Rows
 
 _SEED = 0
@@ -37,6 +37,7 @@ class Options:
     max_fp32_nodes: int
     progress: bool
     report: Path | None
+    allow_slower: bool = False  # write a copy measured slower than the original
 
 
 @dataclass(slots=True)
@@ -49,7 +50,7 @@ class Result:
     result: check.CheckResult | None = None
     check_sources: list[str] = field(default_factory=list)
     sizes_bytes: tuple[int, int] = (0, 0)
-    latency_ms: dict[int, tuple[float, float]] = field(default_factory=dict)  # batch -> both
+    timings: dict[int, speed.Timing] = field(default_factory=dict)  # batch size -> both models
 
 
 def split_rows(
@@ -142,17 +143,24 @@ def measure_latency(
     rows: Rows,
     inputs: list[InputSpec],
     max_batch_size: int,
-) -> dict[int, tuple[float, float]]:
+    model: str,
+) -> dict[int, speed.Timing]:
+    """Both models timed at batch 1 and 32 (or the model's largest); a copy slower at either is
+    refused (nothing written) unless ``--allow-slower``."""
     batching = all(s.batching for s in inputs)
     sizes = sorted({1, min(32, max_batch_size) if max_batch_size > 0 else 32}) if batching else [1]
-    figures = {}
+    timings = {}
     for size in sizes:
         feed = check.batch_of(rows, size) if batching else {k: v[0] for k, v in rows.arrays.items()}
-        figures[size] = (
-            check.latency_ms(original, feed, options.latency_runs),
-            check.latency_ms(optimized, feed, options.latency_runs),
+        timings[size] = speed.compare(original, optimized, feed, options.latency_runs)
+    slower = speed.slower_at(timings)
+    if slower and not options.allow_slower:
+        raise Refused(
+            f"model {model}: the optimized copy is slower than the original: "
+            + ", ".join(timings[b].describe(b) for b in slower)
+            + "; nothing written (--allow-slower writes it anyway)"
         )
-    return figures
+    return timings
 
 
 def folder_bytes(path: Path) -> int:

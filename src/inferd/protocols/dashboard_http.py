@@ -1,15 +1,15 @@
 """The web dashboard over HTTP: its page at ``/dashboard/`` and the JSON it needs.
 
-The page (``GET /`` redirects to it) is static files from ``inferd/dashboard/static``; it
-reads inferd's public APIs (repository index, statistics, ``/metrics``, ``/v2/logs``,
-routing) and these, which they lack: ``/v2/dashboard/models`` (the models table),
-``/v2/dashboard/series`` (recent traffic, sampled once a second), ``/v2/dashboard/cluster``
-(Envoy's view of the nodes) and ``/v2/repository/models/{m}/files[/{path}]`` (a model's
-folder). The page's files are open to anyone who reaches the port (they hold no data); the
-JSON routes need the inference scope, a model's files the admin scope, like every other route
-(``http_guard``). With ``--dashboard-port`` the page moves to a port of its own, which also
-answers every other route, so the page there reaches the same APIs under the same rules, Host
-checks and TLS included.
+The page (``GET /`` redirects a browser to it; an API client gets KServe v1's liveness) is
+static files from ``inferd/dashboard/static``; it reads inferd's public APIs (repository index,
+statistics, ``/metrics``, ``/v2/logs``, routing) and these, which they lack:
+``/v2/dashboard/models`` (the models table), ``/v2/dashboard/series`` (recent traffic, sampled
+once a second), ``/v2/dashboard/cluster`` (Envoy's view of the nodes) and
+``/v2/repository/models/{m}/files[/{path}]`` (a model's folder). The page's files are open to
+anyone who reaches the port (they hold no data); the JSON routes need the inference scope, a
+model's files the admin scope, like every other route (``http_guard``). With
+``--dashboard-port`` the page moves to a port of its own, which also answers every other route,
+so the page there reaches the same APIs under the same rules, Host checks and TLS included.
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ from inferd.protocols.http import (
     Router,
     json_response,
 )
+from inferd.protocols.tfserving_http import kserve_live
 from inferd.repository.manager import ModelManager
-from inferd.security.access import Access
+from inferd.security.access import Access, AccessPolicy
 
 log = logging.getLogger("inferd.dashboard")
 
@@ -62,6 +63,22 @@ def _query(request: HttpRequest) -> dict[str, str]:
 
 def _redirect(location: str, status: int = 302) -> HttpResponse:
     return HttpResponse(b"", status, content_type="text/plain", headers=[("location", location)])
+
+
+def page_url(scheme: str, address: str, port: int) -> str:
+    """Where a browser on this machine opens the page: a wildcard address as localhost."""
+    host = "localhost" if address in ("", "0.0.0.0", "::", "[::]") else address
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{port}{PAGE}"
+
+
+def admin_state(policy: AccessPolicy) -> str:
+    """What the page may expect of the admin routes: "open", "token" (an admin token is
+    needed) or "off" (refused whatever it sends), so it asks only where it can get an answer."""
+    if policy.admin_off():
+        return "off"
+    return "token" if policy.needs_token(Access.ADMIN) else "open"
 
 
 class PortApp:
@@ -90,6 +107,7 @@ class Dashboard:
         *,
         access_log: bool,
         tracing: bool,
+        access: AccessPolicy | None = None,
     ) -> None:
         self.settings = settings
         self.plane = plane
@@ -114,6 +132,7 @@ class Dashboard:
             trace_url=settings.dashboard_trace_url,
             envoy_admin=bool(self.envoy_admin),
             started_s=time.time(),
+            admin=admin_state(access or AccessPolicy.open()),
         )
         self.overview = Overview(plane.registry, manager, facts, plane.on_demand)
         self._port_server: Any = None
@@ -136,11 +155,20 @@ class Dashboard:
     def register_page(self, router: Router) -> None:
         public = Access.PUBLIC
         router.add("GET", "/", self.root, access=public)
-        router.add("GET", "/dashboard", self.root, access=public)
+        router.add("GET", "/dashboard", self.to_page, access=public)
         router.add("GET", r"/dashboard/(?P<asset>[A-Za-z0-9_.\-/]*)", self.asset, access=public)
 
-    async def root(self, request: HttpRequest) -> HttpResponse:
+    async def to_page(self, request: HttpRequest) -> HttpResponse:
         return _redirect(PAGE)
+
+    async def root(self, request: HttpRequest) -> HttpResponse:
+        """A browser (Accept: text/html) goes to the page; an API client gets KServe v1's
+        liveness, as a KServe server answers ``GET /``."""
+        if "text/html" in request.headers.get("accept", ""):
+            response = _redirect(PAGE)
+            response.headers.append(("vary", "accept"))
+            return response
+        return kserve_live()
 
     async def asset(self, request: HttpRequest) -> HttpResponse:
         name = request.params.get("asset", "") or "index.html"
@@ -244,7 +272,8 @@ class Dashboard:
             exc = task.exception() if task.done() else None
             raise ConfigError(f"cannot serve the dashboard on {address}:{port}: {exc}")
         self._port_server, self._port_task = server, task
-        log.info("listening: dashboard on %s:%d%s", address, port, PAGE)
+        scheme = "https" if "ssl_cert" in (server_options or {}) else "http"
+        log.info("listening: dashboard on %s", page_url(scheme, address, port))
 
     async def stop(self) -> None:
         await self.series.stop()

@@ -55,6 +55,11 @@ _TENSOR_OUT: Schema = {
         "data": {"type": "array"},
     },
 }
+_LIVE: Schema = {
+    "type": "object",
+    "required": ["status"],
+    "properties": {"status": {"type": "string", "enum": ["alive"]}},
+}
 _INFER_REQUEST: Schema = {
     "type": "object",
     "required": ["inputs"],
@@ -221,7 +226,13 @@ def _dashboard_paths(page: bool) -> dict[str, Schema]:
     }
     if page:
         to_page = {"302": {"description": "to /dashboard/"}}
-        paths["/"] = {"get": _op("to the dashboard", None, access=Access.PUBLIC)}
+        paths["/"] = {
+            "get": _op(
+                "a browser (Accept: text/html) to the dashboard; else KServe v1's liveness",
+                _LIVE,
+                access=Access.PUBLIC,
+            )
+        }
         paths["/dashboard"] = {"get": _op("to the dashboard", None, access=Access.PUBLIC)}
         for path in ("/", "/dashboard"):
             paths[path]["get"]["responses"].update(to_page)
@@ -324,6 +335,7 @@ def describe(dashboard: bool = True, page: bool = True) -> Schema:
         _INFER_RESPONSE,
         body=_INFER_REQUEST,
     )
+    paths["/"] = {"get": _op("KServe v1 server liveness", _LIVE, access=Access.HEALTH)}
     if dashboard:
         _merge(paths, _dashboard_paths(page))
     _merge(paths, _model_paths("/v2/models", "", "get", _op("model metadata", _MODEL_METADATA)))
@@ -346,7 +358,17 @@ def describe(dashboard: bool = True, page: bool = True) -> Schema:
             "examples": {"type": "array"},
         },
     }
-    _merge(paths, _model_paths("/v1/models", "", "get", _op("TF Serving model status", _OBJECT)))
+    tf_status: Schema = {
+        "type": "object",
+        "required": ["name", "ready", "model_version_status"],
+        "properties": {
+            "name": {"type": "string"},
+            "ready": {"type": "boolean"},
+            "model_version_status": {"type": "array"},
+        },
+    }
+    status_op = _op("TF Serving model status, with KServe v1's name and ready", tf_status)
+    _merge(paths, _model_paths("/v1/models", "", "get", status_op))
     _merge(
         paths,
         _model_paths("/v1/models", "/metadata", "get", _op("TF Serving metadata", _OBJECT)),

@@ -54,10 +54,10 @@ def write_outputs(
     regions: SystemSharedMemory,
     response: InferResponse,
     requested: Sequence[RequestedOutput] | None,
-) -> dict[str, dict[str, Any]]:
-    """Write every output asked for in shared memory into its region; their response
-    parameters by output name (the rest of the outputs travel on the wire)."""
-    written: dict[str, dict[str, Any]] = {}
+) -> list[str]:
+    """Write every output asked for in shared memory into its region; the names written (the
+    rest of the outputs travel on the wire)."""
+    written: list[str] = []
     for output in requested or ():
         if not names_region(output.parameters) or output.name not in response.outputs:
             continue
@@ -69,7 +69,5 @@ def write_outputs(
                 f"'{region}' has {byte_size}"
             )
         regions.window(region, offset, byte_size, output.name)[: len(raw)] = raw
-        written[output.name] = {REGION: region, BYTE_SIZE: len(raw)}
-        if offset:
-            written[output.name][OFFSET] = offset
+        written.append(output.name)
     return written

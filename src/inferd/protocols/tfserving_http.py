@@ -1,4 +1,6 @@
-"""TensorFlow Serving REST API v1: predict (row and columnar), classify, regress, status, metadata.
+"""TensorFlow Serving REST API v1: predict (row and columnar), classify, regress, status,
+metadata; and what KServe's v1 protocol adds to the same routes: ``GET /`` liveness, and
+``name`` and ``ready`` beside a model's status.
 
 Only the JSON lives here: requests are decoded against the target the core routed
 (``DataPlane.tfserving``: version, label or traffic split, then the signature) and answers are
@@ -29,6 +31,7 @@ from inferd.core.types import InferResponse, Tensors
 from inferd.protocols import codecs
 from inferd.protocols.http import HttpRequest, HttpResponse, Router
 from inferd.protocols.v2_http import OFFLOAD_BYTES
+from inferd.security.access import Access
 
 _MODEL = r"/v1/models/(?P<model>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
 _UNLOADED = "unloaded"  # a retired or unloaded version: TF Serving's END state
@@ -41,6 +44,14 @@ _TF_STATE = {
 _NON_FINITE = (b"NaN", b"Infinity")
 
 
+LIVE = b'{"status":"alive"}'  # KServe v1's answer to GET /
+
+
+def kserve_live() -> HttpResponse:
+    """KServe v1's server liveness (``GET /``), varying with Accept: browsers get the page."""
+    return HttpResponse(LIVE, headers=[("vary", "accept")])
+
+
 class TfServingHttp:
     """Handlers for the ``/v1`` routes."""
 
@@ -48,10 +59,16 @@ class TfServingHttp:
         self.plane = plane
         self.tf = plane.tfserving
 
-    def register(self, router: Router) -> None:
+    def register(self, router: Router, root: bool = True) -> None:
+        """``root``: also ``GET /``, KServe v1's liveness (else the dashboard answers it)."""
         router.add("POST", _MODEL + r":(?P<verb>predict|classify|regress)", self.call)
         router.add("GET", _MODEL, self.status)
         router.add("GET", _MODEL + "/metadata", self.metadata)
+        if root:
+            router.add("GET", "/", self.live, access=Access.HEALTH)
+
+    async def live(self, request: HttpRequest) -> HttpResponse:
+        return kserve_live()
 
     async def call(self, request: HttpRequest) -> HttpResponse:
         # A large body is parsed on a worker thread: the event loop keeps serving.
@@ -91,8 +108,12 @@ class TfServingHttp:
         p = request.params
         version = self.plane.version_of(p["model"], p.get("version", ""), p.get("label", ""))
         status = self.plane.model_status(p["model"], version)
+        # TF Serving's status, plus KServe v1's model readiness ("name", "ready") beside it.
+        ready = self.plane.model_ready(p["model"], version)
         return tf_json(
             {
+                "name": p["model"],
+                "ready": ready,
                 "model_version_status": [
                     {
                         "version": str(s.version),
@@ -103,7 +124,7 @@ class TfServingHttp:
                         },
                     }
                     for s in status.versions
-                ]
+                ],
             }
         )
 

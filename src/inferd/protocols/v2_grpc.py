@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any
 
 import grpc
@@ -212,7 +212,7 @@ class V2Grpc:
         regions = self.plane.shared_memory
         request = decode_request(wire, regions)
         response = await self.plane.infer(request)
-        written = None
+        written: Collection[str] = ()
         if request.outputs is not None:
             written = shm_tensors.write_outputs(regions, response, request.outputs)
         return encode_response(response, written)
@@ -279,7 +279,7 @@ class V2Grpc:
                     continue  # a decoupled model's bare final flag
                 if final is not None and empty_final:
                     response.parameters["triton_final_response"] = final
-                written = None
+                written: Collection[str] = ()
                 if request.outputs is not None:
                     written = shm_tensors.write_outputs(regions, response, request.outputs)
                 yield StreamResponse(encode_response(response, written))

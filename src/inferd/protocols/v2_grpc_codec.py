@@ -10,7 +10,7 @@ Tensor checks (shape x datatype x byte length) are the shared ones in codecs.py.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,6 +144,9 @@ def decode_request(
     )
     on_wire = len(tensors) - sum(in_shm)
     if raws and len(raws) != on_wire:
+        for index, tensor in enumerate(tensors):  # Triton checks this first, input by input
+            if not (in_shm and in_shm[index]) and tensor.HasField("contents"):
+                raise _contents_and_raw(tensor.name, message.model_name)
         raise InvalidInput(
             f"raw_input_contents has {len(raws)} entries but the request has "
             f"{on_wire} inputs outside shared memory; send one entry per input, in order"
@@ -169,11 +172,7 @@ def decode_request(
             inputs[name] = shm_tensors.read_input(regions, name, datatype, shape, params)
         elif raws:
             if tensor.HasField("contents"):
-                raise InvalidInput(
-                    "contents field must not be specified when using raw_input_contents for "
-                    f"'{name}' for model '{message.model_name}' (send every input one way or "
-                    "the other)"
-                )
+                raise _contents_and_raw(name, message.model_name)
             inputs[name] = codecs.from_raw(name, datatype, shape, raws[raw_index])
             raw_index += 1
         else:
@@ -191,6 +190,14 @@ def decode_request(
         outputs=outputs or None,
         parameters=parameters_to_dict(message.parameters) if message.parameters else {},
         input_parameters=input_parameters,
+    )
+
+
+def _contents_and_raw(name: str, model: str) -> InvalidInput:
+    """Triton's words (infer_handler.cc) for an input with typed contents beside raw ones."""
+    return InvalidInput(
+        f"contents field must not be specified when using raw_input_contents for '{name}' "
+        f"for model '{model}'"
     )
 
 
@@ -303,26 +310,18 @@ class EncodedInferResponse:
 
 
 def encode_response(
-    response: InferResponse, in_shared_memory: dict[str, dict[str, Any]] | None = None
+    response: InferResponse, in_shared_memory: Collection[str] = ()
 ) -> EncodedInferResponse:
-    """``in_shared_memory``: the parameters of outputs already written to shared memory; they
-    come after the others, with no raw_output_contents entry (which stay aligned with
-    the outputs tritonclient reads from the wire)."""
+    """``in_shared_memory``: the outputs already written to shared memory. As Triton does, every
+    output keeps its place and has a raw_output_contents entry, empty for those: clients (the
+    C++ one in perf_analyzer, tritonclient) find an output's bytes by its position."""
     header = pb.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
     raws: list[bytes | memoryview] = []
     for name, array in response.outputs.items():
-        if in_shared_memory and name in in_shared_memory:
-            continue
         header.outputs.add(name=name, datatype=datatypes.of_array(array).name, shape=array.shape)
-        raws.append(codecs.to_raw(array))
-    for name, params in (in_shared_memory or {}).items():
-        array = response.outputs[name]
-        tensor = header.outputs.add(
-            name=name, datatype=datatypes.of_array(array).name, shape=array.shape
-        )
-        set_parameters(tensor.parameters, params)
+        raws.append(b"" if name in in_shared_memory else codecs.to_raw(array))
     if response.parameters:
         set_parameters(header.parameters, response.parameters)
     return EncodedInferResponse(header, raws)

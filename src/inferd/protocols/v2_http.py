@@ -10,7 +10,7 @@ with Triton's choice among gzip, deflate and identity.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import orjson
@@ -193,9 +193,11 @@ def _requested_outputs(value: Any) -> list[RequestedOutput] | None:
 def encode_response(
     response: InferResponse,
     request: InferRequest,
-    in_shared_memory: dict[str, dict[str, Any]] | None = None,
+    in_shared_memory: Collection[str] = (),
 ) -> HttpResponse:
-    """``in_shared_memory``: the parameters of outputs already written to shared memory."""
+    """``in_shared_memory``: the outputs already written to shared memory. Like Triton's, their
+    entries hold name, datatype and shape only: no data and no ``parameters`` (the C++ client
+    reads a ``parameters`` object as binary data and wants ``binary_data_size`` in it)."""
     binary_default = bool(request.parameters.get("binary_data_output", False))
     requested = request.outputs
     per_output = {o.name: o.parameters for o in requested} if requested else _NO_PARAMETERS
@@ -207,8 +209,7 @@ def encode_response(
             "datatype": datatypes.from_numpy(array.dtype).name,
             "shape": array.shape,
         }
-        if in_shared_memory and name in in_shared_memory:
-            entry["parameters"] = in_shared_memory[name]
+        if name in in_shared_memory:
             entries.append(entry)
             continue
         asked = per_output.get(name)
@@ -298,7 +299,7 @@ class V2Http:
         # Every model may queue (behind busy instances, or in its batcher): a client that
         # hangs up before its turn is dropped, not executed.
         response = await cancel_on_disconnect(request, self.plane.infer(infer_request))
-        written = None
+        written: Collection[str] = ()
         if infer_request.outputs is not None:
             written = shm_tensors.write_outputs(regions, response, infer_request.outputs)
         answer = encode_response(response, infer_request, written)

@@ -35,7 +35,13 @@ class LocalStorage:
 
     def scan_model(self, name: str) -> ModelFiles | None:
         folder = self.root / name
-        if not folder.is_dir():
+        try:
+            found = folder.is_dir()
+        except OSError as exc:  # a name no folder here can have (too long): no such model
+            if exc.errno != errno.ENAMETOOLONG:
+                raise StorageError(f"cannot read model folder '{folder}': {exc}") from None
+            found = False
+        if not found:
             if not self.root.is_dir():
                 raise StorageError(f"model repository '{self.root}' is not a directory")
             return None

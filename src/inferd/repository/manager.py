@@ -24,7 +24,7 @@ from typing import Any
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.errors import ConfigError, InferdError, InvalidInput, NotFound
 from inferd.core.registry import ModelRecord, Registry
-from inferd.repository import routing_file
+from inferd.repository import records, routing_file
 from inferd.repository.catalog import Catalog, Listing, StoreState
 from inferd.repository.guard import Held, UnloadGuard
 from inferd.repository.lifecycle import Lifecycle, Outcome
@@ -183,6 +183,7 @@ class ModelManager:
         self.catalog.mark_startup(listing)
         wanted = sorted(listing.found) if names is None else list(names)
         self.wanted.update(wanted)
+        records.queue(self.registry, [n for n in wanted if n in listing.found])
         for name in wanted:
             if name in self.lifecycle.serving():
                 continue  # a dependency of a model loaded before it
@@ -200,7 +201,7 @@ class ModelManager:
                 async with self.locked(name):
                     await self.fetch_and_reload(name, storage, files)
             except StorageError as exc:
-                if self.current(name) is None:
+                if records.is_queued(self.current(name)):
                     self.registry.put(ModelRecord(name, reason=exc.message))
 
     def _follows(self, name: str) -> bool:

@@ -12,11 +12,27 @@ import asyncio
 import logging
 
 from inferd.core.model import ModelState, ModelVersion
-from inferd.core.registry import ModelRecord, VersionStatus
+from inferd.core.registry import ModelRecord, Registry, VersionStatus
 
 log = logging.getLogger("inferd.repository")
 
 UNLOADED = "unloaded"
+
+
+def queue(registry: Registry, names: list[str]) -> None:
+    """Models that startup loading will reach in turn: each shows LOADING (Triton's word), no
+    version, until then, rather than as a repository model nobody asked for ('unloaded')."""
+    known = set(registry.names())
+    for name in names:
+        if name not in known:
+            registry.put(ModelRecord(name, state=ModelState.LOADING))
+
+
+def is_queued(record: ModelRecord | None) -> bool:
+    """No record yet, or the one ``queue`` put there: nothing was loaded or tried."""
+    return record is None or (
+        not record.versions and not record.status and record.state is ModelState.LOADING
+    )
 
 
 def interim(name: str, old: ModelRecord | None, loading: list[int]) -> ModelRecord:

@@ -11,6 +11,7 @@ blocks: callers run them through ``asyncio.to_thread``.
 from __future__ import annotations
 
 import asyncio
+import errno
 import io
 import os
 import re
@@ -35,6 +36,33 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 STAGING_PREFIX = ".upload-"
 ARCHIVE_FILE = "archive"  # a streamed upload, in its staging folder
 SPOOL_BYTES = 4 << 20  # a streamed upload is written in pieces of about this size
+
+
+# OSErrors that a path sent by the client causes, and what to tell it (a 400, never a 500);
+# any other OSError (a full disk, permissions) is the server's own trouble.
+_CLIENT_ERRNOS = {
+    errno.ENAMETOOLONG: "a file or folder name is too long (at most 255 bytes each)",
+    errno.EISDIR: "a file and a folder at the same path",
+    errno.ENOTDIR: "a file and a folder at the same path",
+    errno.EEXIST: "a file and a folder at the same path",
+    errno.ELOOP: "too many levels of folders or links",
+    errno.EINVAL: "a file name the file system does not take",
+    errno.EILSEQ: "a file name the file system does not take",
+}
+
+
+def client_path_error(exc: OSError, what: str) -> InvalidInput:
+    """The 400 for an OSError that ``what`` (a path the client sent) caused; re-raises
+    ``exc`` when the client is not the cause."""
+    problem = _CLIENT_ERRNOS.get(exc.errno or 0)
+    if problem is None:
+        raise exc
+    return InvalidInput(f"{what}: {problem}")
+
+
+def shorten(text: str, keep: int = 80) -> str:
+    """A name as an error message repeats it: at most ``keep`` characters, and its length."""
+    return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
 
 
 def check_model_name(name: str) -> str:
@@ -177,8 +205,9 @@ def extract_archive(data: bytes | Path, dest: Path, max_bytes: int) -> None:
             _extract_tar(data, dest, budget)
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error) as exc:
         raise InvalidInput(f"the {kind} archive is corrupt: {exc}") from None
-    except (IsADirectoryError, NotADirectoryError, FileExistsError) as exc:
-        raise InvalidInput(f"the archive has a file and a folder at the same path: {exc}") from None
+    except OSError as exc:
+        entry = os.path.relpath(exc.filename, dest) if isinstance(exc.filename, str) else ""
+        raise client_path_error(exc, f"archive entry '{shorten(entry)}'") from None
 
 
 async def spool(chunks: AsyncIterator[bytes], path: Path) -> int:
@@ -213,8 +242,8 @@ def write_files(files: Mapping[str, bytes], dest: Path, max_bytes: int) -> None:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
-        except (IsADirectoryError, NotADirectoryError, FileExistsError) as exc:
-            raise InvalidInput(f"file parameter 'file:{raw}': {exc}") from None
+        except OSError as exc:
+            raise client_path_error(exc, f"file parameter 'file:{shorten(raw)}'") from None
 
 
 def model_root(extracted: Path) -> Path:

@@ -23,6 +23,7 @@ from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import config_to_dict, parse_config_json
 from inferd.core.errors import InferdError
 from inferd.tune import report
+from inferd.tune.choice import TIE_PCT, best, pick
 from inferd.tune.trials import Measured, Trial, default_trial, final_config, grid
 
 _TIMEOUT_S = 300.0
@@ -78,6 +79,14 @@ def add_parser(commands: Any) -> None:
     add("--model-version", type=int, help="version folder to upload (default: the latest)")
     add("--latency-budget-ms", type=float, help="p99 latency budget (default: none)")
     add(
+        "--tie-pct",
+        type=float,
+        default=TIE_PCT,
+        metavar="PCT",
+        help=f"throughputs within PCT %% of the highest count as equal, and the lower p99 wins "
+        f"(default {TIE_PCT:g}: the noise of a measurement)",
+    )
+    add(
         "--concurrency",
         type=concurrency_levels,
         default=concurrency_levels("1:8"),
@@ -127,6 +136,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if not 0 <= args.tie_pct < 100:
+        raise TuneError(f"--tie-pct must be 0 or more and below 100, got {args.tie_pct:g}")
     try:
         target = parse_target(args.url, "http")
     except argparse.ArgumentTypeError as exc:
@@ -152,14 +163,15 @@ def _run(args: argparse.Namespace) -> int:
         for trial in trials:
             progress.set_description_str(trial.label)
             rows = measure(server, target, trial, files, args)
-            measured.append(Measured(trial, rows, pick(rows, args.latency_budget_ms)))
+            best_level = pick(rows, args.latency_budget_ms, args.tie_pct)
+            measured.append(Measured(trial, rows, best_level))
             progress.update(1)
     finally:
         progress.close()
     out_dir = args.output_dir or Path(f"tune-{args.model}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    winner = best(measured)
-    report.print_table(measured, args.latency_budget_ms, sys.stdout)
+    winner = best(measured, args.tie_pct)
+    report.print_table(measured, args.latency_budget_ms, args.tie_pct, sys.stdout)
     report.write_csv(out_dir / "results.csv", measured)
     if report.can_plot():
         report.write_plot(out_dir / "tune.png", measured, args.latency_budget_ms, args.model)
@@ -211,25 +223,6 @@ def measure(
         return rows
     finally:
         server.unload(name)
-
-
-def pick(rows: list[dict[str, Any]], budget_ms: float | None) -> dict[str, Any] | None:
-    """The highest-throughput level without errors and within the p99 budget."""
-    ok = [
-        r
-        for r in rows
-        if not r["errors"]
-        and r["latency_p99_ms"] is not None
-        and (budget_ms is None or r["latency_p99_ms"] <= budget_ms)
-    ]
-    return max(ok, key=lambda r: r["throughput_infer_per_s"], default=None)
-
-
-def best(measured: list[Measured]) -> Measured | None:
-    found = [m for m in measured if m.best is not None]
-    return max(
-        found, key=lambda m: m.best["throughput_infer_per_s"] if m.best else 0.0, default=None
-    )
 
 
 def model_files(folder: Path, version: int | None) -> dict[str, bytes]:

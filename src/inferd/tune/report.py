@@ -10,8 +10,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from inferd.tune import choice
+
 if TYPE_CHECKING:
     from inferd.tune.trials import Measured
+
+# Ten strong colours, three line styles and six markers: a style of its own for each of up to
+# 30 configs (the default grid has 13 to 25), and no colour pale enough to vanish.
+_MARKERS = ("o", "s", "^", "D", "v", "P")
+_LINES = ("-", "--", ":")
 
 
 def _summary(item: Measured) -> list[str]:
@@ -28,14 +35,15 @@ def _summary(item: Measured) -> list[str]:
     ]
 
 
-def print_table(measured: Sequence[Measured], budget_ms: float | None, out: TextIO) -> None:
+def print_table(
+    measured: Sequence[Measured], budget_ms: float | None, tie_pct: float, out: TextIO
+) -> None:
     header = ["config", "instances", "dyn. batching", "threads", "conc.", "infer/s", "p99 ms"]
     rows = [_summary(m) for m in measured]
     ranked = sorted(rows[1:], key=lambda r: float(r[5]) if r[5] != "-" else -1.0, reverse=True)
     table = [header, rows[0], *ranked]
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    budget = f"p99 <= {budget_ms:g} ms" if budget_ms is not None else "no latency budget"
-    print(f"best level of each config ({budget}):", file=out)
+    print(f"best level of each config ({choice.describe(budget_ms, tie_pct)}):", file=out)
     for row in table:
         cells = [row[0].ljust(widths[0])] + [
             c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
@@ -52,6 +60,7 @@ def print_verdict(
     line = (
         f"best: {winner.trial.label} ({described['instances']} instance(s), dynamic batching "
         f"{described['dynamic_batching']}, threads {described['threads']}): {rate:.1f} infer/s"
+        f", p99 {winner.best['latency_p99_ms']:.2f} ms"
     )
     if default.best is not None and default.best["throughput_infer_per_s"] > 0:
         base = default.best["throughput_infer_per_s"]
@@ -90,24 +99,43 @@ def write_plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(9, 5.5))
-    for item in measured:
+    figure = plot_figure(measured, budget_ms, model)
+    figure.savefig(path, dpi=100, bbox_inches="tight")  # the legend sits right of the axes
+    plt.close(figure)
+
+
+def plot_figure(measured: Sequence[Measured], budget_ms: float | None, model: str) -> Any:
+    """The figure ``write_plot`` saves: p99 on a log axis, so that one slow outlier does not
+    squash the other lines, and each config a colour and marker of its own."""
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(10, 6))
+    colours = [plt.get_cmap("tab10")(i) for i in range(10)]
+    for index, item in enumerate(measured):
         points: list[tuple[float, float]] = [
             (r["latency_p99_ms"], r["throughput_infer_per_s"])
             for r in item.rows
-            if r["latency_p99_ms"] is not None
+            if r["latency_p99_ms"] is not None and r["latency_p99_ms"] > 0
         ]
         if points:
             xs, ys = zip(*points, strict=True)
-            style: dict[str, Any] = {"linewidth": 2.5} if item.trial.label == "default" else {}
-            axes.plot(xs, ys, marker="o", label=item.trial.label, **style)
+            default = item.trial.label == "default"
+            style: dict[str, Any] = {
+                "color": "black" if default else colours[index % len(colours)],
+                "marker": _MARKERS[index % len(_MARKERS)],
+                "linewidth": 2.5 if default else 1.5,
+                "linestyle": _LINES[(index // len(colours)) % len(_LINES)],
+            }
+            axes.plot(xs, ys, label=item.trial.label, **style)
     if budget_ms is not None:
-        axes.axvline(budget_ms, color="red", linestyle="--", label=f"budget {budget_ms:g} ms")
-    axes.set_xlabel("p99 latency (ms)")
+        axes.axvline(
+            budget_ms, color="crimson", linewidth=2.5, alpha=0.5, label=f"budget {budget_ms:g} ms"
+        )
+    axes.set_xscale("log")
+    axes.set_xlabel("p99 latency (ms, log scale)")
     axes.set_ylabel("throughput (infer/s)")
     axes.set_title(f"inferd tune: {model}")
-    axes.grid(True, alpha=0.3)
-    axes.legend(fontsize="small", ncol=2)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize="small", ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5))
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    return figure

@@ -1,7 +1,7 @@
 // What several panels share: the models document (/v2/dashboard/models) and the traffic
 // series (/v2/dashboard/series, fetched incrementally with ?after=).
 
-import {getJSON} from './api.js';
+import {getJSON, token} from './api.js';
 
 export const overview = {doc: null, listeners: new Set(), fetchedMs: 0};
 
@@ -16,6 +16,21 @@ export async function refreshOverview() {
 export function onOverview(listener) {
   overview.listeners.add(listener);
   if (overview.doc) listener(overview.doc);
+}
+
+// Why this page cannot use the admin API now, as a calm sentence (null when it can): the
+// server has it off, or wants an admin token the page does not have. A panel that needs it
+// shows the sentence and does not ask, so nothing is refused and nothing else is disturbed.
+export function adminWhyNot(what) {
+  const server = overview.doc?.server;
+  if (!server) return `${what} waits for the server's first answer.`;
+  if (server.admin === 'off') {
+    return `${what} needs the server's admin API, which is off: ${server.admin_hint}.`;
+  }
+  if (server.admin === 'token' && !token()) {
+    return `${what} needs a token of the admin scope: paste one with the Token button.`;
+  }
+  return null;
 }
 
 export function modelNames(filter = () => true) {

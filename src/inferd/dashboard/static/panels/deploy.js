@@ -5,7 +5,7 @@
 
 import {ApiError, postJSON, seg, upload} from '../api.js';
 import {h, fmt, replace, field, select, setOptions, message, confirmAction, notify, badge} from '../ui.js';
-import {model as modelInfo, onOverview, refreshOverview} from '../store.js';
+import {adminWhyNot, model as modelInfo, onOverview, refreshOverview} from '../store.js';
 import {packTar, walkEntry} from '../tar.js';
 
 const ARCHIVE = /\.(tar\.gz|tgz|tar|zip|tar\.bz2|tar\.xz)$/i;
@@ -26,6 +26,8 @@ export class DeployPanel {
     this.app = app;
     this.overviewEveryMs = 2000;
     this.payload = null; // {kind: 'archive'|'folder', blob | files, label}
+    this.adminBlocked = false;
+    this.adminWhy = null;
     this.archiveInput = h('input', {type: 'file', accept: '.tar.gz,.tgz,.tar,.zip,.tar.bz2,.tar.xz', hidden: true, id: 'deploy-archive'});
     this.folderInput = h('input', {type: 'file', webkitdirectory: true, multiple: true, hidden: true, id: 'deploy-folder'});
     this.drop = h('div', {class: 'dropzone', id: 'deploy-drop', tabindex: '0', role: 'button',
@@ -52,8 +54,9 @@ export class DeployPanel {
       this.deploy();
     });
     this.manage = this.buildManage();
+    this.adminNote = h('div', {id: 'deploy-admin-note'});
     replace(root, h('div', {class: 'panel-head'}, h('h1', null, 'Deploy and manage')),
-      h('div', {class: 'split'}, form, this.manage));
+      this.adminNote, h('div', {class: 'split'}, form, this.manage));
     this.wireDrop();
     onOverview((doc) => this.onDoc(doc));
   }
@@ -130,7 +133,7 @@ export class DeployPanel {
   ready() {
     message(this.uploadMsg, '');
     replace(this.steps);
-    this.go.disabled = false;
+    this.go.disabled = this.adminBlocked;
     this.name.focus();
   }
 
@@ -202,7 +205,7 @@ export class DeployPanel {
     } finally {
       clearInterval(watch);
       this.progress.hidden = true;
-      this.go.disabled = false;
+      this.go.disabled = this.adminBlocked;
       await refreshOverview().catch(() => null);
     }
   }
@@ -214,6 +217,8 @@ export class DeployPanel {
     this.targetState = h('div', {class: 'muted', 'aria-live': 'polite'});
     this.load = h('button', {type: 'button', class: 'ghost', id: 'manage-load', onclick: () => this.loadModel()}, 'Load');
     this.unload = h('button', {type: 'button', class: 'danger', id: 'manage-unload', onclick: () => this.unloadModel()}, 'Unload');
+    this.applyButton = h('button', {type: 'button', class: 'primary', id: 'manage-routing',
+      onclick: () => this.applyRouting()}, 'Apply routing…');
     this.manageMsg = h('div');
     this.labelsBox = h('div', {class: 'pairs'});
     this.splitBox = h('div', {class: 'pairs'});
@@ -234,8 +239,7 @@ export class DeployPanel {
       h('label', {class: 'check'}, this.shadowOn, ' mirror requests to a shadow version'),
       h('div', {class: 'row3'}, field('Target', this.shadowTarget), field('Fraction', this.shadowFraction),
         field('Tolerance', this.shadowTolerance)),
-      h('div', {class: 'actions'}, h('button', {type: 'button', class: 'primary', id: 'manage-routing',
-        onclick: () => this.applyRouting()}, 'Apply routing…')),
+      h('div', {class: 'actions'}, this.applyButton),
       this.manageMsg);
   }
 
@@ -251,6 +255,16 @@ export class DeployPanel {
 
   onDoc(doc) {
     const server = doc.server;
+    // Uploads, loads and routing are admin calls: where the page cannot make them it says why,
+    // once, and its buttons wait (the rest of the panel stays as it is).
+    const why = adminWhyNot('Deploying and managing models');
+    if (this.adminBlocked !== Boolean(why) || why !== this.adminWhy) {
+      this.adminBlocked = Boolean(why);
+      this.adminWhy = why;
+      message(this.adminNote, why || '', 'info');
+      for (const button of [this.load, this.unload, this.applyButton]) button.disabled = this.adminBlocked;
+      if (this.payload) this.go.disabled = this.adminBlocked;
+    }
     this.mode.textContent = server.control_mode === 'none'
       ? 'This server runs with --model-control-mode none: it refuses uploads and loads (start it with poll or explicit).'
       : `Control mode ${server.control_mode}. Uploads are written into ${server.repositories[0] || 'the repository'}${server.writable ? '' : ' (no repository takes uploads)'}.`;

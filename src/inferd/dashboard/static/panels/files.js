@@ -3,7 +3,7 @@
 
 import {getJSON, request, seg} from '../api.js';
 import {h, fmt, replace, field, select, setOptions, message, downloadBlob} from '../ui.js';
-import {onOverview, model as modelInfo} from '../store.js';
+import {adminWhyNot, onOverview, model as modelInfo} from '../store.js';
 
 // config.pbtxt with its keys, strings, numbers and comments marked for colour.
 export function highlightPbtxt(text) {
@@ -41,7 +41,8 @@ export class FilesPanel {
     onOverview((doc) => {
       const before = this.model.value;
       setOptions(this.model, doc.models.filter((m) => m.in_repository).map((m) => m.name), this.wanted || before);
-      if (this.model.value && this.model.value !== this.shown) this.load();
+      const unblocked = this.blocked && !adminWhyNot('');
+      if (this.model.value && (this.model.value !== this.shown || unblocked)) this.load();
     });
   }
 
@@ -64,7 +65,13 @@ export class FilesPanel {
       replace(this.body);
       return;
     }
-    message(this.msg, '');
+    const why = adminWhyNot('Browsing model files');
+    message(this.msg, why || '', 'info');
+    this.blocked = Boolean(why);
+    if (why) {
+      replace(this.body);
+      return;
+    }
     let doc;
     try {
       doc = await getJSON(`/v2/repository/models/${seg(name)}/files`);

@@ -4,7 +4,7 @@
 
 import {getJSON} from '../api.js';
 import {h, replace, field, select, setOptions, message} from '../ui.js';
-import {onOverview} from '../store.js';
+import {adminWhyNot, onOverview} from '../store.js';
 
 const KEEP_LINES = 2000;
 const SHOW_LINES = 500;
@@ -50,6 +50,7 @@ export class LogsPanel {
     this.text = h('input', {type: 'search', id: 'logs-text', placeholder: 'text or request id'});
     this.follow = h('input', {type: 'checkbox', id: 'logs-follow', checked: true});
     this.note = h('div');
+    this.adminNote = h('div');
     this.count = h('span', {class: 'muted', 'aria-live': 'polite'});
     this.list = h('div', {class: 'log', role: 'log', 'aria-label': 'log lines', tabindex: '0'});
     replace(root,
@@ -58,7 +59,7 @@ export class LogsPanel {
       h('div', {class: 'filters'}, field('Model', this.model), field('Status', this.status),
         field('Text', this.text),
         h('label', {class: 'check'}, this.follow, ' follow new lines'), this.count),
-      this.note, this.list);
+      this.adminNote, this.note, this.list);
     for (const control of [this.model, this.status]) control.addEventListener('change', () => this.render());
     this.text.addEventListener('input', () => this.render());
     onOverview((doc) => {
@@ -90,6 +91,9 @@ export class LogsPanel {
   }
 
   async tick() {
+    const why = adminWhyNot('Reading the logs');
+    message(this.adminNote, why || '', 'info');
+    if (why) return;
     const kind = this.kind;
     const log = this.logs[kind];
     const doc = await getJSON(`/v2/logs?kind=${kind}&lines=${FETCH_LINES}&after=${log.next}`);

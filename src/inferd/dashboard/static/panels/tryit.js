@@ -4,7 +4,7 @@
 
 import {ApiError, getJSON, request, seg} from '../api.js';
 import {h, fmt, replace, field, select, setOptions, message} from '../ui.js';
-import {model as modelInfo, onOverview} from '../store.js';
+import {adminWhyNot, model as modelInfo, onOverview} from '../store.js';
 
 const SHOW_VALUES = 64;
 
@@ -89,7 +89,7 @@ export class TryPanel {
         message(this.msg, 'No model is READY.');
         replace(this.form);
         this.shown = null;
-      } else if (this.model.value !== this.shown) this.load();
+      } else if (this.model.value !== this.shown || (this.sampleBlocked && !adminWhyNot(''))) this.load();
     });
   }
 
@@ -117,21 +117,28 @@ export class TryPanel {
       message(this.msg, error.describe ? error.describe() : String(error), 'error');
       return;
     }
-    const files = await getJSON(`/v2/repository/models/${seg(name)}/files`).catch(() => null);
+    // sample.json is one of the model's files: read through the admin API, where the page may.
+    const blocked = adminWhyNot('The Sample button (the model\'s sample.json)');
+    const files = blocked ? null
+      : await getJSON(`/v2/repository/models/${seg(name)}/files`).catch(() => null);
     if (name !== this.model.value) return;
     this.meta = meta;
     this.rows = meta.inputs.map((input) => this.inputRow(input));
     const hasSample = Boolean(files?.has_sample);
+    const sampleWhyNot = blocked || (hasSample ? '' : 'This model has no sample.json for the Sample button.');
     const button = (label, how, attrs = {}) => h('button', {type: 'button', class: 'ghost', id: `try-${how}`,
       onclick: () => this.fillAll(how), ...attrs}, label);
+    this.sampleBlocked = Boolean(blocked);
     replace(this.form,
       h('p', {class: 'muted'}, `${meta.name} · ${meta.platform || modelInfo(name)?.backend || 'custom backend'} · versions ${meta.versions.join(', ')} · outputs ${
         meta.outputs.map((o) => `${o.name} ${o.datatype} [${o.shape.join(', ')}]`).join('; ')}`),
       this.rows.map((row) => row.el),
       h('div', {class: 'actions'},
         button('Random', 'random'), button('Zeros', 'zeros'),
-        button('Sample', 'sample', {disabled: !hasSample, title: hasSample ? 'the model\'s sample.json' : 'this model has no sample.json'}),
-        h('button', {type: 'submit', class: 'primary', id: 'try-send'}, 'Send request')));
+        button('Sample', 'sample', {disabled: !hasSample, title: sampleWhyNot || 'the model\'s sample.json',
+          'aria-describedby': sampleWhyNot ? 'try-sample-why' : null}),
+        h('button', {type: 'submit', class: 'primary', id: 'try-send'}, 'Send request')),
+      sampleWhyNot ? h('p', {class: 'muted', id: 'try-sample-why'}, sampleWhyNot) : null);
     this.fillAll(hasSample ? 'sample' : 'random');
   }
 
