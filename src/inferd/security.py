@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import logging
 import resource
+import sys
 from typing import Any
 
 from inferd.errors import ConfigError
 from inferd.protocols.access import AccessPolicy, is_loopback
+from inferd.protocols.h2grpc.host import Limits as GrpcLimits
 from inferd.protocols.http import Limits
 from inferd.protocols.http_guard import HttpGuard
 from inferd.protocols.tls import Tls, read_pem
@@ -95,6 +97,41 @@ def http_limits(settings: Settings) -> Limits:
         body_timeout_s=settings.http_body_timeout_s,
         max_inflight_requests=max(0, settings.max_inflight_requests),
         max_inflight_bytes=max(0, settings.max_inflight_bytes),
+    )
+
+
+def grpc_limits(settings: Settings) -> GrpcLimits:
+    """The gRPC port's connection limits and timeouts, from their flags."""
+    timeouts = (
+        settings.grpc_header_timeout_s,
+        settings.grpc_body_timeout_s,
+        settings.grpc_idle_timeout_s,
+        settings.grpc_keepalive_time,
+        settings.grpc_keepalive_timeout,
+    )
+    if min(timeouts) <= 0:
+        raise ConfigError(
+            "--grpc-header-timeout-s, --grpc-body-timeout-s, --grpc-idle-timeout-s, "
+            "--grpc-keepalive-time and --grpc-keepalive-timeout must be positive"
+        )
+    if settings.grpc_max_concurrent_streams < 1 or settings.grpc_max_header_list_bytes < 1024:
+        raise ConfigError(
+            "--grpc-max-concurrent-streams must be at least 1 and "
+            "--grpc-max-header-list-bytes at least 1024"
+        )
+    return GrpcLimits(
+        max_message_bytes=settings.grpc_max_message_bytes,
+        max_concurrent_streams=settings.grpc_max_concurrent_streams,
+        max_header_list_bytes=settings.grpc_max_header_list_bytes,
+        max_buffered_bytes=settings.max_inflight_bytes or sys.maxsize,
+        header_timeout_s=settings.grpc_header_timeout_s,
+        body_timeout_s=settings.grpc_body_timeout_s,
+        idle_timeout_s=settings.grpc_idle_timeout_s,
+        keepalive_time_s=settings.grpc_keepalive_time / 1000,
+        keepalive_timeout_s=settings.grpc_keepalive_timeout / 1000,
+        keepalive_permit_without_calls=settings.grpc_keepalive_permit_without_calls,
+        min_ping_interval_s=settings.grpc_http2_min_recv_ping_interval_without_data / 1000,
+        max_ping_strikes=max(0, settings.grpc_http2_max_ping_strikes),
     )
 
 

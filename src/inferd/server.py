@@ -250,6 +250,7 @@ class Server:
             tfserving_tensor_content=self.settings.tfserving_tensor_content,
             reuse_port=self.worker is not None,
             settings=SettingsGrpc(self.trace_settings, self.log_settings),
+            limits=security.grpc_limits(self.settings),
         )
         await server.start()
         log.info(

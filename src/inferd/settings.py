@@ -55,6 +55,63 @@ class Settings:
         default=128 * 1024 * 1024,
         metadata=_opt("largest gRPC message accepted or sent"),
     )
+    # ---- gRPC connection limits (docs/security-limits.md); Triton's names where it has one
+    grpc_max_concurrent_streams: int = field(
+        default=100,
+        metadata=_opt("calls in progress on one gRPC connection (HTTP/2 streams, advertised)"),
+    )
+    grpc_max_header_list_bytes: int = field(
+        default=16 * 1024,
+        metadata=_opt(
+            "largest header list (metadata) of a gRPC call, advertised and enforced as it "
+            "arrives; past it the call's stream is reset"
+        ),
+    )
+    grpc_header_timeout_s: float = field(
+        default=10.0,
+        metadata=_opt(
+            "seconds a new gRPC connection has to send its HTTP/2 preface, and a header "
+            "block to arrive whole; else the connection is closed"
+        ),
+    )
+    grpc_body_timeout_s: float = field(
+        default=60.0,
+        metadata=_opt(
+            "seconds a gRPC request may stall mid-message (a unary call: before its end) "
+            "before its stream is reset with DEADLINE_EXCEEDED (native server)"
+        ),
+    )
+    grpc_idle_timeout_s: float = field(
+        default=300.0,
+        metadata=_opt("seconds a gRPC connection with no call open stays before GOAWAY and close"),
+    )
+    grpc_keepalive_time: int = field(
+        default=7_200_000,
+        metadata=_opt(
+            "Triton's name, in ms: a gRPC connection silent this long is sent a keep-alive ping"
+        ),
+    )
+    grpc_keepalive_timeout: int = field(
+        default=20_000,
+        metadata=_opt("Triton's name, in ms: a keep-alive ping unanswered this long closes"),
+    )
+    grpc_keepalive_permit_without_calls: bool = field(
+        default=False,
+        metadata=_opt("Triton's name: clients may send keep-alive pings with no call open"),
+    )
+    grpc_http2_min_recv_ping_interval_without_data: int = field(
+        default=300_000,
+        metadata=_opt(
+            "Triton's name, in ms: client pings closer than this, with no data sent between, "
+            "count as strikes"
+        ),
+    )
+    grpc_http2_max_ping_strikes: int = field(
+        default=2,
+        metadata=_opt(
+            "Triton's name: ping strikes tolerated; past them GOAWAY (too_many_pings) and close"
+        ),
+    )
     tfserving_tensor_content: bool = field(
         default=False,
         metadata=_opt(

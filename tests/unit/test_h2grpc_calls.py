@@ -1,4 +1,4 @@
-"""inferd.protocols.h2grpc.calls.Reader: gRPC messages cut out of DATA chunks however the
+"""inferd.protocols.h2grpc.framing.Reader: gRPC messages cut out of DATA chunks however the
 chunks split them (whole small messages in one chunk take the one-copy path)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import struct
 import grpc
 import pytest
 
-from inferd.protocols.h2grpc.calls import SMALL_MESSAGE_BYTES, CallError, Reader
+from inferd.protocols.h2grpc.framing import SMALL_MESSAGE_BYTES, CallError, Reader
 
 
 def _framed(payload: bytes, compressed: bool = False) -> bytes:
