@@ -12,7 +12,7 @@ from typing import Any
 from inferd.errors import ConfigError
 from inferd.protocols.access import AccessPolicy, is_loopback
 from inferd.protocols.h2grpc.host import Limits as GrpcLimits
-from inferd.protocols.http import Limits
+from inferd.protocols.http_body import BodyRate, Limits
 from inferd.protocols.http_guard import HttpGuard
 from inferd.protocols.tls import Tls, read_pem
 from inferd.settings import Settings
@@ -89,13 +89,23 @@ def http_guard(settings: Settings, policy: AccessPolicy) -> HttpGuard:
     )
 
 
-def http_limits(settings: Settings) -> Limits:
+def inflight_share(settings: Settings, workers: int = 1) -> int:
+    """One worker's share of --max-inflight-requests, a total for the server (0: no limit)."""
+    total = max(0, settings.max_inflight_requests)
+    return -(-total // max(1, workers)) if total else 0
+
+
+def http_limits(settings: Settings, workers: int = 1) -> Limits:
     if settings.http_body_timeout_s <= 0 or settings.http_header_timeout_s <= 0:
         raise ConfigError("--http-header-timeout-s and --http-body-timeout-s must be positive")
     return Limits(
         max_body_bytes=settings.http_max_body_bytes,
         body_timeout_s=settings.http_body_timeout_s,
-        max_inflight_requests=max(0, settings.max_inflight_requests),
+        body_rate=BodyRate(
+            grace_s=settings.http_header_timeout_s,
+            min_bytes_per_s=max(0, settings.http_min_body_rate_bytes),
+        ),
+        max_inflight_requests=inflight_share(settings, workers),
         max_inflight_bytes=max(0, settings.max_inflight_bytes),
     )
 

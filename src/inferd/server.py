@@ -143,7 +143,7 @@ class Server:
             guard=security.http_guard(
                 settings, security.access_policy(settings, self.tokens, settings.http_address)
             ),
-            limits=security.http_limits(settings),
+            limits=security.http_limits(settings, worker.count if worker else 1),
         )
 
     async def _load_models(self) -> None:
@@ -246,7 +246,10 @@ class Server:
             observer=self.observer,
             kind=self.settings.grpc_server,
             access=policy,
-            max_concurrent_rpcs=self.settings.max_inflight_requests or None,
+            max_concurrent_rpcs=security.inflight_share(
+                self.settings, self.worker.count if self.worker else 1
+            )
+            or None,
             tfserving_tensor_content=self.settings.tfserving_tensor_content,
             reuse_port=self.worker is not None,
             settings=SettingsGrpc(self.trace_settings, self.log_settings),

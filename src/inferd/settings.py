@@ -335,13 +335,28 @@ class Settings:
     http_max_header_bytes: int = field(
         default=64 * 1024, metadata=_opt("largest request head (request line and headers)")
     )
+    http_min_body_rate_bytes: int = field(
+        default=1024,
+        metadata=_opt(
+            "bytes per second a request body must average after --http-header-timeout-s "
+            "(chunked too), else 408 (0: no minimum)"
+        ),
+    )
     max_inflight_requests: int = field(
         default=1024,
-        metadata=_opt("requests in progress per port; more answer 503 at once (0: no limit)"),
+        metadata=_opt(
+            "requests in progress on the whole server, per port: inference calls, and admin "
+            "calls (uploads included) apart; more answer 503 / RESOURCE_EXHAUSTED at once "
+            "(0: no limit). With --http-workers N each worker takes 1/N of it"
+        ),
     )
     max_inflight_bytes: int = field(
         default=1 << 30,
-        metadata=_opt("HTTP request bodies in progress, in bytes; more answer 503 (0: no limit)"),
+        metadata=_opt(
+            "request bodies in progress, in bytes, per worker: HTTP bodies (more answer 503) "
+            "and gRPC messages being received (past it no window opens until calls take "
+            "theirs); 0: no limit"
+        ),
     )
     max_concurrent_uploads: int = field(
         default=2, metadata=_opt("model uploads in progress at once; more answer 503")

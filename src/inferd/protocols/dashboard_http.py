@@ -33,14 +33,8 @@ from inferd.dataplane import DataPlane
 from inferd.errors import ConfigError, InvalidInput, NotFound
 from inferd.observability.requests import RequestObserver
 from inferd.protocols.access import Access
-from inferd.protocols.http import (
-    HttpApp,
-    HttpRequest,
-    HttpResponse,
-    Limits,
-    Router,
-    json_response,
-)
+from inferd.protocols.http import HttpApp, HttpRequest, HttpResponse, Router, json_response
+from inferd.protocols.http_body import Limits
 from inferd.repository.manager import ModelManager
 from inferd.settings import Settings
 

@@ -34,6 +34,7 @@ from inferd.errors import (
 from inferd.observability.requests import Finished, RequestObserver, new_request_id
 from inferd.protocols.access import Access
 from inferd.protocols.deadlines import BodyDeadlines
+from inferd.protocols.http_body import DEFAULT_MAX_BODY_BYTES, Limits, decompress, too_large
 from inferd.protocols.http_guard import NO_CORS, HttpGuard
 from inferd.protocols.watch import ClientWatch
 from inferd.redact import redact
@@ -63,21 +64,10 @@ JSON_TYPE = "application/json"
 # Bodies up to this size are read in one call; larger ones chunk by chunk into one buffer.
 WHOLE_BODY_BYTES = 1 << 20
 RETRY_AFTER_S = "1"
-DEFAULT_MAX_BODY_BYTES = 128 * 1024 * 1024
 # A request refused before its body was read has a body up to this size read and dropped
 # (never held), so its client gets the answer; a larger one's connection is closed instead.
 DRAIN_MAX_BYTES = 8 << 20
 RESOLVED_KEPT = 1024  # (method, path) pairs the router remembers
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """What the HTTP port lets one request and all of them together take."""
-
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    body_timeout_s: float = 60.0  # a body may pause this long between chunks
-    max_inflight_requests: int = 0  # 0: no limit (health and metrics never count)
-    max_inflight_bytes: int = 0  # declared body bytes of requests in progress; 0: no limit
 
 
 @dataclass(slots=True)
@@ -150,6 +140,11 @@ class Route:
         counted = self.access not in (Access.PUBLIC, Access.HEALTH, Access.METRICS)
         object.__setattr__(self, "counted", counted)
 
+    @property
+    def pool(self) -> int:
+        """Whose in-flight count the route's requests take: inference's (0) or admin's (1)."""
+        return int(self.access is Access.ADMIN)
+
 
 Resolved = tuple[Handler, Route, Mapping[str, str]]
 
@@ -197,21 +192,23 @@ class Router:
 
     def match(self, method: str, path: str) -> tuple[Handler, dict[str, str]]:
         """The handler and path parameters; NotFound, or 405 for a known path."""
-        allowed = False
+        allowed: list[str] = []
         for route_method, regex, handler in self._routes:
             found = regex.match(path)
             if found is None:
                 continue
             if route_method == method:
                 return handler, {k: v for k, v in found.groupdict().items() if v is not None}
-            allowed = True
+            allowed.append(route_method)
         if allowed:
-            raise _MethodNotAllowed(f"method {method} is not allowed on {path}")
+            raise _MethodNotAllowed(f"method {method} is not allowed on {path}", allowed)
         raise NotFound(f"no route for {method} {path}")
 
 
 class _MethodNotAllowed(InvalidInput):
-    pass
+    def __init__(self, message: str, allowed: list[str]) -> None:
+        super().__init__(message)
+        self.allow = ", ".join(sorted(set(allowed)))
 
 
 class HttpApp:
@@ -233,7 +230,7 @@ class HttpApp:
         self.max_body_bytes = self.limits.max_body_bytes
         self.observer = observer
         self.guard = guard
-        self.inflight = 0
+        self.inflight = [0, 0]  # requests in progress: inference's, admin's (Route.pool)
         self.inflight_bytes = 0
         self._max_requests = self.limits.max_inflight_requests or sys.maxsize
         self._max_bytes = self.limits.max_inflight_bytes or sys.maxsize
@@ -266,13 +263,14 @@ class HttpApp:
             else:
                 raise InvalidInput(f"Content-Length '{length[:40]}' is not a number")
             if route.counted:
-                if self.inflight >= self._max_requests or (
+                pool = route.pool
+                if self.inflight[pool] >= self._max_requests or (
                     declared
                     and self.inflight_bytes + declared > self._max_bytes
-                    and self.inflight > 0
+                    and self.inflight_bytes > 0
                 ):
-                    self._refuse()
-                self.inflight += 1
+                    self._refuse(pool)
+                self.inflight[pool] += 1
                 self.inflight_bytes += declared
                 counted = True
             if route.admit is not None:
@@ -293,7 +291,7 @@ class HttpApp:
             unread = False  # from here on, the body is read (or streamed by the handler)
             if route.stream:
                 if declared > limit:
-                    raise _too_large(declared, limit, route.limit_flag)
+                    raise too_large(declared, limit, route.limit_flag)
                 request.chunks = self._chunks(protocol, limit, route.limit_flag)
             elif (
                 0 < declared <= WHOLE_BODY_BYTES
@@ -310,6 +308,7 @@ class HttpApp:
             response = HttpResponse(b"", 204)
         except _MethodNotAllowed as exc:
             response = json_response({"error": exc.message}, 405)
+            response.headers.append(("allow", exc.allow))
         except InferdError as exc:
             if unread and 0 < declared <= DRAIN_MAX_BYTES:
                 await self._discard(protocol)
@@ -328,7 +327,7 @@ class HttpApp:
             response.request_id = request_id
         finally:
             if counted:
-                self.inflight -= 1
+                self.inflight[route.pool] -= 1
                 self.inflight_bytes -= declared
         request_id = headers.get("x-request-id") or response.request_id or new_request_id()
         response.headers.append(("x-request-id", request_id))
@@ -372,12 +371,14 @@ class HttpApp:
             async for _ in self._chunks(protocol, DRAIN_MAX_BYTES, ""):
                 pass
 
-    def _refuse(self) -> None:
+    def _refuse(self, pool: int) -> None:
         """Answer 503 at once (before the body is read): too much is in progress."""
         limits = self.limits
-        if limits.max_inflight_requests and self.inflight >= limits.max_inflight_requests:
+        count = self.inflight[pool]
+        if limits.max_inflight_requests and count >= limits.max_inflight_requests:
+            kind = "admin " if pool else ""
             raise Overloaded(
-                f"the server has {self.inflight} requests in progress "
+                f"the server has {count} {kind}requests in progress "
                 f"(--max-inflight-requests {limits.max_inflight_requests}); retry later"
             )
         raise Overloaded(
@@ -389,7 +390,7 @@ class HttpApp:
         self, headers: Headers, protocol: Any, declared: int, limit: int, flag: str
     ) -> bytes:
         if declared > limit:
-            raise _too_large(declared, limit, flag)
+            raise too_large(declared, limit, flag)
         if declared == 0 and "transfer-encoding" not in headers:
             body: bytes = b""
         elif 0 < declared <= WHOLE_BODY_BYTES:
@@ -397,7 +398,7 @@ class HttpApp:
         else:  # large or chunked: into one buffer as it streams in (never held twice)
             buffer = bytearray(declared) if declared else bytearray()
             size = 0
-            async for chunk in self._chunks(protocol, limit, flag):
+            async for chunk in self._chunks(protocol, limit, flag, counted=not declared):
                 end = size + len(chunk)
                 if declared:
                     if end > declared:
@@ -411,32 +412,49 @@ class HttpApp:
             body = buffer  # type: ignore[assignment]  # a bytearray reads as bytes
         encoding = headers.get("content-encoding")
         if encoding and body:
-            body = _decompress(encoding, body, limit)
+            body = decompress(encoding, body, limit)
         return body
 
-    async def _chunks(self, protocol: Any, limit: int, flag: str) -> AsyncIterator[bytes]:
-        """The body chunk by chunk: each must come within the body timeout, all within limit."""
+    async def _chunks(
+        self, protocol: Any, limit: int, flag: str, counted: bool = False
+    ) -> AsyncIterator[bytes]:
+        """The body chunk by chunk: each must come within the body timeout and the minimum
+        rate, all within limit. ``counted``: a body with no Content-Length, whose bytes count
+        against --max-inflight-bytes as they arrive."""
         size = 0
         stream = protocol.__aiter__()
-        while True:
-            try:
-                chunk: bytes = await self._deadlines.read(stream.__anext__())
-            except StopAsyncIteration:
-                return
-            size += len(chunk)
-            if size > limit:
-                raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes ({flag})")
-            yield chunk
+        rate = self.limits.body_rate
+        started = time.monotonic()
+        try:
+            while True:
+                until = rate.deadline(started, size)
+                try:
+                    chunk: bytes = await self._deadlines.read(
+                        stream.__anext__(), until=until, why=rate.describe()
+                    )
+                except StopAsyncIteration:
+                    return
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLarge(
+                        f"request body exceeds the limit of {limit} bytes ({flag})"
+                    )
+                if counted:
+                    self.inflight_bytes += len(chunk)
+                    if self.inflight_bytes > self._max_bytes:
+                        raise Overloaded(
+                            f"the server holds {self.inflight_bytes} bytes of request bodies "
+                            f"in progress (--max-inflight-bytes {self.limits.max_inflight_bytes})"
+                            "; retry later"
+                        )
+                yield chunk
+        finally:
+            if counted:
+                self.inflight_bytes -= size
 
 
 class _Preflight(Exception):
     """Answered from the guard's CORS headers, with no route."""
-
-
-def _too_large(size: int, limit: int, flag: str) -> PayloadTooLarge:
-    return PayloadTooLarge(
-        f"request body of {size} bytes exceeds the limit of {limit} bytes ({flag})"
-    )
 
 
 def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> Awaitable[T]:
@@ -446,26 +464,6 @@ def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> Awaitable[
     if watch is None:
         return work
     return watch.guard(request, work)
-
-
-def _decompress(encoding: str, body: bytes, limit: int) -> bytes:
-    name = encoding.strip().lower()
-    if name == "identity":
-        return body
-    if name == "gzip":
-        wbits = 16 + zlib.MAX_WBITS
-    elif name == "deflate":
-        wbits = zlib.MAX_WBITS
-    else:
-        raise InvalidInput(f"unsupported Content-Encoding '{encoding}'; use gzip or deflate")
-    inflater = zlib.decompressobj(wbits)
-    try:
-        out = inflater.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise InvalidInput(f"request body is not valid {name}: {exc}") from None
-    if len(out) > limit or inflater.unconsumed_tail:
-        raise PayloadTooLarge(f"decompressed request body exceeds the limit of {limit} bytes")
-    return out
 
 
 async def _send_stream(protocol: Any, response: HttpResponse, chunks: AsyncIterator[bytes]) -> int:

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from inferd.dataplane import DataPlane
-from inferd.errors import InvalidInput, Unavailable
+from inferd.errors import InferdError, InvalidInput, Unavailable
 from inferd.protocols.access import Access
 from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2_http import json_object, parse_json
@@ -160,6 +160,11 @@ class RepositoryHttp:
         self.uploads += 1
         try:
             entries = await self.plane.upload_model(request.params["model"], request.chunks)
+        except InferdError as exc:
+            # A failing model names its files, in the staging folder: never a server path.
+            exc.message = redact(exc.message)
+            exc.args = (exc.message,)
+            raise
         finally:
             self.uploads -= 1
         return json_response(_entries(entries))

@@ -25,7 +25,7 @@ from inferd.dataplane import DataPlane
 from inferd.errors import InvalidInput
 from inferd.protocols import codecs
 from inferd.protocols.http import HttpRequest, HttpResponse, Router
-from inferd.protocols.v2_http import OFFLOAD_BYTES
+from inferd.protocols.v2_http import OFFLOAD_BYTES, check_value_count
 from inferd.tfexample import Features
 from inferd.tfserving import ModelSignatures, TensorInfo
 from inferd.types import InferResponse, Tensors
@@ -54,21 +54,27 @@ class TfServingHttp:
         router.add("GET", _MODEL + "/metadata", self.metadata)
 
     async def call(self, request: HttpRequest) -> HttpResponse:
-        # A large body is parsed on a worker thread: the event loop keeps serving.
+        # A large body is checked first (more values than the model takes: refused unparsed),
+        # then parsed and turned into tensors on a worker thread, as v2's: the loop serves on.
+        p, verb = request.params, request.params["verb"]
         big = len(request.body) > OFFLOAD_BYTES
+        if big and "label" not in p:
+            check_value_count(self.plane, request.body, p["model"], p.get("version", ""))
         doc = await asyncio.to_thread(parse_json, request.body) if big else parse_json(request.body)
         if not isinstance(doc, dict):
             raise InvalidInput("the request body must be a JSON object")
         signature = doc.get("signature_name") or ""
         if not isinstance(signature, str):
             raise InvalidInput("'signature_name' must be a string")
-        p, verb = request.params, request.params["verb"]
         target = self.tf.target(
             p["model"], p.get("version", ""), p.get("label", ""), signature, verb
         )
         response: InferResponse
         if verb == "predict":
-            inputs, row_format = _predict_inputs(target.spec, doc)
+            if big:
+                inputs, row_format = await asyncio.to_thread(_predict_inputs, target.spec, doc)
+            else:
+                inputs, row_format = _predict_inputs(target.spec, doc)
             response = await self.tf.predict(target, inputs)
             answer = tf_json(_predictions(response.outputs, row_format))
         else:

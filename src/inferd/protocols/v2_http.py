@@ -168,6 +168,20 @@ def decode_request(
     )
 
 
+def check_value_count(plane: DataPlane, body: bytes, name: str, version: str) -> None:
+    """Refuse a large JSON body that holds more values than the model can take, before
+    parsing it: values are at most twice its commas (a comma count is a memchr)."""
+    most = plane.max_values(name, version)
+    if most is None:
+        return  # strings may hold commas; variable dims have no bound; or no such model
+    commas = body.count(b",")
+    if commas > 2 * most + COMMA_SLACK:
+        raise InvalidInput(
+            f"the JSON body holds about {commas} values, more than model '{name}' takes "
+            "in one request at its max_batch_size"
+        )
+
+
 def json_object(value: Any, what: str) -> dict[str, Any]:
     if value is None:
         return {}
@@ -259,19 +273,6 @@ class V2Http:
         router.add("GET", _MODEL + "/config", self.model_config)
         # /v2/repository/* lives in repository_http.py.
 
-    def _check_value_count(self, body: bytes, name: str, version: str) -> None:
-        """Refuse a JSON body that holds more values than the model can take, before
-        parsing it: values are at most twice its commas (a comma count is a memchr)."""
-        most = self.plane.max_values(name, version)
-        if most is None:
-            return  # strings may hold commas; variable dims have no bound; or no such model
-        commas = body.count(b",")
-        if commas > 2 * most + COMMA_SLACK:
-            raise InvalidInput(
-                f"the JSON body holds about {commas} values, more than model '{name}' takes "
-                "in one request at its max_batch_size"
-            )
-
     def _version(self, params: Mapping[str, str]) -> str:
         """The version a route names, by number or by label (/labels/{l})."""
         version = params.get("version", "")
@@ -291,7 +292,7 @@ class V2Http:
             infer_request = self._decode_inline(request, model, version, regions)
         else:  # a large body: cheap checks first, then decoded off the event loop
             if HEADER_LENGTH not in request.headers and "label" not in request.params:
-                self._check_value_count(request.body, model, version)
+                check_value_count(self.plane, request.body, model, version)
             infer_request = await asyncio.to_thread(_decode, request, model, version, regions)
         if "label" in request.params:
             infer_request.parameters[LABEL_PARAMETER] = request.params["label"]
