@@ -26,6 +26,7 @@ from tests.e2e.hostile_support import (
     PING,
     PREFACE,
     RST_STREAM,
+    SETTINGS,
     SETTINGS_INITIAL_WINDOW_SIZE,
     SETTINGS_MAX_FRAME_SIZE,
     STREAM_INFER,
@@ -91,8 +92,11 @@ def wide_message(value: float = 1.0) -> bytes:
 
 
 def _frame_size(client: RawClient) -> int:
+    """The server's largest frame, once its SETTINGS arrived (16 KiB unless it says)."""
     deadline = time.monotonic() + 2
-    while SETTINGS_MAX_FRAME_SIZE not in client.seen.settings and time.monotonic() < deadline:
+    while not any(kind == SETTINGS for kind, _, _ in client.seen.frames):
+        if time.monotonic() > deadline:
+            break
         time.sleep(0.01)
     return client.seen.settings.get(SETTINGS_MAX_FRAME_SIZE, 16384)
 
@@ -364,10 +368,7 @@ def many_streams(target: Target, hold_s: float) -> tuple[int, str]:
     """1,000 streams opened on one connection, none finished."""
     client = RawClient(target.address)
     try:
-        advertised = None
-        deadline = time.monotonic() + 2
-        while 0x3 not in client.seen.settings and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _frame_size(client)  # the server's SETTINGS arrived
         advertised = client.seen.settings.get(0x3)
         for sid in range(1, 2001, 2):
             client.headers(sid, request_headers(INFER))
