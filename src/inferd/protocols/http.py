@@ -34,7 +34,13 @@ from inferd.errors import (
 from inferd.observability.requests import Finished, RequestObserver, new_request_id
 from inferd.protocols.access import Access
 from inferd.protocols.deadlines import BodyDeadlines
-from inferd.protocols.http_body import DEFAULT_MAX_BODY_BYTES, Limits, decompress, too_large
+from inferd.protocols.http_body import (
+    DEFAULT_MAX_BODY_BYTES,
+    Limits,
+    decompress,
+    send_stream,
+    too_large,
+)
 from inferd.protocols.http_guard import NO_CORS, HttpGuard
 from inferd.protocols.watch import ClientWatch
 from inferd.redact import redact
@@ -226,6 +232,7 @@ class HttpApp:
         self.router = router
         self.limits = limits or Limits(max_body_bytes=max_body_bytes)
         self._deadlines = BodyDeadlines(self.limits.body_timeout_s)
+        self._too_slow = self.limits.body_rate.describe()
         self._watch = ClientWatch()
         self.max_body_bytes = self.limits.max_body_bytes
         self.observer = observer
@@ -298,7 +305,7 @@ class HttpApp:
                 and declared <= limit
                 and ("content-encoding" not in headers)
             ):  # the usual body, read in one call (as ``_read_body`` would, one frame less)
-                body = request.body = await self._deadlines.read(protocol(), task)
+                body = request.body = await self._whole(protocol, declared, task)
             else:
                 body = request.body = await self._read_body(
                     headers, protocol, declared, limit, route.limit_flag
@@ -335,7 +342,8 @@ class HttpApp:
             response.headers.extend(cors)
         sent = 0
         if response.stream is not None:
-            sent = await _send_stream(protocol, response, response.stream)
+            head = [("content-type", response.content_type), *response.headers]
+            sent = await send_stream(protocol, response.status, head, response.stream)
         elif response.status != 499:  # nobody is there to read it
             sent = _send(protocol, response)
         observer = self.observer
@@ -394,7 +402,7 @@ class HttpApp:
         if declared == 0 and "transfer-encoding" not in headers:
             body: bytes = b""
         elif 0 < declared <= WHOLE_BODY_BYTES:
-            body = await self._deadlines.read(protocol())
+            body = await self._whole(protocol, declared)
         else:  # large or chunked: into one buffer as it streams in (never held twice)
             buffer = bytearray(declared) if declared else bytearray()
             size = 0
@@ -415,6 +423,12 @@ class HttpApp:
             body = decompress(encoding, body, limit)
         return body
 
+    async def _whole(self, protocol: Any, declared: int, task: Any = None) -> bytes:
+        """A body of ``declared`` bytes read in one call, within the timeout and the rate."""
+        rate = self.limits.body_rate
+        until = rate.deadline(time.monotonic(), declared) if rate.min_bytes_per_s else None
+        return await self._deadlines.read(protocol(), task, until, self._too_slow)
+
     async def _chunks(
         self, protocol: Any, limit: int, flag: str, counted: bool = False
     ) -> AsyncIterator[bytes]:
@@ -430,7 +444,7 @@ class HttpApp:
                 until = rate.deadline(started, size)
                 try:
                     chunk: bytes = await self._deadlines.read(
-                        stream.__anext__(), until=until, why=rate.describe()
+                        stream.__anext__(), until=until, why=self._too_slow
                     )
                 except StopAsyncIteration:
                     return
@@ -464,24 +478,6 @@ def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> Awaitable[
     if watch is None:
         return work
     return watch.guard(request, work)
-
-
-async def _send_stream(protocol: Any, response: HttpResponse, chunks: AsyncIterator[bytes]) -> int:
-    """Answer chunk by chunk; returns the body bytes sent."""
-    headers = [("content-type", response.content_type), *response.headers]
-    transport = protocol.response_stream(response.status, headers)
-    sent = 0
-    try:
-        async for chunk in chunks:
-            await transport.send_bytes(chunk)
-            sent += len(chunk)
-    except Exception as exc:  # the client left mid-stream: stop producing for it
-        log.debug("stream to the client ended early: %s", exc)
-    finally:
-        close = getattr(chunks, "aclose", None)
-        if close is not None:
-            await close()
-    return sent
 
 
 def _send(protocol: Any, response: HttpResponse) -> int:

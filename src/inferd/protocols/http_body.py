@@ -1,5 +1,5 @@
-"""Request bodies on the HTTP port: the limits on them (``Limits``), how long one may take, and
-decompression within a limit.
+"""Bodies on the HTTP port: the limits on requests' (``Limits``), how long one may take,
+decompression within a limit, and answers streamed chunk by chunk.
 
 A body may pause at most ``--http-body-timeout-s`` between chunks, and must arrive at an
 average of ``--http-min-body-rate-bytes`` per second after a grace of
@@ -9,10 +9,15 @@ chunked) is cut instead of holding its request slot for as long as it keeps drip
 
 from __future__ import annotations
 
+import logging
 import zlib
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from inferd.errors import InvalidInput, PayloadTooLarge
+
+log = logging.getLogger("inferd.http")
 
 DEFAULT_MAX_BODY_BYTES = 128 * 1024 * 1024
 
@@ -76,3 +81,22 @@ def decompress(encoding: str, body: bytes, limit: int) -> bytes:
     if len(out) > limit or inflater.unconsumed_tail:
         raise PayloadTooLarge(f"decompressed request body exceeds the limit of {limit} bytes")
     return out
+
+
+async def send_stream(
+    protocol: Any, status: int, headers: Sequence[tuple[str, str]], chunks: AsyncIterator[bytes]
+) -> int:
+    """Answer chunk by chunk (RSGI); returns the body bytes sent."""
+    transport = protocol.response_stream(status, list(headers))
+    sent = 0
+    try:
+        async for chunk in chunks:
+            await transport.send_bytes(chunk)
+            sent += len(chunk)
+    except Exception as exc:  # the client left mid-stream: stop producing for it
+        log.debug("stream to the client ended early: %s", exc)
+    finally:
+        close = getattr(chunks, "aclose", None)
+        if close is not None:
+            await close()
+    return sent
