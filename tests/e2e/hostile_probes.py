@@ -305,13 +305,13 @@ def continuation_flood(target: Target, hold_s: float) -> tuple[int, str]:
 
 def big_prefixes(target: Target, hold_s: float) -> tuple[int, str]:
     """Prefixes declaring 4 GiB - 1 and the limit + 1, and a gzip bomb (256 MiB of zeros)."""
+    bomb = gzip.compress(b"\0" * (256 << 20), compresslevel=9)  # before: it takes seconds
     client = RawClient(target.address)
     try:
         client.headers(1, request_headers(INFER))
         client.data(1, grpc_message(b"", declared=0xFFFFFFFF))
         client.headers(3, request_headers(INFER))
         client.data(3, grpc_message(b"", declared=target.max_message_bytes + 1))
-        bomb = gzip.compress(b"\0" * (256 << 20), compresslevel=9)
         client.headers(5, request_headers(INFER, [("grpc-encoding", "gzip")]))
         size = _frame_size(client)
         message = grpc_message(bomb, compressed=True)
@@ -321,7 +321,8 @@ def big_prefixes(target: Target, hold_s: float) -> tuple[int, str]:
             if not client.send_within_window(5, part, deadline):
                 break
         client.data(5, b"", end_stream=True)
-        statuses = [client.status(sid, hold_s) for sid in (1, 3, 5)]
+        # Inflating the bomb up to the limit takes the server a CPU-second or more.
+        statuses = [client.status(sid, hold_s + 15) for sid in (1, 3, 5)]
         return 1, f"4 GiB, limit+1, gzip bomb: grpc-status {statuses}"
     finally:
         client.close()

@@ -339,18 +339,21 @@ class Connection(CallRunner, asyncio.Protocol):
 
     def _forget(self, stream: Stream, credit: bool = True) -> None:
         """Free what a closed stream held: its bytes in the budget, its unsent answers."""
-        if stream.held and credit:
-            self.lib.nghttp2_session_consume_connection(self._session, stream.held)
-        stream.held = 0
+        if stream.held:
+            if credit:
+                self.lib.nghttp2_session_consume_connection(self._session, stream.held)
+            stream.held = 0
         budget = self.server.budget
-        budget.waiting.pop(stream, None)
+        if budget.waiting:
+            budget.waiting.pop(stream, None)
         if stream.buffered:
             budget.release(stream.buffered)
             stream.buffered = 0
-        self.unsent -= stream.unsent
-        stream.unsent = 0
-        stream.out.clear()
-        stream.messages.clear()
+            stream.messages.clear()
+        if stream.unsent:
+            self.unsent -= stream.unsent
+            stream.unsent = 0
+            stream.out.clear()
 
     # ------------------------------------------------------------------ nghttp2 callbacks
 
