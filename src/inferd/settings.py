@@ -345,9 +345,10 @@ class Settings:
     max_inflight_requests: int = field(
         default=1024,
         metadata=_opt(
-            "requests in progress on the whole server, per port: inference calls, and admin "
-            "calls (uploads included) apart; more answer 503 / RESOURCE_EXHAUSTED at once "
-            "(0: no limit). With --http-workers N each worker takes 1/N of it"
+            "requests in progress on the whole server, per port, counted once their body is "
+            "in (uploads: from their head): inference calls, and admin calls (uploads "
+            "included) apart; more answer 503 / RESOURCE_EXHAUSTED at once (0: no limit). "
+            "With --http-workers N each worker takes 1/N of it"
         ),
     )
     max_inflight_bytes: int = field(

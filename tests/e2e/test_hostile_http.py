@@ -35,17 +35,20 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
             "1",
             "--http-min-body-rate-bytes",
             "1000",
+            "--max-concurrent-uploads",
+            str(DRIPPERS),
         ],
     ).start()
     yield proc
     proc.stop()
 
 
-def _drip(server: ServerProcess, path: str) -> socket.socket:
+def _drip(server: ServerProcess, path: str, method: str = "POST") -> socket.socket:
     """A chunked request whose body starts, then drips a byte now and then."""
+    kind = "application/gzip" if method == "PUT" else "application/json"
     s = socket.create_connection(("127.0.0.1", server.http_port), timeout=10)
     s.sendall(
-        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {kind}\r\n"
         "Transfer-Encoding: chunked\r\n\r\n1\r\n{\r\n".encode()
     )
     return s
@@ -61,11 +64,11 @@ def _answer(s: socket.socket, timeout_s: float) -> bytes:
         s.close()
 
 
-def test_slow_admin_bodies_leave_inference_its_budget(server: ServerProcess) -> None:
-    """Admin calls (uploads included) have their own in-flight count: a client holding all
-    of it with slow chunked bodies leaves inference answering, and the minimum body rate cuts
-    those bodies after the grace."""
-    drippers = [_drip(server, "/v2/repository/models/x/load") for _ in range(DRIPPERS)]
+def test_slow_uploads_leave_inference_its_budget(server: ServerProcess) -> None:
+    """Uploads (counted from their head: they run as their body streams to disk) and admin
+    calls have their own in-flight count: a client holding all of it with slow chunked
+    uploads leaves inference answering, and the minimum body rate cuts them after the grace."""
+    drippers = [_drip(server, f"/v2/repository/models/up{i}", "PUT") for i in range(DRIPPERS)]
     time.sleep(0.3)
     url = f"{server.http_url}/v2/models/fast/infer"
     doc = {"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "FP32", "data": [2.0]}]}
@@ -157,3 +160,16 @@ def test_a_dripping_upload_is_cut_too(tmp_path: Path, server: ServerProcess) -> 
     )
     answer = _answer(s, 8)
     assert answer.startswith(b"HTTP/1.1 408"), answer
+
+
+def test_slow_inference_bodies_do_not_hold_inference_slots(server: ServerProcess) -> None:
+    """A request counts against --max-inflight-requests once its body is in: clients dripping
+    bodies to the infer route itself (more of them than the limit) leave it to real calls."""
+    drippers = [_drip(server, "/v2/models/fast/infer") for _ in range(3 * INFLIGHT)]
+    time.sleep(0.3)
+    url = f"{server.http_url}/v2/models/fast/infer"
+    doc = {"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "FP32", "data": [2.0]}]}
+    answers = [httpx.post(url, json=doc, timeout=10).status_code for _ in range(2 * INFLIGHT)]
+    cut = [_answer(s, 8) for s in drippers]
+    assert answers == [200] * (2 * INFLIGHT)
+    assert all(a.startswith(b"HTTP/1.1 408") for a in cut), cut

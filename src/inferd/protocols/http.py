@@ -251,7 +251,7 @@ class HttpApp:
         endpoint = "unmatched"
         body = b""
         cors = NO_CORS
-        counted = False
+        counted = reserved = False  # in the request count; its declared bytes in the byte count
         declared = 0
         unread = True  # the body is still on the wire
         try:
@@ -277,9 +277,11 @@ class HttpApp:
                     and self.inflight_bytes > 0
                 ):
                     self._refuse(pool)
-                self.inflight[pool] += 1
                 self.inflight_bytes += declared
-                counted = True
+                reserved = True
+                if route.stream:  # it runs while its body streams in: counted from now
+                    self.inflight[pool] += 1
+                    counted = True
             if route.admit is not None:
                 route.admit(params)
             limit = route.max_body_bytes or self.limits.max_body_bytes
@@ -310,6 +312,11 @@ class HttpApp:
                 body = request.body = await self._read_body(
                     headers, protocol, declared, limit, route.limit_flag
                 )
+            if reserved and not counted:  # counted once its body is in: slow bodies never are
+                if self.inflight[pool] >= self._max_requests:
+                    self._refuse(pool)
+                self.inflight[pool] += 1
+                counted = True
             response = await handler(request)
         except _Preflight:
             response = HttpResponse(b"", 204)
@@ -335,6 +342,7 @@ class HttpApp:
         finally:
             if counted:
                 self.inflight[route.pool] -= 1
+            if reserved:
                 self.inflight_bytes -= declared
         request_id = headers.get("x-request-id") or response.request_id or new_request_id()
         response.headers.append(("x-request-id", request_id))
@@ -384,9 +392,8 @@ class HttpApp:
         limits = self.limits
         count = self.inflight[pool]
         if limits.max_inflight_requests and count >= limits.max_inflight_requests:
-            kind = "admin " if pool else ""
             raise Overloaded(
-                f"the server has {count} {kind}requests in progress "
+                f"the server has {count} {'admin ' if pool else ''}requests in progress "
                 f"(--max-inflight-requests {limits.max_inflight_requests}); retry later"
             )
         raise Overloaded(

@@ -50,8 +50,9 @@ class Limits:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     body_timeout_s: float = 60.0  # a body may pause this long between chunks
     body_rate: BodyRate = field(default_factory=lambda: BodyRate(min_bytes_per_s=0))
-    # Requests in progress, inference and admin each (health and metrics never count); 0: no
-    # limit. Uploads and admin calls have their own count, so they never use up inference's.
+    # Requests in progress, inference and admin each (health and metrics never count), from
+    # when their body is in (uploads: from their head); 0: no limit. Uploads and admin calls
+    # have their own count, so they never use up inference's.
     max_inflight_requests: int = 0
     max_inflight_bytes: int = 0  # body bytes of requests in progress; 0: no limit
 
