@@ -139,11 +139,12 @@ GOOD = {"1/model.onnx": HALF_PLUS_TWO}
     ("name", "body", "status", "fragment"),
     [
         ("evil", _tar({**GOOD, "../escape": b"x"}), 400, "leaves its folder ('..')"),
-        ("evil", _tar({**GOOD, "/tmp/escape": b"x"}), 400, "absolute path '/tmp/escape'"),
+        ("evil", _tar({**GOOD, "/tmp/escape": b"x"}), 400, "absolute path '…/escape'"),
         ("evil", _tar(GOOD, links={"1/link": "/etc/passwd"}), 400, "is a link"),
         ("evil", os.urandom(MAX_UPLOAD_BYTES + 1), 413, "--max-upload-bytes"),
         ("evil", _tar({"1/big": b"\0" * (MAX_UPLOAD_BYTES + 1)}), 413, "extracts to more than"),
         ("evil", b"plain text", 400, "not a .tar.gz, .tar or .zip archive"),
+        ("evil", _tar({"1": b"x", **GOOD}), 400, "a file and a folder at the same path"),
         ("evil", _tar({"config.pbtxt": b"max_batch_size: x\n", **GOOD}), 400, "config.pbtxt"),
         ("evil", _tar({"config.pbtxt": b"max_batch_size: 1\n"}), 400, "has no version folder"),
         ("evil", _tar({"config.pbtxt": b"name: 'x'\n", **GOOD}), 400, "does not match"),
@@ -161,6 +162,8 @@ def test_bad_uploads_are_4xx_and_write_nothing(
     got, doc = _put(server, name, body)
     assert got == status, doc
     assert isinstance(doc, dict) and fragment in doc["error"]
+    # Paths are redacted: not the repository's, nor the staging folder's (.upload-*).
+    assert str(root.parent) not in doc["error"] and ".upload-" not in doc["error"]
     assert _tree(root) == before
     assert not (root.parent / "escape").exists() and not Path("/tmp/escape").exists()
     assert states(server, "evil") == {}

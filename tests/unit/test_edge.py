@@ -46,3 +46,38 @@ def test_code_policy_from_flags() -> None:
     policy = edge.code_policy(s, edge.token_store(s))
     assert policy.pickle.value == "always" and policy.unsafe_ops.value == "never"
     assert policy.python_models.value == "startup" and policy.admin_token
+
+
+def test_the_inflight_limit_is_a_server_total_shared_by_the_workers() -> None:
+    s = flags.parse(["--max-inflight-requests", "1024", "--http-min-body-rate-bytes", "500"])
+    assert edge.inflight_share(s, 1) == 1024
+    assert edge.inflight_share(s, 3) == 342  # rounded up: the total is never cut below
+    limits = edge.http_limits(s, 4)
+    assert limits.max_inflight_requests == 256
+    assert limits.body_rate.min_bytes_per_s == 500 and limits.body_rate.grace_s == 10.0
+    unlimited = flags.parse(["--max-inflight-requests", "0"])
+    assert edge.inflight_share(unlimited, 4) == 0
+
+
+def test_grpc_limits_from_their_flags() -> None:
+    s = flags.parse(
+        [
+            "--grpc-keepalive-time",
+            "60000",
+            "--grpc-keepalive-timeout",
+            "5000",
+            "--grpc-http2-max-ping-strikes",
+            "3",
+            "--grpc-max-concurrent-streams",
+            "50",
+            "--grpc-idle-timeout-s",
+            "30",
+        ]
+    )
+    limits = edge.grpc_limits(s)
+    assert (limits.keepalive_time_s, limits.keepalive_timeout_s) == (60.0, 5.0)
+    assert (limits.max_ping_strikes, limits.max_concurrent_streams) == (3, 50)
+    assert limits.idle_timeout_s == 30.0 and limits.max_header_list_bytes == 16 * 1024
+    assert limits.min_ping_interval_s == 300.0 and not limits.keepalive_permit_without_calls
+    with pytest.raises(ConfigError, match="--grpc-body-timeout-s"):
+        edge.grpc_limits(flags.parse(["--grpc-body-timeout-s", "0"]))

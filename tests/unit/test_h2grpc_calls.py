@@ -1,4 +1,4 @@
-"""inferd.protocols.h2grpc.calls.Reader: gRPC messages cut out of DATA chunks however the
+"""inferd.protocols.h2grpc.framing.Reader: gRPC messages cut out of DATA chunks however the
 chunks split them (whole small messages in one chunk take the one-copy path)."""
 
 from __future__ import annotations
@@ -9,7 +9,13 @@ import struct
 import grpc
 import pytest
 
-from inferd.protocols.h2grpc.calls import SMALL_MESSAGE_BYTES, CallError, Reader
+from inferd.protocols.h2grpc.framing import (
+    FIRST_BUFFER_BYTES,
+    SMALL_MESSAGE_BYTES,
+    CallError,
+    Reader,
+    decompress,
+)
 
 
 def _framed(payload: bytes, compressed: bool = False) -> bytes:
@@ -56,3 +62,36 @@ def test_a_message_over_the_limit_is_refused() -> None:
         _feed(reader, [_framed(b"123456789")])
     assert info.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "larger than max (9 vs. 8)" in info.value.details
+
+
+def test_a_declared_length_allocates_only_what_arrived() -> None:
+    """A prefix declaring 128 MiB and 10 bytes of it: a buffer of at most 64 KiB, grown as
+    the bytes come (doubling, never past the declared length), and the message whole."""
+    reader = Reader(1 << 30)
+    declared = 128 * 1024 * 1024
+    out: list[tuple[bool, bytes | bytearray]] = []
+    head = ctypes.create_string_buffer(struct.pack(">BI", 0, declared) + b"x" * 10, 15)
+    reader.feed(ctypes.addressof(head), 15, out)
+    assert not out and reader.partial
+    assert len(reader._body or b"") <= FIRST_BUFFER_BYTES
+    chunk = ctypes.create_string_buffer(b"y" * (1 << 20), 1 << 20)
+    sent = 10
+    while sent + (1 << 20) <= declared:
+        reader.feed(ctypes.addressof(chunk), 1 << 20, out)
+        sent += 1 << 20
+        body = reader._body
+        assert body is None or len(body) <= max(2 * sent, FIRST_BUFFER_BYTES)
+    rest = declared - sent
+    reader.feed(ctypes.addressof(chunk), rest, out)
+    assert len(out) == 1 and len(out[0][1]) == declared and not reader.partial
+    assert bytes(out[0][1][:12]) == b"x" * 10 + b"yy"
+
+
+@pytest.mark.parametrize("encoding", ["", "identity"])
+def test_a_compressed_message_with_no_encoding_is_internal(encoding: str) -> None:
+    with pytest.raises(CallError) as info:
+        decompress(encoding, b"\x1f\x8b", 1 << 20)
+    assert info.value.code is grpc.StatusCode.INTERNAL
+    with pytest.raises(CallError) as info:
+        decompress("snappy", b"x", 1 << 20)
+    assert info.value.code is grpc.StatusCode.UNIMPLEMENTED

@@ -201,18 +201,18 @@ def test_a_model_that_fails_to_load_answers_its_reason_and_holds_no_budget(
     tmp_path: Path,
 ) -> None:
     root = tmp_path / "models"
-    write_model(root, "broken", no_such_parameter="1")
+    write_model(root, "broken", die_by="nonsense")
     write_model(root, "good")
 
     async def test(residency: Residency, plane: DataPlane) -> None:
-        with pytest.raises(Unavailable, match=r"could not be loaded on demand: .*no_such_param"):
+        with pytest.raises(Unavailable, match=r"could not be loaded on demand: .*die_by"):
             await plane.infer(request("broken"))
         assert residency.counters.load_failures == 1
         assert not plane.model_ready("broken")
         view = residency.views()["broken"]
-        assert view.state == "failed" and "no_such_parameter" in view.reason
+        assert view.state == "failed" and "die_by" in view.reason
         # The same answer at once, without another load, for a while.
-        with pytest.raises(Unavailable, match="no_such_parameter"):
+        with pytest.raises(Unavailable, match="die_by"):
             await plane.infer(request("broken"))
         assert residency.counters.load_failures == 1
         # The budget (one model) is whole: the good model loads.

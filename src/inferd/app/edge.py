@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import logging
 import resource
+import sys
 from typing import Any
 
 from inferd.app.settings import Settings
 from inferd.core.errors import ConfigError
-from inferd.protocols.http import Limits
+from inferd.protocols.h2grpc.host import Limits as GrpcLimits
+from inferd.protocols.http_body import BodyRate, Limits
 from inferd.security.access import AccessPolicy, is_loopback
 from inferd.security.http_guard import HttpGuard
 from inferd.security.tls import Tls, read_pem
@@ -87,14 +89,59 @@ def http_guard(settings: Settings, policy: AccessPolicy) -> HttpGuard:
     )
 
 
-def http_limits(settings: Settings) -> Limits:
+def inflight_share(settings: Settings, workers: int = 1) -> int:
+    """One worker's share of --max-inflight-requests, a total for the server (0: no limit)."""
+    total = max(0, settings.max_inflight_requests)
+    return -(-total // max(1, workers)) if total else 0
+
+
+def http_limits(settings: Settings, workers: int = 1) -> Limits:
     if settings.http_body_timeout_s <= 0 or settings.http_header_timeout_s <= 0:
         raise ConfigError("--http-header-timeout-s and --http-body-timeout-s must be positive")
     return Limits(
         max_body_bytes=settings.http_max_body_bytes,
         body_timeout_s=settings.http_body_timeout_s,
-        max_inflight_requests=max(0, settings.max_inflight_requests),
+        body_rate=BodyRate(
+            grace_s=settings.http_header_timeout_s,
+            min_bytes_per_s=max(0, settings.http_min_body_rate_bytes),
+        ),
+        max_inflight_requests=inflight_share(settings, workers),
         max_inflight_bytes=max(0, settings.max_inflight_bytes),
+    )
+
+
+def grpc_limits(settings: Settings) -> GrpcLimits:
+    """The gRPC port's connection limits and timeouts, from their flags."""
+    timeouts = (
+        settings.grpc_header_timeout_s,
+        settings.grpc_body_timeout_s,
+        settings.grpc_idle_timeout_s,
+        settings.grpc_keepalive_time,
+        settings.grpc_keepalive_timeout,
+    )
+    if min(timeouts) <= 0:
+        raise ConfigError(
+            "--grpc-header-timeout-s, --grpc-body-timeout-s, --grpc-idle-timeout-s, "
+            "--grpc-keepalive-time and --grpc-keepalive-timeout must be positive"
+        )
+    if settings.grpc_max_concurrent_streams < 1 or settings.grpc_max_header_list_bytes < 1024:
+        raise ConfigError(
+            "--grpc-max-concurrent-streams must be at least 1 and "
+            "--grpc-max-header-list-bytes at least 1024"
+        )
+    return GrpcLimits(
+        max_message_bytes=settings.grpc_max_message_bytes,
+        max_concurrent_streams=settings.grpc_max_concurrent_streams,
+        max_header_list_bytes=settings.grpc_max_header_list_bytes,
+        max_buffered_bytes=settings.max_inflight_bytes or sys.maxsize,
+        header_timeout_s=settings.grpc_header_timeout_s,
+        body_timeout_s=settings.grpc_body_timeout_s,
+        idle_timeout_s=settings.grpc_idle_timeout_s,
+        keepalive_time_s=settings.grpc_keepalive_time / 1000,
+        keepalive_timeout_s=settings.grpc_keepalive_timeout / 1000,
+        keepalive_permit_without_calls=settings.grpc_keepalive_permit_without_calls,
+        min_ping_interval_s=settings.grpc_http2_min_recv_ping_interval_without_data / 1000,
+        max_ping_strikes=max(0, settings.grpc_http2_max_ping_strikes),
     )
 
 

@@ -414,14 +414,14 @@ class Server:
         self,
         *,
         metrics_text: Callable[[], Awaitable[bytes]] | None = None,
-        reuse_port: bool = False,
+        workers: int = 1,
     ) -> Frontends:
         """The network frontends on this server: built on first use (with these options, see
         ``Frontends``), stopped with it."""
         if self._frontends is None:
             from inferd.app.frontends import Frontends
 
-            self._frontends = Frontends(self, metrics_text=metrics_text, reuse_port=reuse_port)
+            self._frontends = Frontends(self, metrics_text=metrics_text, workers=workers)
         return self._frontends
 
     # ------------------------------------------------------------------ threads and loops

@@ -35,7 +35,8 @@ from inferd.protocols.admin_http import AdminHttp
 from inferd.protocols.dashboard_http import Dashboard, page_url
 from inferd.protocols.generate_http import GenerateHttp
 from inferd.protocols.h2grpc.server import NativeGrpcServer
-from inferd.protocols.http import HttpApp, Router
+from inferd.protocols.http import HttpApp
+from inferd.protocols.http_routes import Router
 from inferd.protocols.openapi import OpenApi
 from inferd.protocols.repository_http import RepositoryHttp
 from inferd.protocols.settings_grpc import SettingsGrpc
@@ -108,16 +109,18 @@ class Frontends:
         *,
         metrics_text: Callable[[], Awaitable[bytes]] | None = None,
         metrics_registry: CollectorRegistry | None = None,
-        reuse_port: bool = False,
+        workers: int = 1,
     ) -> None:
         """``metrics_text`` / ``metrics_registry``: what ``/metrics`` and ``--metrics-port``
         serve instead of the core's own figures (several workers: their totals);
-        ``reuse_port``: share the ports with the server's other workers."""
+        ``workers``: this is one of that many serving processes sharing the ports (each takes
+        its share of the in-flight limit)."""
         settings = core.settings
         self.core = core
         self.settings = settings
         self.plane = core.plane
-        self.reuse_port = reuse_port
+        self.workers = workers
+        self.reuse_port = workers > 1
         self.metrics_registry = metrics_registry or core.metrics
         self.observer = RequestObserver(
             core.endpoints, core.logs, core.tracer, settings.node_name, core.trace_settings
@@ -159,7 +162,7 @@ class Frontends:
             router,
             observer=self.observer,
             guard=edge.http_guard(settings, http_access),
-            limits=edge.http_limits(settings),
+            limits=edge.http_limits(settings, workers),
         )
         self._http: list[_Listener] = []
         self._grpc: list[Any] = []
@@ -246,10 +249,11 @@ class Frontends:
             observer=self.observer,
             kind=settings.grpc_server,
             access=policy,
-            max_concurrent_rpcs=settings.max_inflight_requests or None,
+            max_concurrent_rpcs=edge.inflight_share(settings, self.workers) or None,
             tfserving_tensor_content=settings.tfserving_tensor_content,
             reuse_port=self.reuse_port,
             settings=SettingsGrpc(self.core.trace_settings, self.core.log_settings),
+            limits=edge.grpc_limits(settings),
         )
         await server.start()
         self._grpc.append(server)

@@ -54,7 +54,7 @@ class NetworkServer:
             core.after_startup_loads = control.replay
         self.frontends = core.frontends(
             metrics_text=self.node.metrics_text if self.node is not None else None,
-            reuse_port=worker is not None,
+            workers=worker.count if worker is not None else 1,
         )
         self.http_app = self.frontends.http_app
         dashboard = self.frontends.dashboard

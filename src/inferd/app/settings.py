@@ -46,6 +46,63 @@ class Settings:
         default=128 * 1024 * 1024,
         metadata=_opt("largest gRPC message accepted or sent"),
     )
+    # ---- gRPC connection limits (docs/security/limits.md); Triton's names where it has one
+    grpc_max_concurrent_streams: int = field(
+        default=100,
+        metadata=_opt("calls in progress on one gRPC connection (HTTP/2 streams, advertised)"),
+    )
+    grpc_max_header_list_bytes: int = field(
+        default=16 * 1024,
+        metadata=_opt(
+            "largest header list (metadata) of a gRPC call, advertised and enforced as it "
+            "arrives; past it the call's stream is reset"
+        ),
+    )
+    grpc_header_timeout_s: float = field(
+        default=10.0,
+        metadata=_opt(
+            "seconds a new gRPC connection has to send its HTTP/2 preface, and a header "
+            "block to arrive whole; else the connection is closed"
+        ),
+    )
+    grpc_body_timeout_s: float = field(
+        default=60.0,
+        metadata=_opt(
+            "seconds a gRPC request may stall mid-message (a unary call: before its end) "
+            "before its stream is reset with DEADLINE_EXCEEDED (native server)"
+        ),
+    )
+    grpc_idle_timeout_s: float = field(
+        default=300.0,
+        metadata=_opt("seconds a gRPC connection with no call open stays before GOAWAY and close"),
+    )
+    grpc_keepalive_time: int = field(
+        default=7_200_000,
+        metadata=_opt(
+            "Triton's name, in ms: a gRPC connection silent this long is sent a keep-alive ping"
+        ),
+    )
+    grpc_keepalive_timeout: int = field(
+        default=20_000,
+        metadata=_opt("Triton's name, in ms: a keep-alive ping unanswered this long closes"),
+    )
+    grpc_keepalive_permit_without_calls: bool = field(
+        default=False,
+        metadata=_opt("Triton's name: clients may send keep-alive pings with no call open"),
+    )
+    grpc_http2_min_recv_ping_interval_without_data: int = field(
+        default=300_000,
+        metadata=_opt(
+            "Triton's name, in ms: client pings closer than this, with no data sent between, "
+            "count as strikes"
+        ),
+    )
+    grpc_http2_max_ping_strikes: int = field(
+        default=2,
+        metadata=_opt(
+            "Triton's name: ping strikes tolerated; past them GOAWAY (too_many_pings) and close"
+        ),
+    )
     tfserving_tensor_content: bool = field(
         default=False,
         metadata=_opt(
@@ -301,13 +358,29 @@ class Settings:
     http_max_header_bytes: int = field(
         default=64 * 1024, metadata=_opt("largest request head (request line and headers)")
     )
+    http_min_body_rate_bytes: int = field(
+        default=1024,
+        metadata=_opt(
+            "bytes per second a request body must average after --http-header-timeout-s "
+            "(chunked too), else 408 (0: no minimum)"
+        ),
+    )
     max_inflight_requests: int = field(
         default=1024,
-        metadata=_opt("requests in progress per port; more answer 503 at once (0: no limit)"),
+        metadata=_opt(
+            "requests in progress on the whole server, per port, counted once their body is "
+            "in (uploads: from their head): inference calls, and admin calls (uploads "
+            "included) apart; more answer 503 / RESOURCE_EXHAUSTED at once (0: no limit). "
+            "With --http-workers N each worker takes 1/N of it"
+        ),
     )
     max_inflight_bytes: int = field(
         default=1 << 30,
-        metadata=_opt("HTTP request bodies in progress, in bytes; more answer 503 (0: no limit)"),
+        metadata=_opt(
+            "request bodies in progress, in bytes, per worker: HTTP bodies (more answer 503) "
+            "and gRPC messages being received (past it no window opens until calls take "
+            "theirs); 0: no limit"
+        ),
     )
     max_concurrent_uploads: int = field(
         default=2, metadata=_opt("model uploads in progress at once; more answer 503")

@@ -25,8 +25,10 @@ from inferd.app.settings import Settings
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError, InferdError
 from inferd.observability.requests import RequestObserver
+from inferd.protocols.grpc_servers import new_server
 from inferd.protocols.h2grpc.server import NativeGrpcServer
-from inferd.protocols.http import HttpApp, Router
+from inferd.protocols.http import HttpApp
+from inferd.protocols.http_routes import Router
 from inferd.protocols.torchserve_grpc import (
     INFERENCE_SERVICE,
     MANAGEMENT_SERVICE,
@@ -34,7 +36,6 @@ from inferd.protocols.torchserve_grpc import (
 )
 from inferd.protocols.torchserve_http import TorchServeInferenceHttp, render_error
 from inferd.protocols.torchserve_management_http import TorchServeManagementHttp
-from inferd.protocols.v2_grpc import new_server
 from inferd.repository.manager import ControlMode, ModelManager
 from inferd.repository.storage import StorageOptions
 from inferd.security.access import AccessPolicy, is_loopback
@@ -264,7 +265,8 @@ class TorchServePorts:
             settings.grpc_server,
             settings.grpc_max_message_bytes,
             [interceptor] if interceptor.active else [],
-            settings.max_inflight_requests or None,
+            edge.inflight_share(settings) or None,
+            limits=edge.grpc_limits(settings),
         )
         server.add_registered_method_handlers(service, handlers)
         tls = edge.grpc_tls(settings)

@@ -33,14 +33,9 @@ from inferd.dashboard.files import list_model, read_model_file
 from inferd.dashboard.overview import Overview, ServerFacts
 from inferd.dashboard.series import TrafficSeries
 from inferd.observability.requests import RequestObserver
-from inferd.protocols.http import (
-    HttpApp,
-    HttpRequest,
-    HttpResponse,
-    Limits,
-    Router,
-    json_response,
-)
+from inferd.protocols.http import HttpApp
+from inferd.protocols.http_body import Limits
+from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.tfserving_http import kserve_live
 from inferd.repository.manager import ModelManager
 from inferd.security.access import Access, AccessPolicy

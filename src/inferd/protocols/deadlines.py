@@ -34,14 +34,23 @@ class BodyDeadlines:
         self._expired: set[asyncio.Task[Any]] = set()  # cancelled by the sweep
         self._sweeping: asyncio.TimerHandle | None = None
 
-    async def read(self, work: Awaitable[T], task: asyncio.Task[Any] | None = None) -> T:
+    async def read(
+        self,
+        work: Awaitable[T],
+        task: asyncio.Task[Any] | None = None,
+        until: float | None = None,
+        why: str = "",
+    ) -> T:
         """Await ``work`` (a body read, in ``task``: the current one when not given);
-        RequestTimeout when it takes too long."""
+        RequestTimeout when it takes too long: ``timeout_s``, or past ``until`` (monotonic),
+        whichever comes first (``why`` then says why)."""
         if task is None:
             task = asyncio.current_task()
         if task is None:  # not in a task: nothing to cancel
             return await work
-        self._due[task] = time.monotonic() + self.timeout_s
+        due = time.monotonic() + self.timeout_s
+        late = until is not None and until < due
+        self._due[task] = until if late and until is not None else due
         if self._sweeping is None:
             self._sweeping = asyncio.get_running_loop().call_later(self._sweep_s, self._sweep)
         try:
@@ -50,6 +59,8 @@ class BodyDeadlines:
             if task not in self._expired:
                 raise
             task.uncancel()
+            if late and why:
+                raise RequestTimeout(why) from None
             raise RequestTimeout(
                 f"the request body did not arrive within {self.timeout_s:g} s "
                 "(--http-body-timeout-s)"

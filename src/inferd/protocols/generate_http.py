@@ -19,7 +19,7 @@ from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InferdError, InvalidInput
 from inferd.core.types import InferRequest, InferResponse, Tensors
 from inferd.protocols import codecs
-from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
+from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2_http import json_object, parse_json
 
 _MODEL = r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?"

@@ -13,208 +13,52 @@ import asyncio
 import contextlib
 import gzip
 import logging
-import re
 import sys
 import time
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
-
-import orjson
 
 from inferd.core.errors import (
     ErrorCode,
     InferdError,
     InternalError,
     InvalidInput,
-    NotFound,
     Overloaded,
     PayloadTooLarge,
 )
-from inferd.core.types import Timings
 from inferd.observability.requests import Finished, RequestObserver, new_request_id
 from inferd.protocols.deadlines import BodyDeadlines
+from inferd.protocols.http_body import (
+    DEFAULT_MAX_BODY_BYTES,
+    Limits,
+    decompress,
+    send_stream,
+    too_large,
+)
+from inferd.protocols.http_routes import (
+    STATUS_OF,
+    ErrorRenderer,
+    Headers,
+    HttpRequest,
+    HttpResponse,
+    MethodNotAllowed,
+    Router,
+    error_response,
+    json_response,
+)
 from inferd.protocols.watch import ClientWatch
-from inferd.security.access import Access
 from inferd.security.http_guard import NO_CORS, HttpGuard
-from inferd.security.redact import redact
 
 log = logging.getLogger("inferd.http")
 
-Headers = Mapping[str, str]
 T = TypeVar("T")
 
-STATUS_OF: dict[ErrorCode, int] = {
-    ErrorCode.INVALID_ARGUMENT: 400,
-    ErrorCode.PAYLOAD_TOO_LARGE: 413,
-    ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
-    ErrorCode.NOT_FOUND: 404,
-    ErrorCode.UNAUTHENTICATED: 401,
-    ErrorCode.PERMISSION_DENIED: 403,
-    ErrorCode.CANCELLED: 499,  # nginx's "client closed request": counted apart from 5xx
-    ErrorCode.REQUEST_TIMEOUT: 408,
-    ErrorCode.UNAVAILABLE: 503,
-    ErrorCode.DEADLINE_EXCEEDED: 504,
-    ErrorCode.UNIMPLEMENTED: 501,
-    ErrorCode.INTERNAL: 500,
-}
-
-JSON_TYPE = "application/json"
 # Bodies up to this size are read in one call; larger ones chunk by chunk into one buffer.
 WHOLE_BODY_BYTES = 1 << 20
-RETRY_AFTER_S = "1"
-DEFAULT_MAX_BODY_BYTES = 128 * 1024 * 1024
 # A request refused before its body was read has a body up to this size read and dropped
 # (never held), so its client gets the answer; a larger one's connection is closed instead.
 DRAIN_MAX_BYTES = 8 << 20
-RESOLVED_KEPT = 1024  # (method, path) pairs the router remembers
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """What the HTTP port lets one request and all of them together take."""
-
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    body_timeout_s: float = 60.0  # a body may pause this long between chunks
-    max_inflight_requests: int = 0  # 0: no limit (health and metrics never count)
-    max_inflight_bytes: int = 0  # declared body bytes of requests in progress; 0: no limit
-
-
-@dataclass(slots=True)
-class HttpRequest:
-    method: str
-    path: str
-    headers: Headers  # lower-case names
-    body: bytes
-    params: Mapping[str, str]  # shared by the requests of one path: read-only
-    query: str = ""
-    # Resolves when the client hangs up (RSGI's client_disconnect).
-    disconnected: Callable[[], Awaitable[None]] | None = None
-    # A streamed route's body, chunk by chunk, limits and timeouts applied (else None).
-    chunks: AsyncIterator[bytes] | None = None
-    task: asyncio.Task[Any] | None = None  # the task serving it
-    watch: ClientWatch | None = None  # cancels the task when the client hangs up
-
-
-@dataclass(slots=True)
-class HttpResponse:
-    body: bytes = b""
-    status: int = 200
-    content_type: str = JSON_TYPE
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    # For the access log and traces, set by handlers that serve a model.
-    model: str = ""
-    version: str = ""
-    request_id: str = ""
-    timings: Timings | None = None
-    # "gzip" or "deflate": compress the body so. Handlers choose (Triton compresses inference
-    # responses only, as the client's Accept-Encoding asks); nothing else is compressed.
-    encoding: str = ""
-    # Sent chunk by chunk instead of ``body`` (server-sent events), as the chunks come.
-    stream: AsyncIterator[bytes] | None = None
-
-
-def json_response(value: Any, status: int = 200) -> HttpResponse:
-    return HttpResponse(orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY), status)
-
-
-def error_response(error: InferdError, request_id: str = "") -> HttpResponse:
-    message = error.message
-    if error.code is ErrorCode.INTERNAL:
-        message = f"{redact(message)} (request id {request_id})"
-    response = json_response({"error": message}, STATUS_OF[error.code])
-    if error.code is ErrorCode.UNAUTHENTICATED:
-        response.headers.append(("www-authenticate", 'Bearer realm="inferd"'))
-    elif isinstance(error, Overloaded):
-        response.headers.append(("retry-after", RETRY_AFTER_S))
-    return response
-
-
-Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
-# How a port answers an error: (error, request id, the HTTP status inferd would use).
-ErrorRenderer = Callable[[InferdError, str, int], HttpResponse]
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """How the app treats a handler's requests before calling it."""
-
-    access: Access = Access.INFERENCE
-    max_body_bytes: int | None = None  # None: --http-max-body-bytes
-    limit_flag: str = "--http-max-body-bytes"
-    stream: bool = False  # the handler reads ``request.chunks`` itself
-    # Checks that need no body (a full queue): run before the body is read.
-    admit: Callable[[Mapping[str, str]], None] | None = None
-    # Counted among the requests in progress (health, metrics and public pages never are).
-    counted: bool = field(init=False)
-
-    def __post_init__(self) -> None:
-        counted = self.access not in (Access.PUBLIC, Access.HEALTH, Access.METRICS)
-        object.__setattr__(self, "counted", counted)
-
-
-Resolved = tuple[Handler, Route, Mapping[str, str]]
-
-
-class Router:
-    def __init__(self) -> None:
-        self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
-        self.routes: dict[Handler, Route] = {}
-        # (method, path) -> what ``resolve`` found: clients repeat the same few paths (one
-        # model's infer URL), which then cost one dict look-up instead of the regexes. The
-        # parameters are shared between the requests of a path: read-only (Mapping).
-        self._resolved: dict[tuple[str, str], Resolved] = {}
-
-    def add(
-        self,
-        method: str,
-        pattern: str,
-        handler: Handler,
-        *,
-        access: Access = Access.INFERENCE,
-        max_body_bytes: int | None = None,
-        limit_flag: str = "--http-max-body-bytes",
-        stream: bool = False,
-        admit: Callable[[Mapping[str, str]], None] | None = None,
-    ) -> None:
-        self._routes.append((method, re.compile(pattern + r"\Z"), handler))
-        self.routes[handler] = Route(access, max_body_bytes, limit_flag, stream, admit)
-        self._resolved.clear()
-
-    def patterns(self) -> list[tuple[str, str, Route]]:
-        """(method, regex, route) of every route, for the API description."""
-        return [(m, r.pattern, self.routes[h]) for m, r, h in self._routes]
-
-    def resolve(self, method: str, path: str) -> Resolved:
-        """The handler, its route and the path parameters; NotFound, or 405."""
-        found = self._resolved.get((method, path))
-        if found is not None:
-            return found
-        handler, params = self.match(method, path)
-        found = (handler, self.routes.get(handler) or Route(), params)
-        if len(self._resolved) >= RESOLVED_KEPT:  # many distinct paths: start over
-            self._resolved.clear()
-        self._resolved[method, path] = found
-        return found
-
-    def match(self, method: str, path: str) -> tuple[Handler, dict[str, str]]:
-        """The handler and path parameters; NotFound, or 405 for a known path."""
-        allowed = False
-        for route_method, regex, handler in self._routes:
-            found = regex.match(path)
-            if found is None:
-                continue
-            if route_method == method:
-                return handler, {k: v for k, v in found.groupdict().items() if v is not None}
-            allowed = True
-        if allowed:
-            raise _MethodNotAllowed(f"method {method} is not allowed on {path}")
-        raise NotFound(f"no route for {method} {path}")
-
-
-class _MethodNotAllowed(InvalidInput):
-    pass
 
 
 class HttpApp:
@@ -238,11 +82,12 @@ class HttpApp:
         self.route_options = route_options
         self.limits = limits or Limits(max_body_bytes=max_body_bytes)
         self._deadlines = BodyDeadlines(self.limits.body_timeout_s)
+        self._too_slow = self.limits.body_rate.describe()
         self._watch = ClientWatch()
         self.max_body_bytes = self.limits.max_body_bytes
         self.observer = observer
         self.guard = guard
-        self.inflight = 0
+        self.inflight = [0, 0]  # requests in progress: inference's, admin's (Route.pool)
         self.inflight_bytes = 0
         self._max_requests = self.limits.max_inflight_requests or sys.maxsize
         self._max_bytes = self.limits.max_inflight_bytes or sys.maxsize
@@ -256,7 +101,7 @@ class HttpApp:
         endpoint = "unmatched"
         body = b""
         cors = NO_CORS
-        counted = False
+        counted = reserved = False  # in the request count; its declared bytes in the byte count
         declared = 0
         unread = True  # the body is still on the wire
         try:
@@ -279,15 +124,18 @@ class HttpApp:
             else:
                 raise InvalidInput(f"Content-Length '{length[:40]}' is not a number")
             if route.counted:
-                if self.inflight >= self._max_requests or (
+                pool = route.pool
+                if self.inflight[pool] >= self._max_requests or (
                     declared
                     and self.inflight_bytes + declared > self._max_bytes
-                    and self.inflight > 0
+                    and self.inflight_bytes > 0
                 ):
-                    self._refuse()
-                self.inflight += 1
+                    self._refuse(pool)
                 self.inflight_bytes += declared
-                counted = True
+                reserved = True
+                if route.stream:  # it runs while its body streams in: counted from now
+                    self.inflight[pool] += 1
+                    counted = True
             if route.admit is not None:
                 route.admit(params)
             limit = route.max_body_bytes or self.limits.max_body_bytes
@@ -306,26 +154,32 @@ class HttpApp:
             unread = False  # from here on, the body is read (or streamed by the handler)
             if route.stream:
                 if declared > limit:
-                    raise _too_large(declared, limit, route.limit_flag)
+                    raise too_large(declared, limit, route.limit_flag)
                 request.chunks = self._chunks(protocol, limit, route.limit_flag)
             elif (
                 0 < declared <= WHOLE_BODY_BYTES
                 and declared <= limit
                 and ("content-encoding" not in headers)
             ):  # the usual body, read in one call (as ``_read_body`` would, one frame less)
-                body = request.body = await self._deadlines.read(protocol(), task)
+                body = request.body = await self._whole(protocol, declared, task)
             else:
                 body = request.body = await self._read_body(
                     headers, protocol, declared, limit, route.limit_flag
                 )
+            if reserved and not counted:  # counted once its body is in: slow bodies never are
+                if self.inflight[pool] >= self._max_requests:
+                    self._refuse(pool)
+                self.inflight[pool] += 1
+                counted = True
             response = await handler(request)
         except _Preflight:
             response = HttpResponse(b"", 204)
-        except _MethodNotAllowed as exc:
+        except MethodNotAllowed as exc:
             if self.render_error is not None:
                 response = self.render_error(exc, "", 405)
             else:
                 response = json_response({"error": exc.message}, 405)
+            response.headers.append(("allow", exc.allow))
         except InferdError as exc:
             if unread and 0 < declared <= DRAIN_MAX_BYTES:
                 await self._discard(protocol)
@@ -348,7 +202,8 @@ class HttpApp:
             response.request_id = request_id
         finally:
             if counted:
-                self.inflight -= 1
+                self.inflight[route.pool] -= 1
+            if reserved:
                 self.inflight_bytes -= declared
         request_id = headers.get("x-request-id") or response.request_id or new_request_id()
         response.headers.append(("x-request-id", request_id))
@@ -356,7 +211,12 @@ class HttpApp:
             response.headers.extend(cors)
         sent = 0
         if response.stream is not None:
-            sent = await _send_stream(protocol, response, response.stream)
+            head = (
+                [("content-type", response.content_type), *response.headers]
+                if response.content_type
+                else response.headers
+            )
+            sent = await send_stream(protocol, response.status, head, response.stream)
         elif response.status != 499:  # nobody is there to read it
             sent = _send(protocol, response)
         observer = self.observer
@@ -392,12 +252,13 @@ class HttpApp:
             async for _ in self._chunks(protocol, DRAIN_MAX_BYTES, ""):
                 pass
 
-    def _refuse(self) -> None:
+    def _refuse(self, pool: int) -> None:
         """Answer 503 at once (before the body is read): too much is in progress."""
         limits = self.limits
-        if limits.max_inflight_requests and self.inflight >= limits.max_inflight_requests:
+        count = self.inflight[pool]
+        if limits.max_inflight_requests and count >= limits.max_inflight_requests:
             raise Overloaded(
-                f"the server has {self.inflight} requests in progress "
+                f"the server has {count} {'admin ' if pool else ''}requests in progress "
                 f"(--max-inflight-requests {limits.max_inflight_requests}); retry later"
             )
         raise Overloaded(
@@ -409,15 +270,15 @@ class HttpApp:
         self, headers: Headers, protocol: Any, declared: int, limit: int, flag: str
     ) -> bytes:
         if declared > limit:
-            raise _too_large(declared, limit, flag)
+            raise too_large(declared, limit, flag)
         if declared == 0 and "transfer-encoding" not in headers:
             body: bytes = b""
         elif 0 < declared <= WHOLE_BODY_BYTES:
-            body = await self._deadlines.read(protocol())
+            body = await self._whole(protocol, declared)
         else:  # large or chunked: into one buffer as it streams in (never held twice)
             buffer = bytearray(declared) if declared else bytearray()
             size = 0
-            async for chunk in self._chunks(protocol, limit, flag):
+            async for chunk in self._chunks(protocol, limit, flag, counted=not declared):
                 end = size + len(chunk)
                 if declared:
                     if end > declared:
@@ -431,32 +292,55 @@ class HttpApp:
             body = buffer  # type: ignore[assignment]  # a bytearray reads as bytes
         encoding = headers.get("content-encoding")
         if encoding and body:
-            body = _decompress(encoding, body, limit)
+            body = decompress(encoding, body, limit)
         return body
 
-    async def _chunks(self, protocol: Any, limit: int, flag: str) -> AsyncIterator[bytes]:
-        """The body chunk by chunk: each must come within the body timeout, all within limit."""
+    async def _whole(self, protocol: Any, declared: int, task: Any = None) -> bytes:
+        """A body of ``declared`` bytes read in one call, within the timeout and the rate."""
+        rate = self.limits.body_rate
+        until = rate.deadline(time.monotonic(), declared) if rate.min_bytes_per_s else None
+        return await self._deadlines.read(protocol(), task, until, self._too_slow)
+
+    async def _chunks(
+        self, protocol: Any, limit: int, flag: str, counted: bool = False
+    ) -> AsyncIterator[bytes]:
+        """The body chunk by chunk: each must come within the body timeout and the minimum
+        rate, all within limit. ``counted``: a body with no Content-Length, whose bytes count
+        against --max-inflight-bytes as they arrive."""
         size = 0
         stream = protocol.__aiter__()
-        while True:
-            try:
-                chunk: bytes = await self._deadlines.read(stream.__anext__())
-            except StopAsyncIteration:
-                return
-            size += len(chunk)
-            if size > limit:
-                raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes ({flag})")
-            yield chunk
+        rate = self.limits.body_rate
+        started = time.monotonic()
+        try:
+            while True:
+                until = rate.deadline(started, size)
+                try:
+                    chunk: bytes = await self._deadlines.read(
+                        stream.__anext__(), until=until, why=self._too_slow
+                    )
+                except StopAsyncIteration:
+                    return
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLarge(
+                        f"request body exceeds the limit of {limit} bytes ({flag})"
+                    )
+                if counted:
+                    self.inflight_bytes += len(chunk)
+                    if self.inflight_bytes > self._max_bytes:
+                        raise Overloaded(
+                            f"the server holds {self.inflight_bytes} bytes of request bodies "
+                            f"in progress (--max-inflight-bytes {self.limits.max_inflight_bytes})"
+                            "; retry later"
+                        )
+                yield chunk
+        finally:
+            if counted:
+                self.inflight_bytes -= size
 
 
 class _Preflight(Exception):
     """Answered from the guard's CORS headers, with no route."""
-
-
-def _too_large(size: int, limit: int, flag: str) -> PayloadTooLarge:
-    return PayloadTooLarge(
-        f"request body of {size} bytes exceeds the limit of {limit} bytes ({flag})"
-    )
 
 
 def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> Awaitable[T]:
@@ -466,48 +350,6 @@ def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> Awaitable[
     if watch is None:
         return work
     return watch.guard(request, work)
-
-
-def _decompress(encoding: str, body: bytes, limit: int) -> bytes:
-    name = encoding.strip().lower()
-    if name == "identity":
-        return body
-    if name == "gzip":
-        wbits = 16 + zlib.MAX_WBITS
-    elif name == "deflate":
-        wbits = zlib.MAX_WBITS
-    else:
-        raise InvalidInput(f"unsupported Content-Encoding '{encoding}'; use gzip or deflate")
-    inflater = zlib.decompressobj(wbits)
-    try:
-        out = inflater.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise InvalidInput(f"request body is not valid {name}: {exc}") from None
-    if len(out) > limit or inflater.unconsumed_tail:
-        raise PayloadTooLarge(f"decompressed request body exceeds the limit of {limit} bytes")
-    return out
-
-
-async def _send_stream(protocol: Any, response: HttpResponse, chunks: AsyncIterator[bytes]) -> int:
-    """Answer chunk by chunk; returns the body bytes sent."""
-    headers = (
-        [("content-type", response.content_type), *response.headers]
-        if response.content_type
-        else response.headers
-    )
-    transport = protocol.response_stream(response.status, headers)
-    sent = 0
-    try:
-        async for chunk in chunks:
-            await transport.send_bytes(chunk)
-            sent += len(chunk)
-    except Exception as exc:  # the client left mid-stream: stop producing for it
-        log.debug("stream to the client ended early: %s", exc)
-    finally:
-        close = getattr(chunks, "aclose", None)
-        if close is not None:
-            await close()
-    return sent
 
 
 def _send(protocol: Any, response: HttpResponse) -> int:

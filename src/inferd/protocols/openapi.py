@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from inferd.protocols.http import HttpRequest, HttpResponse, Router
+from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router
 from inferd.security.access import Access
 from inferd.version import __version__
 

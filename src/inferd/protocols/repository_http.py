@@ -17,10 +17,10 @@ import time
 from typing import Any
 
 from inferd.core.dataplane import DataPlane
-from inferd.core.errors import InvalidInput, Unavailable
+from inferd.core.errors import InferdError, InvalidInput, Unavailable
 from inferd.core.routing import RoutingPolicy, RoutingView, policy_document
 from inferd.core.views import IndexEntry, ResidencyView
-from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
+from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2_http import json_object, parse_json
 from inferd.security.access import Access
 from inferd.security.redact import redact
@@ -160,6 +160,11 @@ class RepositoryHttp:
         self.uploads += 1
         try:
             entries = await self.plane.upload_model(request.params["model"], request.chunks)
+        except InferdError as exc:
+            # A failing model names its files, in the staging folder: never a server path.
+            exc.message = redact(exc.message)
+            exc.args = (exc.message,)
+            raise
         finally:
             self.uploads -= 1
         return json_response(_entries(entries))

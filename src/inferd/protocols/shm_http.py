@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 from inferd.core.errors import InvalidInput, Unimplemented
 from inferd.core.shared_memory import SystemSharedMemory
-from inferd.protocols.http import HttpRequest, HttpResponse, Router, json_response
+from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2_http import parse_json
 
 _SYSTEM = "/v2/systemsharedmemory"

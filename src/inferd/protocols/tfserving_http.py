@@ -29,8 +29,8 @@ from inferd.core.tfexample import Features
 from inferd.core.tfserving import ModelSignatures, TensorInfo
 from inferd.core.types import InferResponse, Tensors
 from inferd.protocols import codecs
-from inferd.protocols.http import HttpRequest, HttpResponse, Router
-from inferd.protocols.v2_http import OFFLOAD_BYTES
+from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router
+from inferd.protocols.v2_http import OFFLOAD_BYTES, check_value_count
 from inferd.security.access import Access
 
 _MODEL = r"/v1/models/(?P<model>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
@@ -71,15 +71,18 @@ class TfServingHttp:
         return kserve_live()
 
     async def call(self, request: HttpRequest) -> HttpResponse:
-        # A large body is parsed on a worker thread: the event loop keeps serving.
+        # A large body is checked first (more values than the model takes: refused unparsed),
+        # then parsed and turned into tensors on a worker thread, as v2's: the loop serves on.
+        p, verb = request.params, request.params["verb"]
         big = len(request.body) > OFFLOAD_BYTES
+        if big and "label" not in p:
+            check_value_count(self.plane, request.body, p["model"], p.get("version", ""))
         doc = await asyncio.to_thread(parse_json, request.body) if big else parse_json(request.body)
         if not isinstance(doc, dict):
             raise InvalidInput("the request body must be a JSON object")
         signature = doc.get("signature_name") or ""
         if not isinstance(signature, str):
             raise InvalidInput("'signature_name' must be a string")
-        p, verb = request.params, request.params["verb"]
         if self.plane.on_demand is not None:  # lazy serving: a model may need loading first
             await self.plane.loaded(p["model"])
         target = self.tf.target(
@@ -87,7 +90,10 @@ class TfServingHttp:
         )
         response: InferResponse
         if verb == "predict":
-            inputs, row_format = _predict_inputs(target.spec, doc)
+            if big:
+                inputs, row_format = await asyncio.to_thread(_predict_inputs, target.spec, doc)
+            else:
+                inputs, row_format = _predict_inputs(target.spec, doc)
             response = await self.tf.predict(target, inputs)
             answer = tf_json(_predictions(response.outputs, row_format))
         else:

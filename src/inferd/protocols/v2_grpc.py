@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection
 from typing import Any
 
 import grpc
@@ -32,8 +32,9 @@ from inferd.protocols.grpc_common import (
     public_message,
     safe_deserializer,
 )
+from inferd.protocols.grpc_servers import new_server
+from inferd.protocols.h2grpc.host import Limits
 from inferd.protocols.h2grpc.server import NativeGrpcServer
-from inferd.protocols.h2grpc.server import available as native_available
 from inferd.protocols.pool import POOL
 from inferd.protocols.settings_grpc import SettingsGrpc
 from inferd.protocols.shm_grpc import SharedMemoryGrpc
@@ -391,43 +392,6 @@ def _add_to_pool(file_descriptor: Any) -> None:
         POOL.AddSerializedFile(file_descriptor.serialized_pb)
 
 
-GRPC_SERVERS = ("auto", "native", "grpcio")
-
-
-def new_server(
-    kind: str,
-    max_message_bytes: int,
-    interceptors: Sequence[Any] = (),
-    max_concurrent_rpcs: int | None = None,
-    reuse_port: bool = False,
-) -> Any:
-    """An empty gRPC server: ``native`` (HTTP/2 in libnghttp2, calls on our loop; the fast one),
-    ``grpcio``, or ``auto`` (native when libnghttp2 loads, else grpcio). Both run
-    ``interceptors`` on every call and answer RESOURCE_EXHAUSTED at once beyond
-    ``max_concurrent_rpcs`` calls in progress. ``reuse_port``: the port is shared with the
-    other workers of the server (SO_REUSEPORT)."""
-    if kind not in GRPC_SERVERS:
-        raise ConfigError(f"--grpc-server must be one of {', '.join(GRPC_SERVERS)}, not '{kind}'")
-    if kind == "native" or (kind == "auto" and native_available()):
-        return NativeGrpcServer(
-            max_message_bytes=max_message_bytes,
-            interceptors=interceptors,
-            max_concurrent_rpcs=max_concurrent_rpcs,
-            reuse_port=reuse_port,
-        )
-    options = [
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.max_send_message_length", max_message_bytes),
-        # A port in use is an error, not a silently shared port, unless workers share it.
-        ("grpc.so_reuseport", 1 if reuse_port else 0),
-    ]
-    return grpc.aio.server(
-        options=options,
-        interceptors=list(interceptors) or None,
-        maximum_concurrent_rpcs=max_concurrent_rpcs,
-    )
-
-
 def build_server(
     plane: DataPlane,
     address: str,
@@ -440,6 +404,7 @@ def build_server(
     tfserving_tensor_content: bool = False,
     reuse_port: bool = False,
     settings: SettingsGrpc | None = None,
+    limits: Limits | None = None,
 ) -> Any:
     """A gRPC server with the inference, health and reflection services on ``address``.
 
@@ -449,7 +414,7 @@ def build_server(
     that many calls. ``tfserving_tensor_content``: TF Serving's Predict answers in
     tensor_content, not in typed value fields. ``reuse_port``: share the port with the
     server's other workers. ``settings``: the trace and log settings RPCs (else they answer
-    UNIMPLEMENTED).
+    UNIMPLEMENTED). ``limits``: the connections' limits and timeouts (``h2grpc.host.Limits``).
     """
     interceptor = AuthInterceptor(access or AccessPolicy.open())
     server = new_server(
@@ -458,6 +423,7 @@ def build_server(
         [interceptor] if interceptor.active else [],
         max_concurrent_rpcs,
         reuse_port,
+        limits,
     )
     # Registered (not generic) handlers: grpc core matches the method, no Python lookup per call.
     server.add_registered_method_handlers(

@@ -23,13 +23,8 @@ from inferd.core.routing import LABEL_PARAMETER
 from inferd.core.shared_memory import SystemSharedMemory
 from inferd.core.types import InferRequest, InferResponse, RequestedOutput, Tensors
 from inferd.protocols import codecs, shm_tensors
-from inferd.protocols.http import (
-    HttpRequest,
-    HttpResponse,
-    Router,
-    cancel_on_disconnect,
-    json_response,
-)
+from inferd.protocols.http import cancel_on_disconnect
+from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2_headers import HeaderPlans
 from inferd.security.access import Access
 
@@ -168,6 +163,20 @@ def decode_request(
     )
 
 
+def check_value_count(plane: DataPlane, body: bytes, name: str, version: str) -> None:
+    """Refuse a large JSON body that holds more values than the model can take, before
+    parsing it: values are at most twice its commas (a comma count is a memchr)."""
+    most = plane.max_values(name, version)
+    if most is None:
+        return  # strings may hold commas; variable dims have no bound; or no such model
+    commas = body.count(b",")
+    if commas > 2 * most + COMMA_SLACK:
+        raise InvalidInput(
+            f"the JSON body holds about {commas} values, more than model '{name}' takes "
+            "in one request at its max_batch_size"
+        )
+
+
 def json_object(value: Any, what: str) -> dict[str, Any]:
     if value is None:
         return {}
@@ -260,19 +269,6 @@ class V2Http:
         router.add("GET", _MODEL + "/config", self.model_config)
         # /v2/repository/* lives in repository_http.py.
 
-    def _check_value_count(self, body: bytes, name: str, version: str) -> None:
-        """Refuse a JSON body that holds more values than the model can take, before
-        parsing it: values are at most twice its commas (a comma count is a memchr)."""
-        most = self.plane.max_values(name, version)
-        if most is None:
-            return  # strings may hold commas; variable dims have no bound; or no such model
-        commas = body.count(b",")
-        if commas > 2 * most + COMMA_SLACK:
-            raise InvalidInput(
-                f"the JSON body holds about {commas} values, more than model '{name}' takes "
-                "in one request at its max_batch_size"
-            )
-
     def _version(self, params: Mapping[str, str]) -> str:
         """The version a route names, by number or by label (/labels/{l})."""
         version = params.get("version", "")
@@ -292,7 +288,7 @@ class V2Http:
             infer_request = self._decode_inline(request, model, version, regions)
         else:  # a large body: cheap checks first, then decoded off the event loop
             if HEADER_LENGTH not in request.headers and "label" not in request.params:
-                self._check_value_count(request.body, model, version)
+                check_value_count(self.plane, request.body, model, version)
             infer_request = await asyncio.to_thread(_decode, request, model, version, regions)
         if "label" in request.params:
             infer_request.parameters[LABEL_PARAMETER] = request.params["label"]

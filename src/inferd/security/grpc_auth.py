@@ -81,6 +81,19 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         interceptor for them; it would only call its continuation)."""
         return not self._checked[access_of(method)]
 
+    def refusal(self, method: str, authorization: str | None) -> tuple[grpc.StatusCode, str] | None:
+        """The status that refuses a call on its method and token alone, or None to let it
+        in: the native server asks this as soon as a call's headers are complete, so an
+        unauthenticated client's body is never buffered."""
+        access = access_of(method)
+        if not self._checked[access]:
+            return None
+        try:
+            self.policy.check(access, authorization)
+        except InferdError as exc:
+            return STATUS_OF[exc.code], exc.message
+        return None
+
     async def intercept_service(
         self,
         continuation: Callable[[Any], Awaitable[Any]],

@@ -1,148 +1,25 @@
-"""One gRPC call on the native server: its stream's state, the framing of its messages, and the
-``context`` its handler sees (the part of ``grpc.aio.ServicerContext`` that servicers use).
-
-gRPC frames each message as a 1-byte compressed flag, a 4-byte big-endian length and the bytes.
-``Reader`` cuts messages out of a stream's DATA chunks as nghttp2 hands them over, copying each
-chunk once, straight into the message's own buffer.
+"""One gRPC call on the native server: its stream's state (what arrived, what the call took,
+what waits to be sent) and the ``context`` its handler sees (the part of
+``grpc.aio.ServicerContext`` that servicers use). Messages are cut out by ``framing.Reader``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import ctypes
-import struct
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
 
-from inferd.protocols.h2grpc import nghttp2
+from inferd.protocols.h2grpc.framing import CallError, Reader
 
-_PREFIX = struct.Struct(">BI")
-_string_at = nghttp2.bytes_at
-SMALL_MESSAGE_BYTES = 64 * 1024  # smaller messages are handed over as bytes
+__all__ = ["CallError", "Context", "Stream", "metadata_pairs", "parse_timeout", "percent_encode"]
+
 _RESERVED = {b"te", b"content-type", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding"}
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
-
-
-class CallError(Exception):
-    """Ends a call with a gRPC status (raised by ``context.abort`` and by the server itself)."""
-
-    def __init__(
-        self, code: grpc.StatusCode, details: str = "", trailing: Sequence[Any] = ()
-    ) -> None:
-        super().__init__(details)
-        self.code = code
-        self.details = details
-        self.trailing = trailing
-
-
-def frame(message: bytes) -> bytes:
-    """One uncompressed gRPC message with its 5-byte prefix."""
-    return _PREFIX.pack(0, len(message)) + message
-
-
-class Reader:
-    """Splits a stream's DATA into gRPC messages, enforcing the size limit."""
-
-    __slots__ = ("_addr", "_body", "_compressed", "_filled", "_head", "_keep", "limit")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._head = b""
-        self._body: bytearray | None = None
-        self._keep: Any = None  # the ctypes view that pins ``_body`` while it fills
-        self._addr = 0
-        self._filled = 0
-        self._compressed = False
-
-    def feed(self, pointer: int, length: int, out: list[tuple[bool, bytes | bytearray]]) -> None:
-        """Consume ``length`` bytes at ``pointer``; complete messages go to ``out``."""
-        if self._body is None and not self._head and 5 <= length <= SMALL_MESSAGE_BYTES:
-            # The usual chunk: whole small messages. One copy out of nghttp2's buffer.
-            data = _string_at(pointer, length)
-            pos = 0
-            while length - pos >= 5:
-                flag, size = _PREFIX.unpack_from(data, pos)
-                if size > self.limit:
-                    raise CallError(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"Received message larger than max ({size} vs. {self.limit})",
-                    )
-                end = pos + 5 + size
-                if end > length:
-                    break
-                out.append((bool(flag), data[pos + 5 : end]))
-                pos = end
-            pointer += pos
-            length -= pos
-        while length:
-            body = self._body
-            if body is None:
-                take = min(5 - len(self._head), length)
-                self._head += _string_at(pointer, take)
-                pointer += take
-                length -= take
-                if len(self._head) < 5:
-                    return
-                flag, size = _PREFIX.unpack(self._head)
-                self._head = b""
-                if size > self.limit:
-                    raise CallError(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"Received message larger than max ({size} vs. {self.limit})",
-                    )
-                self._compressed = bool(flag)
-                if size == 0:
-                    out.append((self._compressed, b""))
-                    continue
-                body = self._body = bytearray(size)
-                self._keep = (ctypes.c_char * size).from_buffer(body)
-                self._addr = ctypes.addressof(self._keep)
-                self._filled = 0
-            take = min(len(body) - self._filled, length)
-            ctypes.memmove(self._addr + self._filled, pointer, take)
-            self._filled += take
-            pointer += take
-            length -= take
-            if self._filled == len(body):
-                self._keep = None
-                self._body = None
-                out.append(
-                    (self._compressed, bytes(body) if len(body) <= SMALL_MESSAGE_BYTES else body)
-                )
-
-    @property
-    def partial(self) -> bool:
-        return bool(self._head) or self._body is not None
-
-
-def decompress(encoding: str, data: bytes | bytearray, limit: int) -> bytes:
-    """A message sent with the compressed flag, in the call's ``grpc-encoding``."""
-    if encoding == "gzip":
-        wbits = 16 + zlib.MAX_WBITS
-    elif encoding == "deflate":
-        wbits = zlib.MAX_WBITS
-    else:
-        raise CallError(
-            grpc.StatusCode.UNIMPLEMENTED,
-            f"Compression algorithm '{encoding}' is not supported (identity, gzip, deflate)",
-        )
-    inflater = zlib.decompressobj(wbits)
-    try:
-        out = inflater.decompress(data, limit + 1)
-    except zlib.error as exc:
-        raise CallError(grpc.StatusCode.INTERNAL, f"cannot decompress the message: {exc}") from None
-    if len(out) > limit or inflater.unconsumed_tail:
-        raise CallError(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"Received message larger than max after decompression (limit {limit})",
-        )
-    return out
 
 
 def parse_timeout(value: str) -> float | None:
@@ -180,6 +57,7 @@ class Stream:
     """The state of one HTTP/2 stream carrying one call."""
 
     __slots__ = (
+        "buffered",
         "call",
         "cancelled",
         "deadline",
@@ -187,31 +65,43 @@ class Stream:
         "ended",
         "eof",
         "fields",
+        "handler",
+        "header_bytes",
         "headers",
         "headers_complete",
+        "held",
         "incoming",
         "messages",
         "out",
         "out_offset",
         "path",
+        "pending",
         "reader",
         "responded",
+        "seen",
         "sid",
         "started",
         "trailers",
+        "unsent",
         "waiting_end",
         "wake",
     )
 
-    def __init__(self, sid: int, limit: int) -> None:
+    def __init__(self, sid: int, limit: int, now: float) -> None:
         self.sid = sid
         self.headers: list[tuple[bytes, bytes]] = []
+        self.header_bytes = 0  # the header list's size as HTTP/2 counts it (32 per field)
         self.headers_complete = False
         self.fields: dict[bytes, bytes] = {}  # the header block by name, once complete
         self.path = ""
+        self.handler: Any = None  # found once the headers are complete
         self.cancelled = False  # the client reset the stream
         self.reader = Reader(limit)
         self.messages: list[tuple[bool, bytes | bytearray]] = []  # received, not yet handed on
+        self.pending = 0  # complete messages the call has not taken yet
+        self.buffered = 0  # bytes received into messages the call has not taken yet
+        self.held = 0  # bytes received whose window is not reopened yet
+        self.seen = now  # when bytes last arrived (the server's coarse clock)
         self.ended = False  # the client half-closed (END_STREAM)
         self.started = False
         self.waiting_end = False  # a unary-request call waits for the whole request
@@ -220,6 +110,7 @@ class Stream:
         self.responded = False  # response headers submitted
         self.out: deque[bytes] = deque()  # framed messages not yet handed to nghttp2
         self.out_offset = 0
+        self.unsent = 0  # bytes in ``out`` not yet handed to nghttp2
         self.eof = False  # no more messages: trailers follow the last one
         self.trailers: list[tuple[bytes, bytes]] = []
         self.wake: asyncio.Event | None = None  # set when queued output drained
@@ -230,8 +121,12 @@ class Stream:
         """A field of the (complete) header block; "" when absent."""
         return self.fields.get(name, b"").decode("latin-1")
 
-    def out_bytes(self) -> int:
-        return sum(len(c) for c in self.out) - self.out_offset
+    def waits_on_client(self) -> bool:
+        """Whether the request is unfinished in a way the client must finish: a header block,
+        a message cut short, or a unary call's end."""
+        return not self.eof and (
+            not self.headers_complete or self.reader.partial or self.waiting_end
+        )
 
 
 class Context:

@@ -1,75 +1,74 @@
 """One HTTP/2 connection of the native gRPC server: an asyncio protocol driving an nghttp2 session.
 
 Bytes received go to nghttp2, whose callbacks collect each stream's headers and messages; once a
-unary-request call has its whole request (usually within the same read) it starts at once
-(eager.py: a task carries on only a call that waits), and a streaming-request call starts at its
-headers and reads messages from a queue. Answers are handed to nghttp2 (headers, a data
-provider reading the framed messages, trailers) and what it serializes is written in one write
-per flush.
+unary-request call has its whole request (usually within the same read) it starts at once, and
+a streaming-request call starts at its headers and reads messages from a queue (dispatch.py).
+Answers are handed to nghttp2 and what it serializes is written in one write per flush.
+
+Nothing a client sends is held past a bound (``host.Limits``): the header list is counted as its
+fields arrive and the stream reset past the limit; nghttp2 opens no window by itself
+(``no_auto_window_update``): a stream's window reopens only as its call takes what it was sent,
+so a client that sends faster than its calls read is throttled by HTTP/2 itself; and the
+server's sweep resets a stream whose request stalls, and closes a connection that never
+greets, stalls in a header block, stays idle, or leaves a keep-alive ping unanswered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
-import inspect
 import logging
-import types
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any
 
 import grpc
 
-from inferd.protocols.h2grpc import eager, nghttp2
-from inferd.protocols.h2grpc.calls import (
-    CallError,
-    Context,
-    Stream,
-    decompress,
-    frame,
-    metadata_pairs,
-    parse_timeout,
-    percent_encode,
-)
-
-if TYPE_CHECKING:
-    from inferd.protocols.h2grpc.server import NativeGrpcServer
+from inferd.protocols.h2grpc import nghttp2
+from inferd.protocols.h2grpc.calls import CallError, Stream
+from inferd.protocols.h2grpc.dispatch import STREAM_BUFFER_BYTES, CallRunner
+from inferd.protocols.h2grpc.host import Host
 
 log = logging.getLogger("inferd.grpc")
 
-_RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
-_OK_TRAILERS = nghttp2.Headers([(b"grpc-status", b"0")])
-_OK_HEADERS = nghttp2.Headers(_RESPONSE_HEADERS)
-STREAM_BUFFER_BYTES = 4 * 1024 * 1024  # a streaming call waits when this much is unsent
-_OVER_LIMIT = "Concurrent RPC limit exceeded!"  # grpcio's words
 _FrameHd = nghttp2.FrameHd
-_uint32 = ctypes.c_uint32
-_memmove = nghttp2.memmove
 _bytes_at = nghttp2.bytes_at
-_Coroutine = types.CoroutineType
-_LAST_DATA = nghttp2.DATA_FLAG_EOF | nghttp2.DATA_FLAG_NO_END_STREAM  # trailers follow
+_NO_CALLS_PING_INTERVAL_S = 7200.0  # gRPC's: pings without calls, unless permitted
+_TIMED_OUT = "the request did not arrive within {:g} s (--grpc-body-timeout-s)"
 
 
-def _same(data: Any) -> Any:
-    """A handler without a (de)serializer takes and gives bytes, as in grpcio."""
-    return data
-
-
-class Connection(asyncio.Protocol):
-    def __init__(self, server: NativeGrpcServer) -> None:
+class Connection(CallRunner, asyncio.Protocol):
+    def __init__(self, server: Host) -> None:
         self.server = server
+        self.limits = limits = server.limits
         self.lib = lib = server.lib
         self.loop = asyncio.get_running_loop()
         self.streams: dict[int, Stream] = {}
         self._ready: list[Stream] = []
         self._failures: list[tuple[Stream, CallError]] = []
         self._resets: list[int] = []  # streams to reset once their status has been written
+        self._deferred: list[Stream] = []  # calls waiting for their client to read answers
+        self.unsent = 0
+        self.handed = 0
+        self.received = 0  # bytes, over the connection's life
+        self._stalled_held = False  # streams wait for their client to read its answers
         self.transport: asyncio.Transport | None = None
         self.peer = "unknown"
         self._paused = False
         self._closed = False
+        self._ending = False  # close once the GOAWAY just submitted is written
         self._flush_pending = False
+        now = server.clock
+        self.opened_at = now
+        self.greeted = False  # the client's preface and SETTINGS arrived
+        self.last_read = now
+        self.last_activity = now  # a stream opened or closed
+        self.going_away: float | None = None  # when an idle GOAWAY was sent
+        self.ping_sent: float | None = None  # a keep-alive ping awaits its answer
+        self.last_ping: float | None = None  # the client's last ping
+        self.ping_strikes = 0
+        self._block_since: float | None = None  # a header block is arriving
         self._session = ctypes.c_void_p()
+        self._consume = lib.nghttp2_session_consume
         # ctypes callbacks must outlive the session: keep them on the connection.
         self._callbacks = (
             nghttp2.FrameCallback(self._on_begin_headers),
@@ -84,8 +83,26 @@ class Connection(asyncio.Protocol):
         self._provider = nghttp2.DataProvider(nghttp2.DataSource(0), self._read_callback)
         self._provider_address = ctypes.addressof(self._provider)
         self._parts: list[bytes] = []  # what nghttp2 serialized during one flush
+        self._new_session()
+        settings = [
+            (nghttp2.SETTINGS_MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams),
+            (nghttp2.SETTINGS_INITIAL_WINDOW_SIZE, limits.stream_window_bytes),
+            (nghttp2.SETTINGS_MAX_HEADER_LIST_SIZE, limits.max_header_list_bytes),
+        ]
+        entries = (nghttp2.SettingsEntry * len(settings))(
+            *(nghttp2.SettingsEntry(k, v) for k, v in settings)
+        )
+        lib.nghttp2_submit_settings(self._session, nghttp2.FLAG_NONE, entries, len(settings))
+        lib.nghttp2_session_set_local_window_size(
+            self._session, nghttp2.FLAG_NONE, 0, limits.connection_window_bytes
+        )
+
+    def _new_session(self) -> None:
+        lib = self.lib
         callbacks = ctypes.c_void_p()
+        options = ctypes.c_void_p()
         lib.nghttp2_session_callbacks_new(ctypes.byref(callbacks))
+        lib.nghttp2_option_new(ctypes.byref(options))
         try:
             for name, callback in zip(
                 ("on_begin_headers", "on_header", "on_frame_recv", "on_data_chunk_recv"),
@@ -100,23 +117,17 @@ class Connection(asyncio.Protocol):
             lib.nghttp2_session_callbacks_set_send_callback(
                 callbacks, ctypes.cast(self._callbacks[5], ctypes.c_void_p)
             )
-            if lib.nghttp2_session_server_new(ctypes.byref(self._session), callbacks, None) != 0:
-                raise MemoryError("nghttp2_session_server_new failed")
+            # Windows reopen as calls take their bytes (nghttp2_session_consume), not as
+            # nghttp2 parses them; closed streams are forgotten at once.
+            lib.nghttp2_option_set_no_auto_window_update(options, 1)
+            lib.nghttp2_option_set_no_closed_streams(options, 1)
+            if lib.nghttp2_session_server_new2(
+                ctypes.byref(self._session), callbacks, None, options
+            ):
+                raise MemoryError("nghttp2_session_server_new2 failed")
         finally:
+            lib.nghttp2_option_del(options)
             lib.nghttp2_session_callbacks_del(callbacks)
-        settings = [
-            (nghttp2.SETTINGS_MAX_CONCURRENT_STREAMS, server.max_concurrent_streams),
-            (nghttp2.SETTINGS_INITIAL_WINDOW_SIZE, server.window_bytes),
-            (nghttp2.SETTINGS_MAX_FRAME_SIZE, 1 << 20),
-            (nghttp2.SETTINGS_MAX_HEADER_LIST_SIZE, server.max_header_bytes),
-        ]
-        entries = (nghttp2.SettingsEntry * len(settings))(
-            *(nghttp2.SettingsEntry(k, v) for k, v in settings)
-        )
-        lib.nghttp2_submit_settings(self._session, nghttp2.FLAG_NONE, entries, len(settings))
-        lib.nghttp2_session_set_local_window_size(
-            self._session, nghttp2.FLAG_NONE, 0, server.connection_window_bytes
-        )
 
     # ------------------------------------------------------------------ transport events
 
@@ -127,24 +138,21 @@ class Connection(asyncio.Protocol):
             family = "ipv6" if ":" in str(peer[0]) else "ipv4"
             host = f"[{peer[0]}]" if family == "ipv6" else peer[0]
             self.peer = f"{family}:{host}:{peer[1]}"
-        self.server.connections.add(self)
+        self.server.opened(self)
         self.flush()
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
+        self.last_read = self.server.clock
+        self.received += len(data)
         done = self.lib.nghttp2_session_mem_recv(self._session, data, len(data))
         if done < 0:  # a protocol error: nghttp2 has queued a GOAWAY
             log.debug("gRPC connection from %s: %s", self.peer, self._strerror(done))
         if self._failures:
             failures, self._failures = self._failures, []
             for stream, error in failures:
-                stream.eof = False
-                stream.started = True
-                self._fail(stream, error)
-                if stream.call is not None and not stream.call.done():
-                    stream.cancelled = True
-                    stream.call.cancel()
+                self._abort(stream, error)
         # Calls started here mostly answer at once (see eager.py): one flush after them all.
         self._flush_pending = True
         try:
@@ -162,11 +170,14 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
-        self.server.connections.discard(self)
+        self.server.closed(self)
         for stream in list(self.streams.values()):
+            self._forget(stream, credit=False)
             if stream.call is not None and not stream.call.done():
                 stream.call.cancel()
         self.streams.clear()
+        self._deferred.clear()
+        self._receiving = None
         if self._session:
             self.lib.nghttp2_session_del(self._session)
             self._session = ctypes.c_void_p()
@@ -202,24 +213,35 @@ class Connection(asyncio.Protocol):
         if parts:
             self.transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
             parts.clear()
-        if failed:
-            log.debug("gRPC connection from %s: %s", self.peer, self._strerror(failed))
+        if failed or self._ending:
+            if failed:
+                log.debug("gRPC connection from %s: %s", self.peer, self._strerror(failed))
             self._close()
             return
-        for stream in self.streams.values():
-            if stream.wake is not None and stream.out_bytes() < STREAM_BUFFER_BYTES:
-                stream.wake.set()
+        if self.unsent < self.limits.connection_unsent_bytes:
+            for stream in self.streams.values():
+                if stream.wake is not None and stream.unsent < STREAM_BUFFER_BYTES:
+                    stream.wake.set()
+            if self._deferred:
+                self.loop.call_soon(self._start_deferred)
+        if self._stalled_held and not self._stalled():
+            self._stalled_held = False
+            for stream in list(self.streams.values()):
+                if stream.held and not stream.pending:
+                    self._reopen(stream)
         if not lib.nghttp2_session_want_read(session) and not lib.nghttp2_session_want_write(
             session
         ):
             self._close()
 
-    def goaway(self) -> None:
+    def goaway(self, code: int = nghttp2.NO_ERROR, debug: bytes = b"") -> None:
         """Tell the client no new streams will be accepted (graceful shutdown)."""
         if self._closed:
             return
         last = self.lib.nghttp2_session_get_last_proc_stream_id(self._session)
-        self.lib.nghttp2_submit_goaway(self._session, nghttp2.FLAG_NONE, last, 0, None, 0)
+        self.lib.nghttp2_submit_goaway(
+            self._session, nghttp2.FLAG_NONE, last, code, debug or None, len(debug)
+        )
         self.flush()
 
     def _close(self) -> None:
@@ -230,6 +252,108 @@ class Connection(asyncio.Protocol):
     def _strerror(self, code: int) -> str:
         text = self.lib.nghttp2_strerror(code)
         return text.decode() if text else str(code)
+
+    # ------------------------------------------------------------------ limits and timeouts
+
+    def sweep(self, now: float) -> None:
+        """Enforce the timeouts (the server calls this every ``Limits.sweep_s``)."""
+        if self._closed:
+            return
+        limits = self.limits
+        if not self.greeted:
+            if now - self.opened_at > limits.header_timeout_s:
+                self._close()  # no preface and SETTINGS in time
+            return
+        block = self._block_since
+        if block is not None and now - block > limits.header_timeout_s:
+            self._close()  # a header block left unfinished
+            return
+        for stream in list(self.streams.values()):
+            if stream.waits_on_client() and now - stream.seen > limits.body_timeout_s:
+                self._time_out(stream)
+        if self.ping_sent is not None and now - self.ping_sent > limits.keepalive_timeout_s:
+            self._close()  # the keep-alive ping went unanswered
+            return
+        if self.going_away is not None:
+            if not self.streams:
+                self._close()
+            return
+        if not self.streams and now - self.last_activity > limits.idle_timeout_s:
+            self.going_away = now
+            self.goaway()
+        elif self.ping_sent is None and now - self.last_read > limits.keepalive_time_s:
+            self.ping_sent = now
+            self.lib.nghttp2_submit_ping(self._session, nghttp2.FLAG_NONE, None)
+        self.flush()
+
+    def _time_out(self, stream: Stream) -> None:
+        if stream.headers_complete:
+            error = CallError(
+                grpc.StatusCode.DEADLINE_EXCEEDED, _TIMED_OUT.format(self.limits.body_timeout_s)
+            )
+            self._abort(stream, error)
+        else:
+            self.lib.nghttp2_submit_rst_stream(
+                self._session, nghttp2.FLAG_NONE, stream.sid, nghttp2.CANCEL
+            )
+
+    def _on_ping(self, ack: bool) -> None:
+        """gRPC's ping policy: pings closer than the interval strike; past the strikes the
+        connection is closed (GOAWAY ENHANCE_YOUR_CALM, "too_many_pings")."""
+        if ack:
+            self.ping_sent = None
+            return
+        limits, now = self.limits, self.server.clock
+        interval = limits.min_ping_interval_s
+        if not self.streams and not limits.keepalive_permit_without_calls:
+            interval = max(interval, _NO_CALLS_PING_INTERVAL_S)
+        if self.last_ping is not None and now - self.last_ping < interval:
+            self.ping_strikes += 1
+            if self.ping_strikes > limits.max_ping_strikes:
+                self._ending = True
+                last = self.lib.nghttp2_session_get_last_proc_stream_id(self._session)
+                self.lib.nghttp2_submit_goaway(
+                    self._session, 0, last, nghttp2.ENHANCE_YOUR_CALM, b"too_many_pings", 14
+                )
+        self.last_ping = now
+
+    def _pinged_back(self) -> None:
+        """The server sends data: the client's next pings start a fresh count."""
+        self.last_ping = None
+        self.ping_strikes = 0
+
+    def _reopen(self, stream: Stream) -> None:
+        """Open the window of a stream whose call waits for more (if the budget has room)."""
+        if not stream.held or self._closed or stream.sid not in self.streams:
+            return
+        if self.unsent and self._stalled():
+            self._stalled_held = True  # flush reopens it once the client reads its answers
+            return
+        budget = self.server.budget
+        if not budget.room():
+            budget.waiting[stream] = partial(self._reopen, stream)
+            return
+        self._consume(self._session, stream.sid, stream.held)
+        stream.held = 0
+        self._flush_soon()
+
+    def _forget(self, stream: Stream, credit: bool = True) -> None:
+        """Free what a closed stream held: its bytes in the budget, its unsent answers."""
+        if stream.held:
+            if credit:
+                self.lib.nghttp2_session_consume_connection(self._session, stream.held)
+            stream.held = 0
+        budget = self.server.budget
+        if budget.waiting:
+            budget.waiting.pop(stream, None)
+        if stream.buffered:
+            budget.release(stream.buffered)
+            stream.buffered = 0
+            stream.messages.clear()
+        if stream.unsent:
+            self.unsent -= stream.unsent
+            stream.unsent = 0
+            stream.out.clear()
 
     # ------------------------------------------------------------------ nghttp2 callbacks
 
@@ -242,9 +366,11 @@ class Connection(asyncio.Protocol):
         # headers that follow are this stream's.
         sid = _FrameHd.from_address(frame).stream_id
         stream = self.streams.get(sid)
+        now = self.server.clock
         if stream is None:
-            stream = self.streams[sid] = Stream(sid, self.server.max_message_bytes)
+            stream = self.streams[sid] = Stream(sid, self.limits.max_message_bytes, now)
         self._receiving = stream
+        self._block_since = self.last_activity = now
         return 0
 
     def _on_header(
@@ -263,22 +389,34 @@ class Connection(asyncio.Protocol):
         stream = self._receiving
         if stream is None:
             return nghttp2.ERR_TEMPORAL_CALLBACK_FAILURE
+        size = stream.header_bytes + namelen + valuelen + 32  # as HTTP/2 counts a header list
+        if size > self.limits.max_header_list_bytes:
+            # nghttp2 resets the stream and skips the rest of the block without calling back.
+            stream.headers.clear()
+            self._receiving = None
+            return nghttp2.ERR_TEMPORAL_CALLBACK_FAILURE
+        stream.header_bytes = size
         stream.headers.append((key, text))
         return 0
 
     def _on_frame_recv(self, session: Any, frame: int, user: Any) -> int:
         hd = _FrameHd.from_address(frame)
-        if hd.type not in (nghttp2.HEADERS, nghttp2.DATA):
+        kind = hd.type
+        if kind == nghttp2.HEADERS:
+            self._block_since = None
+            self._receiving = None
+        elif kind != nghttp2.DATA:
+            if kind == nghttp2.SETTINGS:
+                self.greeted = True
+            elif kind == nghttp2.PING:
+                self._on_ping(bool(hd.flags & nghttp2.FLAG_ACK))
             return 0
         stream = self.streams.get(hd.stream_id)
         if stream is None:
             return 0
         ended = bool(hd.flags & nghttp2.FLAG_END_STREAM)
-        if hd.type == nghttp2.HEADERS and not stream.headers_complete:
-            stream.headers_complete = True
-            fields = stream.fields = dict(stream.headers)  # the last of a repeated name
-            stream.path = fields.get(b":path", b"").decode("latin-1")
-            self._ready.append(stream)
+        if kind == nghttp2.HEADERS and not stream.headers_complete:
+            self._headers_complete(stream)
         if ended:
             stream.ended = True
             if stream.incoming is not None:
@@ -288,32 +426,71 @@ class Connection(asyncio.Protocol):
                 self._ready.append(stream)
         return 0
 
+    def _headers_complete(self, stream: Stream) -> None:
+        """The call's method and authentication are decided here, before any of its body."""
+        stream.headers_complete = True
+        fields = stream.fields = dict(stream.headers)  # the last of a repeated name
+        stream.path = fields.get(b":path", b"").decode("latin-1")
+        server = self.server
+        stream.handler = server.handler_for(stream.path, stream)
+        if server.refusal is not None:
+            authorization = fields.get(b"authorization")
+            refused = server.refusal(
+                stream.path, None if authorization is None else authorization.decode("latin-1")
+            )
+            if refused is not None:
+                stream.eof = True  # what the client still sends is dropped, not buffered
+                self._failures.append((stream, CallError(*refused)))
+                return
+        self._ready.append(stream)
+
     def _on_data_chunk(
         self, session: Any, flags: int, sid: int, data: int, length: int, user: Any
     ) -> int:
         stream = self.streams.get(sid)
         if stream is None or stream.eof:
+            self._consume(session, sid, length)  # dropped: its window reopens at once
             return 0
+        budget = self.server.budget
+        stream.seen = self.server.clock
+        self._block_since = None
         received: list[tuple[bool, bytes | bytearray]] = []
         try:
             stream.reader.feed(data, length, received)
         except CallError as exc:
             self._failures.append((stream, exc))  # answered once nghttp2 returns
             stream.eof = True
+            self._consume(session, sid, length)
             return 0
-        if stream.incoming is not None:
-            for message in received:
-                stream.incoming.put_nowait(message)
+        if (
+            not stream.pending
+            and budget.buffered < budget.limit
+            and not (self.unsent and self._stalled())
+        ):
+            self._consume(session, sid, length)  # the call waits for these: more may come
         else:
-            stream.messages.extend(received)
+            stream.held += length  # reopened as the call takes its messages
+            if not stream.pending:
+                self._reopen(stream)  # which waits for the budget, or for the client to read
+        budget.buffered += length
+        stream.buffered += length
+        if received:
+            stream.pending += len(received)
+            if stream.incoming is not None:
+                for message in received:
+                    stream.incoming.put_nowait(message)
+            else:
+                stream.messages.extend(received)
         return 0
 
     def _on_stream_close(self, session: Any, sid: int, error_code: int, user: Any) -> int:
         stream = self.streams.pop(sid, None)
         if stream is None:
             return 0
+        self.last_activity = self.server.clock
         if stream is self._receiving:
             self._receiving = None
+        self._forget(stream)
         if stream.deadline is not None:
             stream.deadline.cancel()
         call = stream.call
@@ -321,264 +498,3 @@ class Connection(asyncio.Protocol):
             stream.cancelled = True
             call.cancel()  # the client reset the stream or went away: drop its work
         return 0
-
-    def _on_read(
-        self,
-        session: Any,
-        sid: int,
-        buf: int,
-        length: int,
-        flags: int,
-        source: Any,
-        user: Any,
-    ) -> int:
-        stream = self.streams.get(sid)
-        if stream is None:
-            return nghttp2.ERR_CALLBACK_FAILURE
-        written = 0
-        out = stream.out
-        while out and written < length:
-            chunk = out[0]
-            offset = stream.out_offset
-            take = min(len(chunk) - offset, length - written)
-            if offset:
-                source = ctypes.cast(ctypes.c_char_p(chunk), ctypes.c_void_p).value or 0
-                _memmove(buf + written, source + offset, take)
-            else:  # ctypes passes the bytes' own buffer
-                _memmove(buf + written, chunk, take)
-            written += take
-            if offset + take == len(chunk):
-                out.popleft()
-                stream.out_offset = 0
-            else:
-                stream.out_offset = offset + take
-        if not out and stream.eof:
-            _uint32.from_address(flags).value = _LAST_DATA
-            trailers = stream.trailers
-            if trailers:
-                submitted = nghttp2.Headers(trailers)
-                self.lib.nghttp2_submit_trailer(session, sid, submitted.address, submitted.count)
-            else:
-                self.lib.nghttp2_submit_trailer(session, sid, _OK_TRAILERS.address, 1)
-            return written
-        if written == 0:
-            return nghttp2.ERR_DEFERRED
-        return written
-
-    # ------------------------------------------------------------------ calls
-
-    def _start(self, stream: Stream) -> None:
-        if stream.started or stream.sid not in self.streams:
-            return
-        handler = self.server.handler_for(stream.path, stream)
-        if handler is not None and not handler.request_streaming and not stream.ended:
-            stream.waiting_end = True  # start once the whole request is here
-            return
-        stream.started = True
-        server = self.server
-        if server.max_concurrent_rpcs and server.active_calls >= server.max_concurrent_rpcs:
-            self._fail(stream, CallError(grpc.StatusCode.RESOURCE_EXHAUSTED, _OVER_LIMIT))
-            return
-        if handler is not None and handler.request_streaming:
-            incoming = stream.incoming = asyncio.Queue()
-            for message in stream.messages:
-                incoming.put_nowait(message)
-            stream.messages.clear()
-            if stream.ended:
-                incoming.put_nowait(None)
-        counted = bool(server.max_concurrent_rpcs)  # calls are counted only against a limit
-        if counted:
-            server.active_calls += 1
-        # Named after the method: an unnamed task formats a "Task-<n>" name of its own.
-        call = eager.start(self.loop, self._run(stream, handler), stream.path)
-        if call is None:  # answered without waiting
-            if counted:
-                server.active_calls -= 1
-            return
-        stream.call = call
-        if counted:
-            call.add_done_callback(self._call_done)
-
-    def _call_done(self, _: asyncio.Task[None]) -> None:
-        self.server.active_calls -= 1
-
-    async def _run(self, stream: Stream, handler: Any) -> None:
-        timeout = None
-        fields = stream.fields
-        content_type = fields.get(b"content-type", b"")
-        if b"grpc-timeout" in fields:
-            timeout = parse_timeout(fields[b"grpc-timeout"].decode("latin-1"))
-            if timeout is not None:
-                stream.deadline = self.loop.call_later(timeout, self._expire, stream)
-        context = Context(stream, self.peer, timeout)
-        try:
-            server = self.server
-            if server.interceptors and server.intercepts(stream.path):
-                handler = await server.intercepted(handler, stream, context)
-            if handler is None:
-                raise CallError(grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {stream.path}")
-            if not content_type.startswith(b"application/grpc"):
-                raise CallError(
-                    grpc.StatusCode.INTERNAL,
-                    f"unexpected content-type '{content_type.decode('latin-1')}'",
-                )
-            if handler.response_streaming:
-                await self._stream_out(stream, handler, context)
-            else:
-                if handler.request_streaming:
-                    request = self._requests(stream, handler.request_deserializer or _same)
-                else:
-                    request = self._unary_request(stream, handler)
-                function = handler.unary_unary or handler.stream_unary
-                response = function(request, context)
-                if type(response) is _Coroutine or inspect.isawaitable(response):
-                    response = await response
-                serialize = handler.response_serializer or _same
-                self._respond(stream, serialize(response), context)
-        except CallError as exc:
-            self._fail(stream, exc)
-        except asyncio.CancelledError:
-            if stream.deadline_hit:
-                self._fail(
-                    stream, CallError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
-                )
-            elif not stream.cancelled:
-                raise
-        except Exception:
-            log.exception("unhandled error in gRPC call %s", stream.path)
-            self._fail(stream, CallError(grpc.StatusCode.UNKNOWN, "Unexpected error in the server"))
-        finally:
-            if stream.deadline is not None:
-                stream.deadline.cancel()
-            context.run_done_callbacks()
-            self._flush_soon()
-
-    def _message(self, stream: Stream, item: tuple[bool, bytes | bytearray]) -> bytes | bytearray:
-        compressed, data = item
-        if compressed:
-            encoding = stream.header(b"grpc-encoding") or "identity"
-            return decompress(encoding, data, self.server.max_message_bytes)
-        return data
-
-    def _unary_request(self, stream: Stream, handler: Any) -> Any:
-        if len(stream.messages) != 1 or stream.reader.partial:
-            raise CallError(
-                grpc.StatusCode.INTERNAL,
-                f"a unary call carries one message, got {len(stream.messages)}",
-            )
-        deserialize = handler.request_deserializer or _same
-        return deserialize(self._message(stream, stream.messages.pop()))
-
-    async def _requests(self, stream: Stream, deserialize: Any) -> AsyncIterator[Any]:
-        incoming = stream.incoming
-        assert incoming is not None
-        while (item := await incoming.get()) is not None:
-            yield deserialize(self._message(stream, item))
-
-    async def _stream_out(self, stream: Stream, handler: Any, context: Context) -> None:
-        serialize = handler.response_serializer or _same
-
-        async def write(message: Any) -> None:
-            await self._send_message(stream, serialize(message))
-
-        context._write = write
-        if handler.request_streaming:
-            requests = self._requests(stream, handler.request_deserializer or _same)
-            iterator = requests.__aiter__()
-
-            async def read() -> Any:
-                try:
-                    return await iterator.__anext__()
-                except StopAsyncIteration:
-                    return grpc.aio.EOF
-
-            context._read = read
-            result = handler.stream_stream(requests, context)
-        else:
-            result = handler.unary_stream(self._unary_request(stream, handler), context)
-        if inspect.isasyncgen(result):
-            async for message in result:
-                await write(message)
-        elif inspect.isawaitable(result):
-            await result
-        self._finish(stream, context)
-
-    async def _send_message(self, stream: Stream, payload: bytes) -> None:
-        self._check_size(payload)
-        self._open(stream)
-        stream.out.append(frame(payload))
-        self.lib.nghttp2_session_resume_data(self._session, stream.sid)
-        self.flush()
-        while stream.out_bytes() >= STREAM_BUFFER_BYTES and stream.sid in self.streams:
-            stream.wake = stream.wake or asyncio.Event()
-            stream.wake.clear()
-            await stream.wake.wait()
-
-    def _check_size(self, payload: bytes) -> None:
-        limit = self.server.max_message_bytes
-        if len(payload) > limit:
-            raise CallError(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"Sent message larger than max ({len(payload)} vs. {limit})",
-            )
-
-    def _open(self, stream: Stream, initial: list[tuple[bytes, bytes]] | None = None) -> None:
-        if stream.responded:
-            return
-        stream.responded = True
-        if initial:
-            headers = nghttp2.Headers(_RESPONSE_HEADERS + initial)
-            self.lib.nghttp2_submit_response(
-                self._session, stream.sid, headers.address, headers.count, self._provider_address
-            )
-        else:
-            self.lib.nghttp2_submit_response(
-                self._session, stream.sid, _OK_HEADERS.address, 2, self._provider_address
-            )
-
-    def _respond(self, stream: Stream, payload: bytes, context: Context) -> None:
-        """A unary answer: headers, the one message and the trailers go out together."""
-        self._check_size(payload)
-        if stream.sid not in self.streams:
-            return
-        stream.out.append(frame(payload))
-        self._finish(stream, context)
-        self._open(stream)
-
-    def _finish(self, stream: Stream, context: Context) -> None:
-        code = context.code()
-        if code is not None and code is not grpc.StatusCode.OK:
-            raise CallError(code, context.details(), context.trailing_metadata())
-        trailing = context.trailing_metadata()
-        if trailing:
-            stream.trailers = [(b"grpc-status", b"0"), *metadata_pairs(trailing)]
-        stream.eof = True
-        if stream.responded:
-            self.lib.nghttp2_session_resume_data(self._session, stream.sid)
-
-    def _fail(self, stream: Stream, error: CallError) -> None:
-        """End a call with an error status: trailers-only if nothing was sent yet."""
-        if stream.sid not in self.streams or stream.eof:
-            return
-        status = [
-            (b"grpc-status", str(error.code.value[0]).encode()),
-            (b"grpc-message", percent_encode(error.details)),
-            *metadata_pairs(error.trailing),
-        ]
-        stream.eof = True
-        if stream.responded:
-            stream.trailers = status
-            self.lib.nghttp2_session_resume_data(self._session, stream.sid)
-        else:
-            stream.responded = True
-            headers = nghttp2.Headers(_RESPONSE_HEADERS + status)
-            self.lib.nghttp2_submit_response(
-                self._session, stream.sid, headers.address, headers.count, None
-            )
-        if not stream.ended:  # the client is still sending: tell it to stop
-            self._resets.append(stream.sid)
-
-    def _expire(self, stream: Stream) -> None:
-        stream.deadline_hit = True
-        if stream.call is not None and not stream.call.done():
-            stream.call.cancel()

@@ -32,8 +32,10 @@ DATA = 0x0
 HEADERS = 0x1
 RST_STREAM = 0x3
 SETTINGS = 0x4
+PING = 0x6
 GOAWAY = 0x7
 FLAG_END_STREAM = 0x1
+FLAG_ACK = 0x1  # on SETTINGS and PING
 FLAG_NONE = 0x0
 
 # Data provider flags and the "no data yet" answer of a read callback.
@@ -54,6 +56,7 @@ NO_ERROR = 0x0
 INTERNAL_ERROR = 0x2
 REFUSED_STREAM = 0x7
 CANCEL = 0x8
+ENHANCE_YOUR_CALM = 0xB
 
 
 class NV(Structure):
@@ -119,7 +122,14 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "nghttp2_session_callbacks_set_on_frame_recv_callback": (None, [c_void_p, c_void_p]),
     "nghttp2_session_callbacks_set_on_data_chunk_recv_callback": (None, [c_void_p, c_void_p]),
     "nghttp2_session_callbacks_set_on_stream_close_callback": (None, [c_void_p, c_void_p]),
-    "nghttp2_session_server_new": (c_int, [POINTER(c_void_p), c_void_p, c_void_p]),
+    "nghttp2_session_server_new2": (c_int, [POINTER(c_void_p), c_void_p, c_void_p, c_void_p]),
+    "nghttp2_option_new": (c_int, [POINTER(c_void_p)]),
+    "nghttp2_option_del": (None, [c_void_p]),
+    "nghttp2_option_set_no_auto_window_update": (None, [c_void_p, c_int]),
+    "nghttp2_option_set_no_closed_streams": (None, [c_void_p, c_int]),
+    "nghttp2_session_consume": (c_int, [c_void_p, c_int32, c_size_t]),
+    "nghttp2_session_consume_connection": (c_int, [c_void_p, c_size_t]),
+    "nghttp2_submit_ping": (c_int, [c_void_p, c_uint8, c_void_p]),
     "nghttp2_session_del": (None, [c_void_p]),
     "nghttp2_session_mem_recv": (c_ssize_t, [c_void_p, c_char_p, c_size_t]),
     # Pointers the calls of every request take are declared c_void_p and given as addresses:

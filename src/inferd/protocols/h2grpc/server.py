@@ -12,19 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
+import dataclasses
 import socket
 import ssl
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import grpc
 
 from inferd.core.errors import ConfigError
 from inferd.protocols.h2grpc import nghttp2
+from inferd.protocols.h2grpc.calls import Context, Stream
+from inferd.protocols.h2grpc.connection import Connection
+from inferd.protocols.h2grpc.host import Budget, Limits
 
-if TYPE_CHECKING:
-    from inferd.protocols.h2grpc.calls import Context, Stream
-    from inferd.protocols.h2grpc.connection import Connection
+TRIM_AFTER_BYTES = 4 * 1024 * 1024  # a connection that received this much is trimmed after
 
 
 class _CallDetails(grpc.HandlerCallDetails):  # type: ignore[misc]
@@ -42,25 +46,33 @@ class NativeGrpcServer(grpc.aio.Server):  # type: ignore[misc]
     def __init__(
         self,
         *,
-        max_message_bytes: int,
+        max_message_bytes: int | None = None,
         interceptors: Sequence[Any] = (),
         max_concurrent_rpcs: int | None = None,
-        max_concurrent_streams: int = 1000,
-        max_header_bytes: int = 64 * 1024,
-        window_bytes: int = 4 * 1024 * 1024,
         reuse_port: bool = False,
+        limits: Limits | None = None,
     ) -> None:
+        """``limits``: every limit and timeout of the connections (``host.Limits``);
+        ``max_message_bytes``, when given, replaces its largest message."""
         lib = nghttp2.load()
         if lib is None:
             raise ConfigError("the native gRPC server needs libnghttp2 (Debian: libnghttp2-14)")
         self.lib = lib
-        self.max_message_bytes = max_message_bytes
+        limits = limits or Limits()
+        if max_message_bytes is not None:
+            limits = dataclasses.replace(limits, max_message_bytes=max_message_bytes)
+        self.limits = limits
+        self.max_message_bytes = limits.max_message_bytes
+        self.budget = Budget(limits.max_buffered_bytes)
+        self.clock = 0.0
+        self._sweeping: asyncio.TimerHandle | None = None
+        self._trim = False
         self.reuse_port = reuse_port
-        self.max_concurrent_streams = max_concurrent_streams
-        self.max_header_bytes = max_header_bytes
-        self.window_bytes = window_bytes
-        self.connection_window_bytes = max(window_bytes * 4, 16 * 1024 * 1024)
         self.interceptors = list(interceptors)
+        checks = [c for i in self.interceptors if callable(c := getattr(i, "refusal", None))]
+        self.refusal: Callable[[str, str | None], tuple[Any, str] | None] | None = (
+            _first_refusal(checks) if checks else None
+        )
         # Calls in progress on every connection; past the limit a call is refused at once
         # (RESOURCE_EXHAUSTED, as grpcio's maximum_concurrent_rpcs answers).
         self.max_concurrent_rpcs = max_concurrent_rpcs or 0
@@ -158,12 +170,40 @@ class NativeGrpcServer(grpc.aio.Server):  # type: ignore[misc]
         bound: int = sock.getsockname()[1]
         return bound
 
+    # ------------------------------------------------------------------ connections
+
+    def opened(self, connection: asyncio.Protocol) -> None:
+        assert isinstance(connection, Connection)
+        self.connections.add(connection)
+        if self._sweeping is None:
+            loop = asyncio.get_running_loop()
+            self.clock = loop.time()
+            self._sweeping = loop.call_later(self.limits.sweep_s(), self._sweep)
+
+    def closed(self, connection: asyncio.Protocol) -> None:
+        assert isinstance(connection, Connection)
+        self.connections.discard(connection)
+        if connection.received >= TRIM_AFTER_BYTES:
+            self._trim = True  # at the next sweep: what it held goes back to the system
+
+    def _sweep(self) -> None:
+        """Every connection's timeouts, checked by one timer for them all."""
+        loop = asyncio.get_running_loop()
+        self.clock = now = loop.time()
+        for connection in list(self.connections):
+            connection.sweep(now)
+        if self._trim:
+            self._trim = False
+            release_freed_memory()
+        self._sweeping = (
+            loop.call_later(self.limits.sweep_s(), self._sweep) if self.connections else None
+        )
+
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        from inferd.protocols.h2grpc.connection import Connection
-
         loop = asyncio.get_running_loop()
+        self.clock = loop.time()
         self._stopped = asyncio.Event()
         for sock, context in self._sockets:
             server = await loop.create_server(lambda: Connection(self), sock=sock, ssl=context)
@@ -188,6 +228,9 @@ class NativeGrpcServer(grpc.aio.Server):  # type: ignore[misc]
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+            self._sweeping = None
         if self._stopped is not None:
             self._stopped.set()
 
@@ -206,6 +249,39 @@ class NativeGrpcServer(grpc.aio.Server):  # type: ignore[misc]
         except TimeoutError:
             return False
         return True
+
+
+def release_freed_memory() -> None:
+    """Hand the memory freed by closed connections back to the system: glibc keeps freed
+    blocks in its heaps (a hostile connection's buffers would stay in the RSS)."""
+    if _libc is not None:
+        _libc.malloc_trim(0)
+
+
+def _load_libc() -> Any:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        libc.malloc_trim.restype = ctypes.c_int
+    except (OSError, AttributeError):  # not glibc
+        return None
+    return libc
+
+
+_libc = _load_libc()
+
+
+def _first_refusal(
+    checks: list[Callable[[str, str | None], tuple[Any, str] | None]],
+) -> Callable[[str, str | None], tuple[Any, str] | None]:
+    def refusal(path: str, authorization: str | None) -> tuple[Any, str] | None:
+        for check in checks:
+            refused = check(path, authorization)
+            if refused is not None:
+                return refused
+        return None
+
+    return checks[0] if len(checks) == 1 else refusal
 
 
 def _chain(interceptor: Any, continuation: Any) -> Any:
