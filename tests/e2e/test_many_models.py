@@ -34,7 +34,7 @@ input [{{ name: "INPUT0" data_type: TYPE_FP32 dims: [2] }}]
 output [{{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [2] }}]
 {extra}
 """
-BROKEN = 'parameters [{ key: "no_such_parameter" value: { string_value: "1" } }]'
+BROKEN = 'parameters [{ key: "die_by" value: { string_value: "nonsense" } }]'
 
 
 def write_echo(root: Path, name: str, extra: str = "", padding: int = 0) -> None:
@@ -125,11 +125,11 @@ def test_a_model_that_fails_to_load_answers_503_with_its_reason(lazy: ServerProc
     answer = infer(lazy.http_url, "broken")
     assert answer.status_code == 503
     assert "could not be loaded on demand" in answer.json()["error"]
-    assert "no_such_parameter" in answer.json()["error"]
+    assert "die_by" in answer.json()["error"]
     with triton_grpc.InferenceServerClient(lazy.grpc_address) as client:
         tensor = triton_grpc.InferInput("INPUT0", [1, 2], "FP32")
         tensor.set_data_from_numpy(np.ones((1, 2), np.float32))
-        with pytest.raises(InferenceServerException, match="no_such_parameter") as caught:
+        with pytest.raises(InferenceServerException, match="die_by") as caught:
             client.infer("broken", [tensor])
         assert caught.value.status() == "StatusCode.UNAVAILABLE"
     assert residency(lazy)["broken"]["state"] == "failed"

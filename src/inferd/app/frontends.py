@@ -14,11 +14,8 @@ import asyncio
 import logging
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-from granian.constants import Interfaces
-from granian.server.embed import Server as GranianServer
 from prometheus_client import CollectorRegistry, start_http_server
 
 from inferd.app import edge
@@ -36,6 +33,7 @@ from inferd.protocols.dashboard_http import Dashboard, page_url
 from inferd.protocols.generate_http import GenerateHttp
 from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.http import HttpApp
+from inferd.protocols.http_listen import Listener, listen
 from inferd.protocols.http_routes import Router
 from inferd.protocols.openapi import OpenApi
 from inferd.protocols.repository_http import RepositoryHttp
@@ -76,15 +74,6 @@ class Core(Protocol):
     def log_settings(self) -> LogSettings: ...
     @property
     def tokens(self) -> TokenStore: ...
-
-
-@dataclass(slots=True)
-class _Listener:
-    """One HTTP server: granian's, and the task serving it."""
-
-    server: Any  # granian's embedded Server
-    task: asyncio.Task[None]
-    address: str
 
 
 def free_port(address: str) -> int:
@@ -164,7 +153,7 @@ class Frontends:
             guard=edge.http_guard(settings, http_access),
             limits=edge.http_limits(settings, workers),
         )
-        self._http: list[_Listener] = []
+        self._http: list[Listener] = []
         self._grpc: list[Any] = []
         self._dashboard_started = False
         self._metrics_server: Any = None
@@ -176,32 +165,14 @@ class Frontends:
         first also starts the dashboard and ``--metrics-port``. A port that cannot be bound
         is a ConfigError."""
         port = port or free_port(self.settings.http_address)
-        address = f"{self.settings.http_address}:{port}"
-        server = GranianServer(
-            self.http_app,
-            address=self.settings.http_address,
-            port=port,
-            interface=Interfaces.RSGI,
-            runtime_threads=1,
-            backlog=2048,
-            log_enabled=False,
-            **self.granian_options,
+        listener = await listen(
+            self.http_app, self.settings.http_address, port, self.granian_options, what="HTTP"
         )
-        bound = asyncio.Event()
-        server.on_startup(bound.set)  # granian calls this once its socket is bound
-        loop = asyncio.get_running_loop()
-        task = loop.create_task(server.serve(), name=f"http {address}")
-        binding = loop.create_task(bound.wait())
-        await asyncio.wait({task, binding}, return_when=asyncio.FIRST_COMPLETED)
-        if not bound.is_set():
-            binding.cancel()
-            exc = task.exception() if task.done() else None
-            raise ConfigError(f"cannot serve HTTP on {address}: {exc}")
         scheme = "HTTPS" if "ssl_cert" in self.granian_options else "HTTP"
-        log.info("listening: %s (KServe v2, TF Serving REST) on %s", scheme, address)
+        log.info("listening: %s (KServe v2, TF Serving REST) on %s", scheme, listener.address)
         if self.dashboard is not None and not self.settings.dashboard_port and not self._http:
             log.info("dashboard: %s", page_url(scheme.lower(), self.settings.http_address, port))
-        self._http.append(_Listener(server, task, address))
+        self._http.append(listener)
         if len(self._http) == 1:
             self._start_metrics_port()
             if self.dashboard is not None:
@@ -212,7 +183,7 @@ class Frontends:
     def stop_http(self) -> None:
         """Ask every HTTP server to stop (they finish their requests); see ``http_stopped``."""
         for listener in self._http:
-            listener.server.stop()
+            listener.stop()
 
     async def http_stopped(self) -> None:
         """Wait until every HTTP server has stopped; an error that stopped one is raised."""
@@ -272,10 +243,7 @@ class Frontends:
         ``GRPC_STOP_GRACE_S``."""
         self.stop_http()
         for listener in self._http:
-            try:
-                await listener.task
-            except Exception:
-                log.exception("the HTTP server on %s stopped with an error", listener.address)
+            await listener.stopped()
         self._http.clear()
         for server in self._grpc:
             await server.stop(grace=GRPC_STOP_GRACE_S)

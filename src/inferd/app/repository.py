@@ -23,6 +23,19 @@ from inferd.scheduling.cache import ResponseCache
 from inferd.security.trust import CodePolicy
 
 
+def storage_options(settings: Settings, cache_max_bytes: int = 0) -> StorageOptions:
+    """How the server reaches its stores (S3 credentials and endpoint, the local cache)."""
+    return StorageOptions(
+        cache_dir=settings.model_cache_dir,
+        cache_max_bytes=cache_max_bytes,
+        s3_endpoint_url=settings.s3_endpoint_url,
+        s3_access_key_id=settings.s3_access_key_id,
+        s3_secret_access_key=settings.s3_secret_access_key,
+        s3_region=settings.s3_region,
+        s3_addressing_style=settings.s3_addressing_style,
+    )
+
+
 def model_manager(
     settings: Settings,
     registry: Registry,
@@ -37,15 +50,7 @@ def model_manager(
                 "--model-cache-max-bytes bounds the cache of lazy serving: give "
                 "--model-memory-budget or --max-loaded-models too"
             )
-    options = StorageOptions(
-        cache_dir=settings.model_cache_dir,
-        cache_max_bytes=cache_max_bytes,
-        s3_endpoint_url=settings.s3_endpoint_url,
-        s3_access_key_id=settings.s3_access_key_id,
-        s3_secret_access_key=settings.s3_secret_access_key,
-        s3_region=settings.s3_region,
-        s3_addressing_style=settings.s3_addressing_style,
-    )
+    options = storage_options(settings, cache_max_bytes)
     storages = [open_storage(uri, options) for uri in settings.model_repository]
     mode = ControlMode.parse(settings.model_control_mode)
     if settings.repository_poll_secs < 1:

@@ -17,17 +17,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from granian.constants import Interfaces
-from granian.server.embed import Server as GranianServer
-
 from inferd.app import edge
+from inferd.app.repository import storage_options
 from inferd.app.settings import Settings
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError, InferdError
 from inferd.observability.requests import RequestObserver
-from inferd.protocols.grpc_servers import new_server
-from inferd.protocols.h2grpc.server import NativeGrpcServer
+from inferd.protocols.grpc_servers import bind, new_server
 from inferd.protocols.http import HttpApp
+from inferd.protocols.http_listen import Listener, listen
 from inferd.protocols.http_routes import Router
 from inferd.protocols.torchserve_grpc import (
     INFERENCE_SERVICE,
@@ -37,7 +35,6 @@ from inferd.protocols.torchserve_grpc import (
 from inferd.protocols.torchserve_http import TorchServeInferenceHttp, render_error
 from inferd.protocols.torchserve_management_http import TorchServeManagementHttp
 from inferd.repository.manager import ControlMode, ModelManager
-from inferd.repository.storage import StorageOptions
 from inferd.security.access import AccessPolicy, is_loopback
 from inferd.security.grpc_auth import AuthInterceptor
 from inferd.security.http_guard import HttpGuard
@@ -68,17 +65,6 @@ def prepare(settings: Settings) -> tuple[Settings, Path | None]:
     folder = Path(tempfile.mkdtemp(prefix="inferd-torchserve-"))
     log.info("TorchServe's registered models are kept in %s until the server stops", folder)
     return replace(settings, model_repository=[str(folder)]), folder
-
-
-def storage_options(settings: Settings) -> StorageOptions:
-    return StorageOptions(
-        cache_dir=settings.model_cache_dir,
-        s3_endpoint_url=settings.s3_endpoint_url,
-        s3_access_key_id=settings.s3_access_key_id,
-        s3_secret_access_key=settings.s3_secret_access_key,
-        s3_region=settings.s3_region,
-        s3_addressing_style=settings.s3_addressing_style,
-    )
 
 
 def parse_models(entries: list[str]) -> list[tuple[str | None, str]]:
@@ -164,7 +150,7 @@ class TorchServePorts:
         )
         self.grpc = TorchServeGrpc(self.models, self.management, observer)
         self.tokens = tokens
-        self._servers: list[tuple[GranianServer, asyncio.Task[None]]] = []
+        self._servers: list[Listener] = []
         self._grpc: list[Any] = []
 
     def _admin_policy(self, tokens: TokenStore, address: str) -> AccessPolicy:
@@ -227,28 +213,11 @@ class TorchServePorts:
                 await self._serve_grpc(port, service, handlers)
 
     async def _serve_http(self, app: HttpApp, address: str, port: int, what: str) -> None:
-        server = GranianServer(
-            app,
-            address=address,
-            port=port,
-            interface=Interfaces.RSGI,
-            runtime_threads=1,
-            backlog=2048,
-            log_enabled=False,
-            **self.granian_options,
+        listener = await listen(
+            app, address, port, self.granian_options, what=f"TorchServe's {what} API"
         )
-        bound = asyncio.Event()
-        server.on_startup(bound.set)
-        loop = asyncio.get_running_loop()
-        task = loop.create_task(server.serve())
-        waiting = loop.create_task(bound.wait())
-        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
-        if not bound.is_set():
-            waiting.cancel()
-            exc = task.exception() if task.done() else None
-            raise ConfigError(f"cannot serve TorchServe's {what} API on {address}:{port}: {exc}")
-        self._servers.append((server, task))
-        log.info("listening: TorchServe %s API on %s:%d", what, address, port)
+        self._servers.append(listener)
+        log.info("listening: TorchServe %s API on %s", what, listener.address)
 
     async def _serve_grpc(self, port: int, service: str, handlers: dict[str, Any]) -> None:
         settings = self.settings
@@ -270,15 +239,7 @@ class TorchServePorts:
         )
         server.add_registered_method_handlers(service, handlers)
         tls = edge.grpc_tls(settings)
-        try:
-            if tls is None:
-                server.add_insecure_port(address)
-            elif isinstance(server, NativeGrpcServer):
-                server.add_secure_port(address, tls.ssl_context())
-            else:
-                server.add_secure_port(address, tls.grpc_credentials())
-        except RuntimeError as exc:
-            raise ConfigError(f"cannot serve TorchServe's gRPC on {address}: {exc}") from None
+        bind(server, address, tls, "TorchServe's gRPC")
         await server.start()
         self._grpc.append(server)
         log.info("listening: TorchServe gRPC %s on %s", service.rpartition(".")[2], address)
@@ -286,11 +247,8 @@ class TorchServePorts:
     async def stop(self) -> None:
         for server in self._grpc:
             await server.stop(grace=2.0)
-        for server, task in self._servers:
-            server.stop()  # type: ignore[no-untyped-call]
-            try:
-                await task
-            except Exception:
-                log.exception("a TorchServe port stopped with an error")
+        for listener in self._servers:
+            listener.stop()
+            await listener.stopped()
         self._servers.clear()
         self._grpc.clear()

@@ -14,15 +14,11 @@ so the page there reaches the same APIs under the same rules, Host checks and TL
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
-
-from granian.constants import Interfaces
-from granian.server.embed import Server as GranianServer
 
 from inferd.app.settings import Settings
 from inferd.core.dataplane import DataPlane
@@ -35,6 +31,7 @@ from inferd.dashboard.series import TrafficSeries
 from inferd.observability.requests import RequestObserver
 from inferd.protocols.http import HttpApp
 from inferd.protocols.http_body import Limits
+from inferd.protocols.http_listen import Listener, listen
 from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.tfserving_http import kserve_live
 from inferd.repository.manager import ModelManager
@@ -130,10 +127,9 @@ class Dashboard:
             admin=admin_state(access or AccessPolicy.open()),
         )
         self.overview = Overview(plane.registry, manager, facts, plane.on_demand)
-        self._port_server: Any = None
+        self._port: Listener | None = None
         # Several workers: the traffic of all of them (see inferd.workers); else this one's.
         self.traffic_totals: Callable[[float, str], Awaitable[dict[str, Any]]] | None = None
-        self._port_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ routes
 
@@ -247,35 +243,20 @@ class Dashboard:
             limits=Limits(max_body_bytes=1024, body_timeout_s=main_app.limits.body_timeout_s),
         )
         address = self.settings.http_address
-        server = GranianServer(
+        self._port = await listen(
             PortApp(page, main_app),
-            address=address,
-            port=port,
-            interface=Interfaces.RSGI,
-            runtime_threads=1,
+            address,
+            port,
+            server_options or {},
+            what="the dashboard",
             backlog=256,
-            log_enabled=False,
-            **(server_options or {}),
         )
-        bound = asyncio.Event()
-        server.on_startup(bound.set)
-        task = asyncio.get_running_loop().create_task(server.serve())
-        bind = asyncio.get_running_loop().create_task(bound.wait())
-        await asyncio.wait({task, bind}, return_when=asyncio.FIRST_COMPLETED)
-        if not bound.is_set():
-            bind.cancel()
-            exc = task.exception() if task.done() else None
-            raise ConfigError(f"cannot serve the dashboard on {address}:{port}: {exc}")
-        self._port_server, self._port_task = server, task
         scheme = "https" if "ssl_cert" in (server_options or {}) else "http"
         log.info("listening: dashboard on %s", page_url(scheme, address, port))
 
     async def stop(self) -> None:
         await self.series.stop()
-        if self._port_server is not None and self._port_task is not None:
-            self._port_server.stop()
-            try:
-                await self._port_task
-            except Exception:
-                log.exception("the dashboard's port stopped with an error")
-            self._port_server = self._port_task = None
+        if self._port is not None:
+            self._port.stop()
+            await self._port.stopped()
+            self._port = None

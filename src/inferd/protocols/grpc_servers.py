@@ -14,6 +14,7 @@ from inferd.core.errors import ConfigError
 from inferd.protocols.h2grpc.host import Limits
 from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.h2grpc.server import available as native_available
+from inferd.security.tls import Tls
 
 GRPC_SERVERS = ("auto", "native", "grpcio")
 
@@ -74,3 +75,17 @@ def grpcio_options(limits: Limits) -> list[tuple[str, int]]:
         ("grpc.http2.min_ping_interval_without_data_ms", ms(limits.min_ping_interval_s)),
         ("grpc.http2.max_ping_strikes", limits.max_ping_strikes),
     ]
+
+
+def bind(server: Any, address: str, tls: Tls | None, what: str) -> None:
+    """Add ``address`` to either kind of server, over TLS when given; a ConfigError naming
+    ``what`` when it cannot be bound."""
+    try:
+        if tls is None:
+            server.add_insecure_port(address)
+        elif isinstance(server, NativeGrpcServer):
+            server.add_secure_port(address, tls.ssl_context())
+        else:
+            server.add_secure_port(address, tls.grpc_credentials())
+    except RuntimeError as exc:
+        raise ConfigError(f"cannot serve {what} on {address}: {exc}") from None

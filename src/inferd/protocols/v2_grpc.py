@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from inferd.core.dataplane import DataPlane
-from inferd.core.errors import ConfigError, InferdError, InvalidInput, NotFound, Unimplemented
+from inferd.core.errors import InferdError, InvalidInput, NotFound, Unimplemented
 from inferd.core.stats import ModelStatistics, StatDuration
 from inferd.observability.requests import RequestObserver
 from inferd.protocols import grpc_service_pb2 as pb
@@ -32,9 +32,8 @@ from inferd.protocols.grpc_common import (
     public_message,
     safe_deserializer,
 )
-from inferd.protocols.grpc_servers import new_server
+from inferd.protocols.grpc_servers import bind, new_server
 from inferd.protocols.h2grpc.host import Limits
-from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.pool import POOL
 from inferd.protocols.settings_grpc import SettingsGrpc
 from inferd.protocols.shm_grpc import SharedMemoryGrpc
@@ -440,13 +439,5 @@ def build_server(
     health = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
     services = (SERVICE, *TFSERVING_SERVICES, health)
     reflection.enable_server_reflection((*services, reflection.SERVICE_NAME), server, pool=POOL)
-    try:
-        if tls is None:
-            server.add_insecure_port(address)
-        elif isinstance(server, NativeGrpcServer):
-            server.add_secure_port(address, tls.ssl_context())
-        else:
-            server.add_secure_port(address, tls.grpc_credentials())
-    except RuntimeError as exc:
-        raise ConfigError(f"cannot serve gRPC on {address}: {exc}") from None
+    bind(server, address, tls, "gRPC")
     return server
