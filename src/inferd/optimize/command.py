@@ -177,6 +177,9 @@ def optimize(options: Options) -> Result:
             result = optimize_openvino(options, config, versions[source_version], staging)
         result.source_version, result.version = source_version, target_version
         try:
+            # mkdtemp's folder is the writer's alone (0700): the version gets the mode of the
+            # folder it joins, so a server running as another user reads it.
+            staging.chmod(folder.stat().st_mode & 0o777)
             staging.rename(folder / str(target_version))
         except OSError as exc:
             raise Refused(
