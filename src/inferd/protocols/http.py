@@ -139,6 +139,8 @@ class HttpApp:
             if route.admit is not None:
                 route.admit(params)
             limit = route.max_body_bytes or self.limits.max_body_bytes
+            if declared > limit:  # refused before its body is read: a small one is drained
+                raise too_large(declared, limit, route.limit_flag)
             task = asyncio.current_task()
             request = HttpRequest(
                 method,
@@ -153,8 +155,6 @@ class HttpApp:
             )
             unread = False  # from here on, the body is read (or streamed by the handler)
             if route.stream:
-                if declared > limit:
-                    raise too_large(declared, limit, route.limit_flag)
                 request.chunks = self._chunks(protocol, limit, route.limit_flag)
             elif (
                 0 < declared <= WHOLE_BODY_BYTES
