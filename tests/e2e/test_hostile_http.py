@@ -69,12 +69,18 @@ def test_slow_uploads_leave_inference_its_budget(server: ServerProcess) -> None:
     calls have their own in-flight count: a client holding all of it with slow chunked
     uploads leaves inference answering, and the minimum body rate cuts them after the grace."""
     drippers = [_drip(server, f"/v2/repository/models/up{i}", "PUT") for i in range(DRIPPERS)]
-    time.sleep(0.3)
+    load = f"{server.http_url}/v2/repository/models/y/load"
+    deadline = time.monotonic() + 30
+    while (refused := httpx.post(load, json={}, timeout=10)).status_code != 503:
+        assert refused.status_code == 404, refused.text  # no model y: the slots are not all held
+        assert time.monotonic() < deadline, "the uploads never held the admin budget"
+        time.sleep(0.05)
+    assert "admin requests" in refused.json()["error"]
     url = f"{server.http_url}/v2/models/fast/infer"
     doc = {"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "FP32", "data": [2.0]}]}
     answers = [httpx.post(url, json=doc, timeout=10) for _ in range(2 * INFLIGHT)]
     assert [a.status_code for a in answers] == [200] * (2 * INFLIGHT)
-    refused = httpx.post(f"{server.http_url}/v2/repository/models/y/load", json={}, timeout=10)
+    refused = httpx.post(load, json={}, timeout=10)
     assert refused.status_code == 503 and "admin requests" in refused.json()["error"]
     cut = [_answer(s, 8) for s in drippers]
     statuses = sorted(a.split(b" ", 2)[1].decode() for a in cut)
