@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from inferd.config.model_config_pb2 import ModelConfig
@@ -87,8 +87,7 @@ class ModelVersion:
             key = None
             outputs = None
             if self.cache is not None:
-                cached_as = self.name if not signature else f"{self.name}\0{signature}"
-                key = ResponseCache.key(cached_as, self.version, inputs, names)
+                key = self.cache_key(inputs, names, signature)
                 outputs = self.cache.get(key)
                 (self.stats.cache_miss if outputs is None else self.stats.cache_hit).add(
                     time.perf_counter_ns() - started
@@ -111,6 +110,11 @@ class ModelVersion:
             self.stats.pending -= 1
         self.stats.log_success(time.perf_counter_ns() - started)
         return InferResponse(self.name, self.version_text, outputs, request.id, {}, timings)
+
+    def cache_key(self, inputs: Tensors, names: Sequence[str], signature: str = "") -> bytes:
+        """The response cache's key of a request's validated inputs and outputs."""
+        cached_as = self.name if not signature else f"{self.name}\0{signature}"
+        return ResponseCache.key(cached_as, self.version, inputs, names)
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         """A decoupled model's responses to one request, as the model sends them; the last one
