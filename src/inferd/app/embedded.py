@@ -95,7 +95,8 @@ class Server:
         lifecycle.options = replace(lifecycle.options, call_model=self.plane.infer)
         self.logs = logs or logs_from(settings)
         self.endpoints = EndpointStats()
-        self.metrics = build_registry(self.registry, self.endpoints, self.manager.status)
+        # The repository's status through the data plane: a frontend worker's is its host's.
+        self.metrics = build_registry(self.registry, self.endpoints, self.plane.repository_status)
         self.tracer = (
             Tracer(settings.trace_exporter, settings.trace_endpoint, settings.server_name)
             if settings.trace_exporter
@@ -106,6 +107,9 @@ class Server:
         self.log_settings = LogSettings(self.logs)
         # Run after the startup loads, before the server is ready (workers replay changes).
         self.after_startup_loads: Callable[[], Coroutine[Any, Any, None]] | None = None
+        # Instead of loading the repository at start (and polling it): a frontend worker,
+        # whose models are its host's, waits for the host's table here.
+        self.startup_loads: Callable[[], Coroutine[Any, Any, None]] | None = None
         self.poller: Poller[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread_id = 0
@@ -139,14 +143,18 @@ class Server:
 
     async def _load_models(self) -> None:
         try:
-            await self.manager.start(self.settings.load_model)
+            if self.startup_loads is not None:
+                await self.startup_loads()
+            else:
+                await self.manager.start(self.settings.load_model)
             if self.after_startup_loads is not None:
                 await self.after_startup_loads()
         finally:
             self.plane.started = not self._stopped
             ready = [r.name for r in self.registry.records() if r.versions]
             log.info("server ready; models ready: %s", ", ".join(ready) or "none")
-        if self.manager.mode is ControlMode.POLL and not self._stopped:
+        polls = self.manager.mode is ControlMode.POLL and self.startup_loads is None
+        if polls and not self._stopped:
             self.poller = Poller(
                 self.manager.scan, self.manager.apply, self.manager.poll_interval_s
             )

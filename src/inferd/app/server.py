@@ -12,12 +12,15 @@ import signal
 import sys
 
 from inferd.app import edge
-from inferd.app.drain import Drain
+from inferd.app.drain import STOP_GRACE_S, Drain
 from inferd.app.embedded import Server
 from inferd.app.settings import Settings
 from inferd.core.errors import ConfigError
 from inferd.observability.logging import Logs
 from inferd.workers.control import SharedControl
+from inferd.workers.forward import HostLink
+from inferd.workers.frontend import FrontendControl
+from inferd.workers.host import ModelHost
 from inferd.workers.node import WorkerNode, merged_registry
 from inferd.workers.peers import Peers, WorkerRole
 from inferd.workers.sizing import worker_count
@@ -39,16 +42,15 @@ class NetworkServer:
         core = self.core
         self.plane = core.plane
         self.node: WorkerNode | None = None
+        self.host: ModelHost | None = None  # worker 0 of several: the models live here
+        self.link: HostLink | None = None  # any other worker: its requests go to worker 0
         if worker is not None:
-            control = SharedControl(
-                core.manager, core.registry, Peers(worker), settings.max_upload_bytes
-            )
+            control = self._worker_control(worker)
             core.plane.repository = control
             self.node = WorkerNode(control.peers, control, core.plane, core.metrics)
             control.share_regions(core.plane.shared_memory)
             control.share_settings(core.trace_settings, core.log_settings)
             core.plane.total_statistics = self.node.statistics
-            core.after_startup_loads = control.replay
         self.frontends = core.frontends(
             metrics_text=self.node.metrics_text if self.node is not None else None,
             reuse_port=worker is not None,
@@ -61,10 +63,42 @@ class NetworkServer:
         self.drain: Drain | None = None  # set by run(): SIGTERM drains, SIGINT stops at once
         self.stopping = False
 
+    def _worker_control(self, worker: WorkerRole) -> SharedControl:
+        """The repository API of one worker among several, and its part: the model host
+        (worker 0), or a frontend that forwards every request to it."""
+        core, settings = self.core, self.settings
+        peers = Peers(worker)
+        if worker.index == 0:
+            host = self.host = ModelHost(
+                core.registry,
+                worker.run_dir,
+                core.manager.status,
+                lambda: core.plane.models_ready(),
+            )
+            control = SharedControl(core.manager, core.registry, peers, settings.max_upload_bytes)
+            control.published = host.sync
+
+            async def replay_then_publish() -> None:
+                await control.replay()
+                host.open_table()
+
+            core.after_startup_loads = replay_then_publish
+            return control
+        link = self.link = HostLink(worker.run_dir, worker.index, core.registry)
+        frontend = FrontendControl(
+            core.manager, core.registry, peers, settings.max_upload_bytes, link
+        )
+        core.startup_loads = link.start
+        core.after_startup_loads = frontend.replay
+        core.plane.models_ready = link.ready
+        return frontend
+
     async def run(self) -> None:
         settings, core, frontends = self.settings, self.core, self.frontends
         loop = asyncio.get_running_loop()
         self.drain = Drain(core.plane, core.registry, settings.drain_timeout_s, self.stop)
+        if self.host is not None:
+            self.drain.forwarded = self.host.activity
         loop.add_signal_handler(signal.SIGINT, self.stop)
         loop.add_signal_handler(signal.SIGTERM, self.drain.begin)
         # A worker other than the first, or a replacement, takes connections once it can serve.
@@ -73,6 +107,8 @@ class NetworkServer:
             if self.node is not None:
                 await self.node.start()
                 frontends.metrics_registry = merged_registry(self.node, loop)
+            if self.host is not None:
+                await self.host.start()
             await core.start(wait_for_models=late)
             edge.warn_if_open(settings, core.tokens)
             if settings.allow_grpc:
@@ -81,8 +117,15 @@ class NetworkServer:
             if self.stopping:  # a signal came while starting
                 frontends.stop_http()
             await frontends.http_stopped()
+            if self.host is not None:
+                # The other workers' requests run here until they have drained and stopped.
+                await self.host.wait_frontends(settings.drain_timeout_s + STOP_GRACE_S)
         finally:
+            if self.host is not None:
+                await self.host.close()
             await core.stop()  # the frontends first
+            if self.link is not None:
+                await self.link.close()
             if self.node is not None:
                 await self.node.close()
 
