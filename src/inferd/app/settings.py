@@ -35,11 +35,11 @@ class Settings:
     http_workers: str = field(
         default="auto",
         metadata=_opt(
-            "serving processes sharing the HTTP and gRPC ports (SO_REUSEPORT), each with its "
-            "own copy of the models: a number, or auto: the usable CPU cores when every store "
-            "is a local folder, every model loaded at start is at most 256 MiB on disk, and "
-            "cores x (256 MiB + 2 x those models' size) fits in half the available memory; "
-            "else 1"
+            "serving processes sharing the HTTP and gRPC ports (SO_REUSEPORT): worker 0 loads "
+            "and runs every model (one copy, one batcher per model); the others decode and "
+            "encode requests and forward each to it. A number, or auto: the usable CPU cores, "
+            "fewer if the other workers (256 MiB each) would not fit in half the available "
+            "memory"
         ),
     )
     allow_grpc: bool = field(default=True, metadata=_opt("serve gRPC (KServe v2 / Triton)"))
