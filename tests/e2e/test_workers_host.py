@@ -1,4 +1,5 @@
-"""``--http-workers 2``: the models live once, in worker 0 (the model host); worker 1 forwards.
+"""``--http-workers 2``: the models live once, in worker 0 (the model host); worker 1 forwards
+(``--http-workers-copy-bytes 0``: tiny models too; ``test_workers`` has them copied).
 
 A dynamic batcher forms one batch of requests that came through both workers; every model is
 loaded once, and the frontend holds no runtime and no model process; the response cache and a
@@ -72,6 +73,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     (root / "py_acc" / "1" / "model.py").write_text(PY_ACC)
     (root / "py_acc" / "config.pbtxt").write_text(PY_ACC_CONFIG)
     args = ["--http-workers", "2", "--model-control-mode", "explicit", "--cache-size", "100000"]
+    args += ["--http-workers-copy-bytes", "0"]  # every model once, tiny ones too
     for name in ("shared", "cached", "py_acc"):
         args += ["--load-model", name]
     proc = ServerProcess(root, extra_args=args).start()
@@ -137,6 +139,8 @@ def test_one_batch_holds_the_requests_of_both_workers(server: ServerProcess) -> 
         (BATCH, 1)
     ]
     assert stats["inference_stats"]["success"]["count"] == BATCH
+    # Requests a frontend sent as one (workers.rows) still count one by one.
+    assert stats["inference_stats"]["queue"]["count"] == BATCH
     host, frontend = _own(server, 0, "shared"), _own(server, 1, "shared")
     # Each worker answered some of the requests; the host alone executed them, in one batch.
     served = [s["inference_stats"]["success"]["count"] for s in (host, frontend)]

@@ -74,6 +74,7 @@ class NetworkServer:
                 worker.run_dir,
                 core.manager.status,
                 lambda: core.plane.models_ready(),
+                settings.http_workers_copy_bytes,
             )
             control = SharedControl(core.manager, core.registry, peers, settings.max_upload_bytes)
             control.published = host.sync

@@ -42,6 +42,15 @@ class Settings:
             "memory"
         ),
     )
+    http_workers_copy_bytes: int = field(
+        default=1 << 20,
+        metadata=_opt(
+            "with several --http-workers: a model of at most this many bytes on disk that runs "
+            "on threads without batching (no dynamic or sequence batcher, no response cache, "
+            "not a Python model or ensemble) is also loaded by every other worker, since "
+            "running it costs less than forwarding it; 0: every model is loaded once"
+        ),
+    )
     allow_grpc: bool = field(default=True, metadata=_opt("serve gRPC (KServe v2 / Triton)"))
     grpc_address: str = field(default="0.0.0.0", metadata=_opt("address the gRPC server binds"))
     grpc_port: int = field(default=8081, metadata=_opt("gRPC port (KServe v2 / Triton)"))

@@ -49,6 +49,9 @@ class ModelVersion:
     signatures: Mapping[str, SignatureSpec] = field(default_factory=dict)
     # The class labels of outputs with a ``label_filename`` (Triton's classification extension).
     labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The folder the version's files were loaded from, and their size ("": none, an ensemble).
+    folder: str = ""
+    folder_bytes: int = 0
 
     def signature_spec(self, signature: str) -> ModelSpec:
         found = self.signatures.get(signature)

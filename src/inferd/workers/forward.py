@@ -26,6 +26,7 @@ import contextlib
 import itertools
 import logging
 import socket
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +39,9 @@ from inferd.repository.manager import RepositoryStatus
 from inferd.scheduling.channel import SOCKET_BUFFER_BYTES, Channel
 from inferd.scheduling.wire import Encoder, decode_result
 from inferd.scheduling.work import CANCELLED, Result, Work
+from inferd.workers import rows
+from inferd.workers.mirror import Mirror
 from inferd.workers.status import status_from_doc
-from inferd.workers.table import Mirror
 
 log = logging.getLogger("inferd.workers")
 
@@ -56,23 +58,36 @@ def host_gone(index: int) -> Unavailable:
 
 @dataclass(eq=False, slots=True)
 class _Call:
+    """A request sent (or about to be) and not answered yet."""
+
     future: asyncio.Future[Result]
     timings: Timings
     responses: Callable[[Result, bool], None] | None
 
 
+@dataclass(eq=False, slots=True)
+class _Out:
+    """A request waiting for the next message to the host."""
+
+    call_id: int
+    scheduler: RemoteScheduler
+    work: Work
+
+
 class RemoteScheduler:
-    """The scheduler of a frontend's stand-in version: the host runs the request."""
+    """The scheduler of a frontend's stand-in version: the host runs the request.
+    ``rows``: how many rows of compatible requests may travel as one (``workers.rows``)."""
 
-    __slots__ = ("link", "name", "version")
+    __slots__ = ("link", "name", "rows", "version")
 
-    def __init__(self, link: HostLink, name: str, version: int) -> None:
+    def __init__(self, link: HostLink, name: str, version: int, rows: int = 0) -> None:
         self.link = link
         self.name = name
         self.version = version
+        self.rows = rows
 
     async def run(self, work: Work, timings: Timings) -> Tensors:
-        return await self.link.run(self.name, self.version, work, timings)
+        return await self.link.run(self, work, timings)
 
     async def close(self) -> None:
         return None  # the host closes the version itself
@@ -84,7 +99,7 @@ class HostLink:
     def __init__(self, run_dir: Path, index: int, registry: Registry) -> None:
         self.path = run_dir / HOST_SOCKET
         self.index = index
-        self.mirror = Mirror(registry, self.scheduler)
+        self.mirror = Mirror(registry, self.scheduler, index)
         self.channel: Channel | None = None
         self.status = RepositoryStatus(None, (), (), 0)  # the host's, sent every second
         self.models_ready = False  # the host's own --strict-readiness verdict
@@ -92,11 +107,13 @@ class HostLink:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ids = itertools.count(1)
         self._calls: dict[int, _Call] = {}
-        self._outbox: list[tuple[Any, ...]] = []
-        self._encoder: Encoder | None = None
+        self._joined: dict[int, list[tuple[int, int]]] = {}  # sent as one: (call id, rows)
+        self._outbox: list[_Out | tuple[Any, ...]] = []
         self._flush_armed = False
         self._idle_armed = False
         self._reconnect: asyncio.Task[None] | None = None
+        self._tables: deque[tuple[Channel, tuple[Any, ...]]] = deque()  # to apply, in order
+        self._applying: asyncio.Task[None] | None = None
         self._closed = False
 
     # ------------------------------------------------------------------ connecting
@@ -155,6 +172,10 @@ class HostLink:
         if channel is not None:
             self._detach(channel)
         self._fail_calls(Unavailable(f"worker {self.index} is stopping"))
+        self._tables.clear()
+        if self._applying is not None:
+            await asyncio.gather(self._applying, return_exceptions=True)
+        await self.mirror.close()
 
     def _detach(self, channel: Channel) -> None:
         loop = self._loop
@@ -170,7 +191,8 @@ class HostLink:
         self.channel = None
         self.has_table.clear()
         self._outbox.clear()
-        self._encoder = None
+        self._joined.clear()
+        self._tables.clear()
         self._detach(channel)
         error = host_gone(self.index)
         self._fail_calls(error)
@@ -187,44 +209,26 @@ class HostLink:
 
     # ------------------------------------------------------------------ requests
 
-    def scheduler(self, name: str, version: int) -> RemoteScheduler:
-        return RemoteScheduler(self, name, version)
+    def scheduler(self, name: str, version: int, rows: int) -> RemoteScheduler:
+        return RemoteScheduler(self, name, version, rows)
 
-    async def run(self, name: str, version: int, work: Work, timings: Timings) -> Tensors:
-        """Run ``work`` on the host's version ``version`` of ``name``: its outputs (a
-        decoupled model's responses go to ``work.responses`` as they come)."""
+    async def run(self, scheduler: RemoteScheduler, work: Work, timings: Timings) -> Tensors:
+        """Run ``work`` on the host's version of the stand-in ``scheduler`` is for: its
+        outputs (a decoupled model's responses go to ``work.responses`` as they come)."""
         channel = self.channel
         if channel is None or not self.has_table.is_set():
             raise host_gone(self.index)
         loop = self._loop
         assert loop is not None
         call_id = next(self._ids)
-        encoder = self._encoder
-        if encoder is None:
-            encoder = self._encoder = Encoder(channel)
-        inputs = encoder.tensors(work.inputs)
         future: asyncio.Future[Result] = loop.create_future()
         self._calls[call_id] = _Call(future, timings, work.responses)
-        self._queue(
-            (
-                "r",
-                call_id,
-                name,
-                version,
-                work.rows,
-                work.outputs,
-                work.request_id,
-                work.parameters,
-                work.signature,
-                inputs,
-                work.responses is not None,
-            )
-        )
+        self._queue(_Out(call_id, scheduler, work))
         try:
             result = await future
         except asyncio.CancelledError:
             if self._calls.pop(call_id, None) is not None and self.channel is channel:
-                self._queue(("c", call_id))
+                self._queue(("c", call_id))  # not sent yet, or alone: the host drops it
             raise
         if isinstance(result, dict):
             return result
@@ -232,7 +236,7 @@ class HostLink:
             raise Unavailable("the request was cancelled on the model host")
         raise result
 
-    def _queue(self, item: tuple[Any, ...]) -> None:
+    def _queue(self, item: _Out | tuple[Any, ...]) -> None:
         self._outbox.append(item)
         if not self._flush_armed:
             self._flush_armed = True
@@ -240,11 +244,66 @@ class HostLink:
             self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
+        """Send this loop iteration's requests as one message; those that may travel as one
+        (``workers.rows``) do."""
         self._flush_armed = False
-        self._encoder = None
         items, self._outbox = self._outbox, []
-        if items:
-            self._send("calls", items)
+        channel = self.channel
+        if not items or channel is None:
+            return
+        encoder = Encoder(channel)
+        calls = self._calls
+        sent: list[tuple[Any, ...]] = []
+        groups: dict[tuple[Any, ...], list[_Out]] = {}
+        for item in items:
+            if isinstance(item, tuple):
+                sent.append(item)
+                continue
+            if item.call_id not in calls:
+                continue  # its caller left before it went out
+            joint = rows.key(item.work) if item.scheduler.rows else None
+            if joint is None:
+                sent.append(self._encode(encoder, item.call_id, item.scheduler, item.work))
+            else:
+                groups.setdefault((id(item.scheduler), *joint), []).append(item)
+        for members in groups.values():
+            for chunk in _chunks(members, members[0].scheduler.rows):
+                sent.append(self._encode_joined(encoder, chunk))
+        if sent:
+            self._send("calls", sent)
+
+    def _encode(
+        self,
+        encoder: Encoder,
+        call_id: int,
+        scheduler: RemoteScheduler,
+        work: Work,
+        requests: int = 1,
+    ) -> tuple[Any, ...]:
+        return (
+            "r",
+            call_id,
+            scheduler.name,
+            scheduler.version,
+            work.rows,
+            work.outputs,
+            work.request_id,
+            work.parameters,
+            work.signature,
+            encoder.tensors(work.inputs),
+            work.responses is not None,
+            requests,
+        )
+
+    def _encode_joined(self, encoder: Encoder, chunk: list[_Out]) -> tuple[Any, ...]:
+        first = chunk[0]
+        if len(chunk) == 1:
+            return self._encode(encoder, first.call_id, first.scheduler, first.work)
+        works = [item.work for item in chunk]
+        joined = Work(rows.join(works), sum(w.rows for w in works), first.work.outputs)
+        joint_id = next(self._ids)
+        self._joined[joint_id] = [(item.call_id, item.work.rows) for item in chunk]
+        return self._encode(encoder, joint_id, first.scheduler, joined, len(chunk))
 
     def _send(self, kind: str, payload: Any) -> None:
         channel = self.channel
@@ -284,7 +343,7 @@ class HostLink:
             if kind == "answers":
                 self._answers(channel, payload)
             elif kind == "table":
-                self._table(payload)
+                self._table(channel, payload)
             elif kind == "status":
                 self._status(payload)
             if not channel.waiting():
@@ -294,25 +353,39 @@ class HostLink:
         calls = self._calls
         for item in items:
             tag, call_id = item[0], item[1]
-            call = calls.get(call_id)
             if tag == "d":  # done: (call id, result, timings)
-                if call is None:
+                parts = self._joined.pop(call_id, None)
+                if parts is None and call_id not in calls:
                     continue
-                del calls[call_id]
                 try:
                     result = decode_result(channel, item[2])
                 except Exception as exc:
                     result = InternalError(f"an answer of the model host could not be read: {exc}")
-                timings = call.timings
-                timings.queue_start_ns, timings.compute_start_ns, timings.compute_end_ns = item[3]
-                if not call.future.done():
-                    call.future.set_result(result)
-            elif tag == "p" and call is not None and call.responses is not None:
-                call.responses(decode_result(channel, item[2]), bool(item[3]))
+                if parts is None:
+                    self._done(calls.pop(call_id), result, item[3])
+                    continue
+                shares = (
+                    rows.split(result, [n for _, n in parts]) if isinstance(result, dict) else None
+                )
+                for i, (part_id, _) in enumerate(parts):
+                    call = calls.pop(part_id, None)
+                    if call is not None:
+                        self._done(call, result if shares is None else shares[i], item[3])
+            elif tag == "p":
+                call = calls.get(call_id)
+                if call is not None and call.responses is not None:
+                    call.responses(decode_result(channel, item[2]), bool(item[3]))
         if not calls and channel.mapped.outstanding and not self._idle_armed:
             self._idle_armed = True
             assert self._loop is not None
             self._loop.call_later(IDLE_FLUSH_S, self._flush_idle, channel)
+
+    @staticmethod
+    def _done(call: _Call, result: Result, times: tuple[int, int, int]) -> None:
+        timings = call.timings
+        timings.queue_start_ns, timings.compute_start_ns, timings.compute_end_ns = times
+        if not call.future.done():
+            call.future.set_result(result)
 
     def _flush_idle(self, channel: Channel) -> None:
         """Hand the host back the answer blocks an idle frontend no longer needs."""
@@ -320,19 +393,47 @@ class HostLink:
         if self.channel is channel and not self._calls and channel.mapped.released:
             self._send("release", None)
 
-    def _table(self, payload: tuple[Any, ...]) -> None:
-        seq, full, docs, gone, status = payload
-        try:
-            self.mirror.apply(docs, gone, full)
-        except Exception:
-            log.exception("worker %d: the model host's table could not be applied", self.index)
-        self._status(status)
-        self._send("ack", seq)
-        if full and not self.has_table.is_set():
-            self.has_table.set()
+    def _table(self, channel: Channel, payload: tuple[Any, ...]) -> None:
+        """Apply the host's table messages in order, each before its ack (a copy of a small
+        model loads first, on a worker thread)."""
+        self._tables.append((channel, payload))
+        if self._applying is None or self._applying.done():
+            assert self._loop is not None
+            self._applying = self._loop.create_task(self._apply_tables(), name="model table")
+
+    async def _apply_tables(self) -> None:
+        while self._tables:
+            channel, (seq, full, docs, gone, status) = self._tables.popleft()
+            try:
+                await self.mirror.apply(docs, gone, full)
+            except Exception:
+                log.exception("worker %d: the model host's table could not be applied", self.index)
+            if self.channel is not channel:
+                continue  # the host went away meanwhile: its next table replaces it all
+            self._status(status)
+            self._send("ack", seq)
+            if full:
+                self.has_table.set()
 
     def _status(self, payload: tuple[Any, ...]) -> None:
         doc, models_ready = payload
         with contextlib.suppress(Exception):
             self.status = status_from_doc(doc)
         self.models_ready = bool(models_ready)
+
+
+def _chunks(members: list[_Out], most_rows: int) -> list[list[_Out]]:
+    """Consecutive groups of at most ``most_rows`` rows (a request with more goes alone)."""
+    chunks: list[list[_Out]] = []
+    current: list[_Out] = []
+    total = 0
+    for item in members:
+        count = item.work.rows
+        if current and total + count > most_rows:
+            chunks.append(current)
+            current, total = [], 0
+        current.append(item)
+        total += count
+    if current:
+        chunks.append(current)
+    return chunks

@@ -70,13 +70,15 @@ class ModelHost:
         run_dir: Path,
         status: Callable[[], RepositoryStatus],
         models_ready: Callable[[], bool],
+        copy_bytes: int = 0,
     ) -> None:
+        """``copy_bytes``: --http-workers-copy-bytes (workers.copies)."""
         self.registry = registry
         self.path = run_dir / HOST_SOCKET
         self.status = status
         self.models_ready = models_ready
         self.serials = Serials()
-        self.fingerprints = Fingerprints()
+        self.fingerprints = Fingerprints(copy_bytes)
         self.frontends: list[_Frontend] = []
         self.open = False  # startup loading is over: frontends get the table
         self.arrivals = 0  # requests the frontends forwarded
@@ -217,7 +219,7 @@ class ModelHost:
 
     def _run(self, frontend: _Frontend, item: tuple[Any, ...]) -> None:
         call_id, name, number, rows, outputs, request_id, parameters, signature = item[1:9]
-        inputs, stream = item[9], item[10]
+        inputs, stream, requests = item[9], item[10], item[11]
         frontend.running += 1
         self.arrivals += 1
         version = self.registry.ready_version(name, number)
@@ -234,6 +236,7 @@ class ModelHost:
             self._answer(frontend, call_id, error, Timings())
             return
         work = Work(tensors, rows, tuple(outputs), request_id, parameters)
+        work.requests = requests  # several, when a frontend joined them (workers.rows)
         if signature:
             work.signature = signature
         if stream:

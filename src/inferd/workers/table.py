@@ -1,10 +1,11 @@
 """The model table: what the model host tells the frontend workers about its models.
 
-A frontend worker loads no model. It knows each model from the host's record of it (states,
-reasons, each loaded version's completed config, class labels and signatures, the routing
-policy), sent as plain data, and builds a stand-in ``ModelVersion`` per version whose scheduler
-forwards each request to the host (``workers.forward``). Metadata, configs, readiness, the
-index and request validation are then answered by the frontend alone.
+A frontend worker loads no model (tiny ones aside, ``workers.copies``). It knows each model from
+the host's record of it (states, reasons, each loaded version's completed config, class labels
+and signatures, the routing policy), sent as plain data, and builds a stand-in ``ModelVersion``
+per version whose scheduler forwards each request to the host (``workers.forward``). Metadata,
+configs, readiness, the index and request validation are then answered by the frontend alone
+(``workers.mirror``).
 
 ``Fingerprints`` says which records changed since they were last sent: a record is replaced
 whole on most changes, but a retired version's state is updated in place, so the host compares
@@ -23,14 +24,16 @@ from inferd.config.spec import SignatureSpec, build_spec, signature_spec
 from inferd.core.datatypes import BY_NAME
 from inferd.core.errors import NotFound
 from inferd.core.model import ModelState, ModelVersion
-from inferd.core.registry import ModelRecord, Registry, VersionStatus
-from inferd.core.routing import RoutingPolicy
+from inferd.core.registry import ModelRecord, Registry
 from inferd.repository import routing_file
 from inferd.scheduling.batcher import Scheduler
+from inferd.workers.copies import copyable
+from inferd.workers.rows import joinable_rows
 
 Doc = dict[str, Any]
-# (model name, version number) -> the scheduler that forwards the version's requests.
-SchedulerFactory = Callable[[str, int], Scheduler]
+# (model name, version number, rows that may travel as one) -> the scheduler that forwards the
+# version's requests.
+SchedulerFactory = Callable[[str, int, int], Scheduler]
 
 
 # --------------------------------------------------------------------------- the host's side
@@ -67,7 +70,7 @@ def _signature_doc(signature: SignatureSpec) -> list[Any]:
     ]
 
 
-def version_doc(version: ModelVersion, serial: int) -> Doc:
+def version_doc(version: ModelVersion, serial: int, copy_bytes: int) -> Doc:
     return {
         "version": version.version,
         "serial": serial,
@@ -77,17 +80,23 @@ def version_doc(version: ModelVersion, serial: int) -> Doc:
         "load_s": version.load_seconds,
         "labels": {name: list(labels) for name, labels in version.labels.items()},
         "signatures": [_signature_doc(s) for s in version.signatures.values()],
+        # Where a frontend loads its own copy from (workers.copies), when it runs one.
+        "copy": version.folder if copyable(version, copy_bytes) else None,
+        # How many rows of compatible requests may travel as one (workers.rows).
+        "rows": joinable_rows(version),
     }
 
 
-def record_doc(record: ModelRecord, registry: Registry, serials: Serials) -> Doc:
+def record_doc(
+    record: ModelRecord, registry: Registry, serials: Serials, copy_bytes: int = 0
+) -> Doc:
     routing = registry.routing_of(record.name)
     return {
         "name": record.name,
         "state": record.state.value,
         "reason": record.reason,
         "status": [[s.version, s.state.value, s.reason] for s in record.status.values()],
-        "versions": [version_doc(v, serials(v)) for v in record.versions.values()],
+        "versions": [version_doc(v, serials(v), copy_bytes) for v in record.versions.values()],
         "config": record.config.SerializeToString() if record.config is not None else None,
         "routing": None
         if routing is None
@@ -119,6 +128,7 @@ def _record(registry: Registry, name: str) -> ModelRecord | None:
 class Fingerprints:
     """The fingerprint of every record as last sent to the frontends."""
 
+    copy_bytes: int = 0  # --http-workers-copy-bytes
     sent: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
     def changes(
@@ -140,7 +150,7 @@ class Fingerprints:
             mark = fingerprint(record, registry, serials)
             if self.sent.get(record.name) != mark:
                 self.sent[record.name] = mark
-                docs.append(record_doc(record, registry, serials))
+                docs.append(record_doc(record, registry, serials, self.copy_bytes))
         gone = [name for name in candidates if name in self.sent and name not in seen]
         for name in gone:
             del self.sent[name]
@@ -149,13 +159,13 @@ class Fingerprints:
     def everything(self, registry: Registry, serials: Serials) -> list[Doc]:
         """Every record as a document (a frontend that just connected)."""
         self.changes(registry, serials)  # what the others have not seen yet goes out too
-        return [record_doc(r, registry, serials) for r in registry.records()]
+        return [record_doc(r, registry, serials, self.copy_bytes) for r in registry.records()]
 
 
 # --------------------------------------------------------------------------- the frontend's side
 
 
-def _config(data: bytes) -> ModelConfig:
+def config_of(data: bytes) -> ModelConfig:
     config = ModelConfig()
     config.ParseFromString(data)
     return config
@@ -173,14 +183,14 @@ def _signature(config: ModelConfig, doc: list[Any]) -> SignatureSpec:
 def stand_in(name: str, doc: Doc, schedulers: SchedulerFactory) -> ModelVersion:
     """A frontend's version of a model the host serves: its requests go to the host, and
     so do response cache look-ups (the server's one cache is the host's)."""
-    config = _config(doc["config"])
+    config = config_of(doc["config"])
     number = int(doc["version"])
     version = ModelVersion(
         name=name,
         version=number,
         config=config,
         spec=build_spec(config),
-        scheduler=schedulers(name, number),
+        scheduler=schedulers(name, number, int(doc["rows"])),
         instance_count=int(doc["instances"]),
         load_seconds=float(doc["load_s"]),
         state=ModelState(doc["state"]),
@@ -188,70 +198,3 @@ def stand_in(name: str, doc: Doc, schedulers: SchedulerFactory) -> ModelVersion:
         labels={out: tuple(labels) for out, labels in doc["labels"].items()},
     )
     return version
-
-
-class Mirror:
-    """A frontend's registry, kept equal to the host's from table messages."""
-
-    def __init__(self, registry: Registry, schedulers: SchedulerFactory) -> None:
-        self.registry = registry
-        self.schedulers = schedulers
-        self._serials: dict[tuple[str, int], tuple[int, ModelVersion]] = {}
-
-    def apply(self, docs: list[Doc], gone: list[str], full: bool) -> None:
-        """Records as the host sent them; ``full``: these are all of them."""
-        names = {doc["name"] for doc in docs}
-        if full:
-            gone = [n for n in self.registry.names() if n not in names]
-        for doc in docs:
-            self._put(doc)
-        for name in gone:
-            self.registry.forget(name)
-            self._serials = {k: v for k, v in self._serials.items() if k[0] != name}
-
-    def lost(self, reason: str) -> None:
-        """The host is gone: every model shows UNAVAILABLE with ``reason`` (requests fail at
-        once, readiness says why) until the new host's table replaces every record."""
-        for record in self.registry.records():
-            status = {v: VersionStatus(v, ModelState.UNAVAILABLE, reason) for v in record.status}
-            unavailable = ModelState.UNAVAILABLE
-            self.registry.put(
-                ModelRecord(record.name, {}, status, unavailable, reason, record.config)
-            )
-        self._serials.clear()
-
-    def _put(self, doc: Doc) -> None:
-        name = doc["name"]
-        versions: dict[int, ModelVersion] = {}
-        for vdoc in doc["versions"]:
-            number, serial = int(vdoc["version"]), int(vdoc["serial"])
-            known = self._serials.get((name, number))
-            if known is not None and known[0] == serial:
-                version = known[1]
-                version.state = ModelState(vdoc["state"])
-            else:
-                version = stand_in(name, vdoc, self.schedulers)
-                self._serials[(name, number)] = (serial, version)
-            versions[number] = version
-        for key in [k for k in self._serials if k[0] == name and k[1] not in versions]:
-            # A version the host no longer serves: a request routed to it routes again.
-            self._serials.pop(key)[1].state = ModelState.UNAVAILABLE
-        status = {
-            int(v): VersionStatus(int(v), ModelState(state), reason)
-            for v, state, reason in doc["status"]
-        }
-        config = _config(doc["config"]) if doc["config"] is not None else None
-        record = ModelRecord(
-            name,
-            versions=versions,
-            status=status,
-            state=ModelState(doc["state"]),
-            reason=doc["reason"],
-            config=config,
-        )
-        self.registry.put(record)
-        if doc["routing"] is not None:
-            routing = self.registry.routing(name)
-            policy = routing_file.overlay(RoutingPolicy(), doc["routing"], "routing")
-            if policy != routing.policy:
-                routing.set(policy)
