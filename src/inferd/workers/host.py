@@ -202,6 +202,8 @@ class ModelHost:
                 frontend.acked = int(payload)
                 self._wake()
             elif kind == "hello":
+                if self.open:  # what the others have not seen yet goes to them first
+                    self._publish(only_changes=True)
                 frontend.index = int(payload)
                 log.info("worker %d linked to the model host", frontend.index)
                 if self.open:

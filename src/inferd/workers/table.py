@@ -157,9 +157,11 @@ class Fingerprints:
         return docs, gone
 
     def everything(self, registry: Registry, serials: Serials) -> list[Doc]:
-        """Every record as a document (a frontend that just connected)."""
-        self.changes(registry, serials)  # what the others have not seen yet goes out too
-        return [record_doc(r, registry, serials, self.copy_bytes) for r in registry.records()]
+        """Every record as a document (a frontend that just connected, once the others have
+        the changes: ``changes`` is the mark of what was sent)."""
+        docs = [record_doc(r, registry, serials, self.copy_bytes) for r in registry.records()]
+        self.sent = {r.name: fingerprint(r, registry, serials) for r in registry.records()}
+        return docs
 
 
 # --------------------------------------------------------------------------- the frontend's side
