@@ -140,6 +140,11 @@ def test_load_and_unload_reach_every_worker(server: ServerProcess) -> None:
         for _ in range(CONNECTIONS)
     }
     assert outputs == {(4.0,)}
+    indexes = {
+        tuple((e["name"], e.get("version", ""), e["state"]) for e in r.json())
+        for r in (_fresh(server, "POST", "/v2/repository/index") for _ in range(CONNECTIONS))
+    }
+    assert indexes == {((M, "1", "READY"), ("other", "1", "READY"))}, indexes
     r = _fresh(server, "POST", "/v2/repository/models/other/unload")
     assert r.status_code == 200, r.text
     assert _answers(server, "/v2/models/other/ready") == {400}  # unloaded everywhere

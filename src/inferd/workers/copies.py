@@ -4,8 +4,8 @@ forwarding it to the model host.
 A request forwarded to the host costs a message each way and a wake-up of each process, tens
 of microseconds of CPU: more than a tiny model takes to run. So a version that runs on threads
 without any batching (no dynamic or sequence batcher, no response cache, not decoupled, not a
-Python model nor an ensemble), whose files are at most ``--http-workers-copy-bytes``, is also
-loaded by every frontend worker, from the folder the host loaded it from and with the host's
+Python model nor an ensemble) on a light runtime (ONNX Runtime, OpenVINO: ``LIGHT_RUNTIMES``),
+whose files are at most ``--http-workers-copy-bytes``, is also loaded by every frontend worker, from the folder the host loaded it from and with the host's
 completed config, and runs there. Nothing it could do depends on seeing every request, and its
 weights cost that little more memory per worker. Every other model is loaded once, by the host.
 
@@ -27,6 +27,9 @@ from inferd.scheduling.instances import ThreadInstances
 from inferd.security.trust import CodePolicy, Grant
 
 NOTHING_GRANTED = CodePolicy(Grant.NEVER, Grant.NEVER, Grant.NEVER)
+# Runtimes a frontend may load for a copy: a few tens of MB in a process. TensorFlow, PyTorch
+# and the tabular libraries cost one to six hundred MB each, more than forwarding saves.
+LIGHT_RUNTIMES = frozenset({"onnxruntime", "openvino"})
 
 
 def copyable(version: ModelVersion, max_bytes: int) -> bool:
@@ -34,6 +37,7 @@ def copyable(version: ModelVersion, max_bytes: int) -> bool:
     scheduler = version.scheduler
     return (
         0 < version.folder_bytes <= max_bytes
+        and version.config.backend in LIGHT_RUNTIMES
         and bool(version.folder)
         and isinstance(scheduler, DirectScheduler)
         and isinstance(scheduler.pool, ThreadInstances)

@@ -1,0 +1,378 @@
+"""Several serving processes with the models in one: the default ``--http-workers`` (auto)
+against one process, in the same run, pass after pass (ABBA order, so a load that drifts during
+a pass favours neither), with the server's CPU-µs per request (its whole process tree).
+
+- ``json``: half_plus_two v2 JSON at concurrency 16 (wrk, keep-alive): req/s;
+- ``digits``: the demo digits MLP at concurrency 64, one row per request, HTTP binary tensors,
+  without and with dynamic batching (500 µs): req/s, and the mean executed batch;
+- ``mlp``: the wide MLP (1024-4096-4096-1024) at concurrency 64 with dynamic batching, rows/s
+  against onnxruntime in this process at batch 32, taken every pass;
+- ``memory``: the demo repository (``inferd demo-models``, TensorFlow's SavedModel included
+  when TensorFlow is installed, and without it): idle RSS and PSS of the server's process tree
+  once every worker serves, and the cold start: until ``/v2/health/ready`` first answers 200
+  (a balancer sends traffic), and until every worker listens;
+- ``peers``: with ``--peers``, the peer servers of ``../shared/peers`` (started by their own
+  scripts, which must have been set up) under the same JSON load as ``json``, in the same run.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/workers_models.py [--passes 3] [--seconds 8] \\
+        [--only json,digits,mlp,memory] [--workers auto] [--peers ../shared/peers]
+
+Needs ``wrk`` (Debian: wrk).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from core_bench import (  # noqa: E402
+    CACHE,
+    DIGITS_INPUT,
+    JSON_BODY,
+    MLP_DIMS,
+    build_repository,
+    cpu_window,
+    inprocess_mlp_rows_s,
+    plain_vs_batched,
+    wrk,
+)
+
+from tests.support import ServerProcess  # noqa: E402
+
+PARTS = ("json", "digits", "mlp", "memory")
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and every live descendant."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(proc.name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(children.get(current, []))
+    return found
+
+
+def memory_mb(pid: int) -> tuple[float, float, int]:
+    """RSS and PSS of a process tree in MB, and how many processes it has."""
+    rss = pss = 0
+    pids = tree(pid)
+    for p in pids:
+        try:
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Rss:"):
+                    rss += int(line.split()[1])
+                elif line.startswith("Pss:"):
+                    pss += int(line.split()[1])
+        except OSError:
+            continue
+    return rss / 1024, pss / 1024, len(pids)
+
+
+def worker_count(log: str) -> int:
+    found = re.search(r"(\d+) HTTP workers", log)
+    return int(found.group(1)) if found else 1
+
+
+def serving(server: ServerProcess) -> bool:
+    """Every worker listens (a frontend binds once it has the host's models)."""
+    log = server.log()
+    return log.count("listening: HTTP") >= worker_count(log)
+
+
+def start(
+    repo: Path, workers: str, name: str, timeout_s: float = 240
+) -> tuple[ServerProcess, float, float]:
+    """A server with ``--http-workers workers`` once every worker serves; the seconds until
+    ``/v2/health/ready`` first answered 200, and until every worker listened."""
+    env = {"INFERD_HTTP_WORKERS": workers, "PYTHONPATH": str(ROOT / "src")}
+    server = ServerProcess(repo, env=env, log_path=CACHE / f"workers-{name}.log")
+    started = time.monotonic()
+    first: list[float] = []
+
+    def watch() -> None:
+        while not first and time.monotonic() - started < timeout_s:
+            try:
+                if httpx.get(f"{server.http_url}/v2/health/ready", timeout=1).status_code == 200:
+                    first.append(time.monotonic() - started)
+            except httpx.HTTPError:
+                time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    server.start(timeout_s=timeout_s)
+    while not serving(server):
+        if time.monotonic() - started > timeout_s:
+            server.stop()
+            raise RuntimeError(f"not every worker serves:\n{server.log()}")
+        time.sleep(0.02)
+    every = time.monotonic() - started
+    watcher.join(timeout_s)
+    return server, (first[0] if first else every), every
+
+
+# --------------------------------------------------------------------------- throughput
+
+
+def json_load(server: ServerProcess, pid: int, seconds: float, work: Path) -> dict[str, float]:
+    body = work / "hpt.json"
+    body.write_text(JSON_BODY)
+    url = f"{server.http_url}/v2/models/half_plus_two/infer"
+    headers = {"Content-Type": "application/json"}
+    wrk(url, body, headers, 16, 2)
+    with cpu_window(pid) as cpu:
+        r = wrk(url, body, headers, 16, seconds)
+    return {
+        "json_rps": r["rps"],
+        "json_cpu_us": cpu["cpu_s"] / max(1, r["requests"]) * 1e6,
+        "json_errors": r["errors"],
+    }
+
+
+def throughput(repo: Path, workers: str, args: argparse.Namespace) -> dict[str, Any]:
+    server, _, _ = start(repo, workers, f"load-{workers}")
+    assert server.proc is not None
+    pid = server.proc.pid
+    row: dict[str, Any] = {"workers": workers, "count": worker_count(server.log())}
+    work = Path(tempfile.mkdtemp())
+    try:
+        row["load"] = load_average()
+        if "json" in args.only:
+            row |= json_load(server, pid, args.seconds, work)
+        if "digits" in args.only:
+            x = np.random.default_rng(3).random((1, 64), dtype=np.float32) * 16
+            body = work / "digits.bin"
+            row |= plain_vs_batched(
+                server, pid, body, "digits", DIGITS_INPUT, x, args.seconds, "rps"
+            )
+        if "mlp" in args.only:
+            x = np.random.default_rng(2).standard_normal((1, MLP_DIMS[0]), dtype=np.float32)
+            body = work / "mlp.bin"
+            row |= plain_vs_batched(server, pid, body, "mlp", "input", x, args.seconds, "rows_s")
+        row["loads_logged"] = server.log().count("loaded model 'half_plus_two'")
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return row
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def demo_repositories() -> dict[str, Path]:
+    """The demo repository, with and without TensorFlow's SavedModel."""
+    full = CACHE / "demo-full"
+    if not (full / "resnet" / "config.pbtxt").exists():
+        subprocess.run(
+            [sys.executable, "-m", "inferd", "demo-models", str(full)],
+            check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        )  # fmt: skip
+    repos = {"demo": full}
+    if (full / "saved_model_half_plus_two").exists():
+        lean = CACHE / "demo-no-tf"
+        if not lean.exists():
+            lean.mkdir()
+            for child in full.iterdir():
+                if child.name != "saved_model_half_plus_two":
+                    os.symlink(child, lean / child.name)
+        repos = {"demo with TensorFlow": full, "demo without TensorFlow": lean}
+    return repos
+
+
+def memory(repo: Path, workers: str, label: str) -> dict[str, Any]:
+    server, ready_s, cold_s = start(repo, workers, f"memory-{workers}")
+    assert server.proc is not None
+    try:
+        time.sleep(3.0)  # idle: warmups done, allocator settled
+        rss, pss, processes = memory_mb(server.proc.pid)
+        loads = len(re.findall(r"loaded model 'resnet50' version", server.log()))
+    finally:
+        server.stop()
+    return {
+        "repository": label,
+        "workers": workers,
+        "count": worker_count(server.log()),
+        "ready_s": ready_s,
+        "cold_start_s": cold_s,
+        "rss_mb": rss,
+        "pss_mb": pss,
+        "processes": processes,
+        "resnet50_loads": loads,
+    }
+
+
+# --------------------------------------------------------------------------- peers
+
+
+def peers_json(peers: Path, seconds: float) -> list[dict[str, Any]]:
+    """half_plus_two over each peer's HTTP JSON with the same wrk load (the peers' scripts)."""
+    out: list[dict[str, Any]] = []
+    loadgen = peers / "loadgen.py"
+    python = "/tmp/peers-venv/bin/python"
+    targets = {
+        "mlserver": ("http://127.0.0.1:18080/v2/models/half_plus_two/infer", "mlserver"),
+        "torchserve": ("http://127.0.0.1:18085/predictions/half_plus_two", "torchserve"),
+        "litserve": ("http://127.0.0.1:18090/predict/half_plus_two", "litserve"),
+    }
+    for peer, (url, folder) in targets.items():
+        bodies = sorted((peers / "bodies").glob(f"*{peer}*half_plus_two*.json")) or sorted(
+            (peers / "bodies").glob("*half_plus_two*.json")
+        )
+        if not bodies:
+            continue
+        try:
+            subprocess.run([str(peers / folder / "start.sh")], check=True, capture_output=True)
+            pid = int(Path(f"/tmp/peers-logs/{peer}.pid").read_text())
+            result = subprocess.run(
+                [python, str(loadgen), url, str(bodies[0]), "-c", "16", "-d", str(int(seconds)),
+                 "--server-pid", str(pid), "--label", peer, "--json-out", "/dev/stdout"],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            found = [
+                json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")
+            ]
+            if found:
+                out.append({"peer": peer, **found[-1]})
+        except (OSError, subprocess.CalledProcessError, ValueError) as exc:
+            print(f"peer {peer}: not measured ({exc})", flush=True)
+        finally:
+            subprocess.run([str(peers / folder / "stop.sh")], capture_output=True)
+    return out
+
+
+# --------------------------------------------------------------------------- report
+
+
+def median(rows: list[dict[str, Any]], workers: str, key: str) -> float:
+    values = [r[key] for r in rows if r["workers"] == workers and key in r]
+    return statistics.median(values) if values else float("nan")
+
+
+def ratios(rows: list[dict[str, Any]], a: str, b: str, key: str) -> float:
+    """The median over passes of (``a``'s figure / ``b``'s) for ``key``."""
+    passes = sorted({r["pass"] for r in rows})
+    found = []
+    for number in passes:
+        mine = {r["workers"]: r for r in rows if r["pass"] == number}
+        if a in mine and b in mine and key in mine[a] and key in mine[b]:
+            found.append(mine[a][key] / mine[b][key])
+    return statistics.median(found) if found else float("nan")
+
+
+def _ratio(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str) -> float:
+    """median of ``a``'s figures / median of ``b``'s."""
+    mine = statistics.median(float(f[key]) for f in a)
+    return mine / statistics.median(float(f[key]) for f in b)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--only", default=",".join(PARTS))
+    parser.add_argument("--workers", default="auto", help="the setting against one worker")
+    parser.add_argument("--peers", type=Path, help="../shared/peers, set up: measure them too")
+    args = parser.parse_args()
+    args.only = set(args.only.split(","))
+    CACHE.mkdir(parents=True, exist_ok=True)
+    print(f"load average at start: {load_average()}", flush=True)
+    rows: list[dict[str, Any]] = []
+    if args.only & {"json", "digits", "mlp"}:
+        repo = build_repository()
+        for number in range(1, args.passes + 1):
+            inproc = inprocess_mlp_rows_s(min(args.seconds, 5.0)) if "mlp" in args.only else 0.0
+            order = ("1", args.workers) if number % 2 else (args.workers, "1")
+            for workers in order:
+                row = throughput(repo, workers, args)
+                row["pass"] = number
+                if inproc:
+                    row["mlp_inprocess_rows_s"] = inproc
+                    row["mlp_batched_vs_inprocess"] = row["mlp_batched_rows_s"] / inproc
+                if "digits_plain_rps" in row:
+                    row["digits_batched_vs_plain"] = (
+                        row["digits_batched_rps"] / row["digits_plain_rps"]
+                    )
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+        keys = [k for k in rows[0] if isinstance(rows[0][k], float) and k != "pass"]
+        print(f"\nmedian over {args.passes} passes (load average now {load_average()})")
+        title = f"{args.workers} / 1 (median of per-pass ratios)"
+        print(f"| figure | 1 worker | {args.workers} | {title} |")
+        print("|---|---|---|---|")
+        for key in keys:
+            one, many = median(rows, "1", key), median(rows, args.workers, key)
+            ratio = ratios(rows, args.workers, "1", key)
+            print(f"| {key} | {one:,.2f} | {many:,.2f} | {ratio:.2f} |")
+    if "memory" in args.only:
+        print(
+            "\n| repository | workers | processes | idle RSS MB | idle PSS MB | "
+            "first ready s | every worker serving s |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for label, repo in demo_repositories().items():
+            found = []
+            for number in range(1, max(2, args.passes) + 1):
+                order = ("1", args.workers) if number % 2 else (args.workers, "1")
+                for workers in order:
+                    found.append(memory(repo, workers, label))
+            for workers in ("1", args.workers):
+                mine = [f for f in found if f["workers"] == workers]
+                print(
+                    f"| {label} | {workers} ({mine[0]['count']}) | {mine[0]['processes']} | "
+                    f"{statistics.median(f['rss_mb'] for f in mine):,.0f} | "
+                    f"{statistics.median(f['pss_mb'] for f in mine):,.0f} | "
+                    f"{statistics.median(f['ready_s'] for f in mine):.2f} | "
+                    f"{statistics.median(f['cold_start_s'] for f in mine):.2f} |",
+                    flush=True,
+                )
+            singles = [f for f in found if f["workers"] == "1"]
+            several = [f for f in found if f["workers"] == args.workers]
+
+            x = {
+                k: _ratio(several, singles, k)
+                for k in ("rss_mb", "pss_mb", "ready_s", "cold_start_s")
+            }
+            print(
+                f"{label}: {args.workers}/1 idle RSS {x['rss_mb']:.2f}x, PSS "
+                f"{x['pss_mb']:.2f}x, first ready {x['ready_s']:.2f}x, every worker "
+                f"serving {x['cold_start_s']:.2f}x; resnet50 "
+                f"loaded {several[0]['resnet50_loads']} time(s) with {args.workers}",
+                flush=True,
+            )
+    if args.peers is not None:
+        for peer in peers_json(args.peers, args.seconds):
+            print(json.dumps(peer), flush=True)
+    print(f"load average at end: {load_average()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
