@@ -45,10 +45,10 @@ class Settings:
     http_workers_copy_bytes: int = field(
         default=1 << 20,
         metadata=_opt(
-            "with several --http-workers: a model of at most this many bytes on disk that runs "
-            "on threads without batching (no dynamic or sequence batcher, no response cache, "
-            "not a Python model or ensemble) is also loaded by every other worker, since "
-            "running it costs less than forwarding it; 0: every model is loaded once"
+            "with several --http-workers: an ONNX Runtime or OpenVINO model of at most this "
+            "many bytes on disk that runs on threads without batching (no dynamic or sequence "
+            "batcher, no response cache) is also loaded by every other worker, since running "
+            "it costs less than forwarding it; 0: every model is loaded once"
         ),
     )
     allow_grpc: bool = field(default=True, metadata=_opt("serve gRPC (KServe v2 / Triton)"))
