@@ -11,8 +11,10 @@ a pass favours neither), with the server's CPU-µs per request (its whole proces
   when TensorFlow is installed, and without it): idle RSS and PSS of the server's process tree
   once every worker serves, and the cold start: until ``/v2/health/ready`` first answers 200
   (a balancer sends traffic), and until every worker listens;
-- ``peers``: with ``--peers``, the peer servers of ``../shared/peers`` (started by their own
-  scripts, which must have been set up) under the same JSON load as ``json``, in the same run.
+- ``peers``: with ``--peers``, the peer servers of ``../shared/peers`` (set up by its
+  ``setup.sh``, started and stopped by their own scripts) and inferd with one worker and with
+  the default setting, one pass of the peer harness (wrk, c=16) each, half_plus_two over HTTP
+  JSON, in the same run.
 
     PYTHONPATH=src .venv/bin/python benchmarks/workers_models.py [--passes 3] [--seconds 8] \\
         [--only json,digits,mlp,memory] [--workers auto] [--peers ../shared/peers]
@@ -54,6 +56,7 @@ from core_bench import (  # noqa: E402
     wrk,
 )
 
+from inferd.demo.models import write_demo_repository  # noqa: E402
 from tests.support import ServerProcess  # noqa: E402
 
 PARTS = ("json", "digits", "mlp", "memory")
@@ -232,40 +235,51 @@ def memory(repo: Path, workers: str, label: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- peers
 
 
-def peers_json(peers: Path, seconds: float) -> list[dict[str, Any]]:
-    """half_plus_two over each peer's HTTP JSON with the same wrk load (the peers' scripts)."""
-    out: list[dict[str, Any]] = []
-    loadgen = peers / "loadgen.py"
-    python = "/tmp/peers-venv/bin/python"
-    targets = {
-        "mlserver": ("http://127.0.0.1:18080/v2/models/half_plus_two/infer", "mlserver"),
-        "torchserve": ("http://127.0.0.1:18085/predictions/half_plus_two", "torchserve"),
-        "litserve": ("http://127.0.0.1:18090/predict/half_plus_two", "litserve"),
-    }
-    for peer, (url, folder) in targets.items():
-        bodies = sorted((peers / "bodies").glob(f"*{peer}*half_plus_two*.json")) or sorted(
-            (peers / "bodies").glob("*half_plus_two*.json")
-        )
-        if not bodies:
-            continue
+def peers_json(peers: Path, workers: str, passes: int, seconds: float) -> list[dict[str, Any]]:
+    """half_plus_two v2 JSON on inferd (one worker, and ``workers``) and the same tiny model on
+    each peer (their own scripts start them), in one pass of the peer harness
+    (``bench_servers.sh``, wrk at c=16) per pass: inferd rides on its EXTRA_CELLS hook."""
+    results = CACHE / "peers.jsonl"
+    results.unlink(missing_ok=True)
+    body = peers / "bodies" / "v2_half_plus_two.json"
+    starts = [peers / p / "start.sh" for p in ("mlserver", "torchserve", "litserve")]
+    for number in range(1, passes + 1):
+        servers = []
         try:
-            subprocess.run([str(peers / folder / "start.sh")], check=True, capture_output=True)
-            pid = int(Path(f"/tmp/peers-logs/{peer}.pid").read_text())
-            result = subprocess.run(
-                [python, str(loadgen), url, str(bodies[0]), "-c", "16", "-d", str(int(seconds)),
-                 "--server-pid", str(pid), "--label", peer, "--json-out", "/dev/stdout"],
-                capture_output=True, text=True, check=True,
-            )  # fmt: skip
-            found = [
-                json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")
-            ]
-            if found:
-                out.append({"peer": peer, **found[-1]})
-        except (OSError, subprocess.CalledProcessError, ValueError) as exc:
-            print(f"peer {peer}: not measured ({exc})", flush=True)
+            for start_script in starts:
+                subprocess.run([str(start_script)], check=False, capture_output=True)
+            repo = CACHE / "peers-repo"
+            if not repo.exists():
+                write_demo_repository(repo, models=["half_plus_two"])
+            cells = CACHE / "peers-cells.txt"
+            lines = []
+            for setting in ("1", workers):
+                server, _, _ = start(repo, setting, f"peers-{setting}")
+                servers.append(server)
+                assert server.proc is not None
+                url = f"{server.http_url}/v2/models/half_plus_two/infer"
+                lines.append(
+                    f"inferd[{setting}]/half_plus_two(v2 json)|{url}|{body}|{server.proc.pid}|"
+                )
+            cells.write_text("\n".join(lines) + "\n")
+            env = {
+                **os.environ,
+                "CONCS": "16",
+                "DUR": str(int(seconds)),
+                "JSON_OUT": str(results),
+                "PASS": str(number),
+                "EXTRA_CELLS": str(cells),
+                "ONLY": "half_plus_two",
+            }
+            subprocess.run([str(peers / "bench_servers.sh")], env=env, check=False)
         finally:
-            subprocess.run([str(peers / folder / "stop.sh")], capture_output=True)
-    return out
+            for server in servers:
+                server.stop()
+            for start_script in starts:
+                subprocess.run([str(start_script.with_name("stop.sh"))], capture_output=True)
+    if not results.exists():
+        return []
+    return [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
 
 
 # --------------------------------------------------------------------------- report
@@ -368,8 +382,18 @@ def main() -> int:
                 flush=True,
             )
     if args.peers is not None:
-        for peer in peers_json(args.peers, args.seconds):
-            print(json.dumps(peer), flush=True)
+        runs = peers_json(args.peers.resolve(), args.workers, args.passes, args.seconds)
+        labels = sorted({r["label"] for r in runs})
+        print("\n| half_plus_two, c=16 | req/s (median) | server CPU-us/req | load (1 min) |")
+        print("|---|---|---|---|")
+        for label in labels:
+            mine = [r for r in runs if r["label"] == label]
+            rps = statistics.median(float(r["rps"]) for r in mine)
+            cpu_us = statistics.median(
+                float(r.get("server_cores") or 0) / float(r["rps"]) * 1e6 for r in mine
+            )
+            load = ", ".join(f"{r['loadavg_1m']:.1f}" for r in mine)
+            print(f"| {label} | {rps:,.0f} | {cpu_us:,.0f} | {load} |")
     print(f"load average at end: {load_average()}")
     return 0
 

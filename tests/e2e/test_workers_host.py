@@ -10,6 +10,7 @@ killed host is replaced, replays the repository changes, and the frontend serves
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -50,6 +51,31 @@ sequence_batching {
 """
 
 
+REPEAT_CONFIG = """name: "repeat"
+backend: "python"
+max_batch_size: 0
+input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+model_transaction_policy { decoupled: true }
+"""
+REPEAT = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            count = int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy()[0])
+            sender = request.get_response_sender()
+            for i in range(count):
+                sender.send(pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("OUT", np.array([i], dtype=np.int32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
 def _config(root: Path, name: str, text: str) -> None:
     (root / name / "config.pbtxt").write_text(f'name: "{name}"\n{text}')
 
@@ -72,9 +98,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     (root / "py_acc" / "1").mkdir(parents=True)
     (root / "py_acc" / "1" / "model.py").write_text(PY_ACC)
     (root / "py_acc" / "config.pbtxt").write_text(PY_ACC_CONFIG)
+    (root / "repeat" / "1").mkdir(parents=True)
+    (root / "repeat" / "1" / "model.py").write_text(REPEAT)
+    (root / "repeat" / "config.pbtxt").write_text(REPEAT_CONFIG)
     args = ["--http-workers", "2", "--model-control-mode", "explicit", "--cache-size", "100000"]
     args += ["--http-workers-copy-bytes", "0"]  # every model once, tiny ones too
-    for name in ("shared", "cached", "py_acc"):
+    for name in ("shared", "cached", "py_acc", "repeat"):
         args += ["--load-model", name]
     proc = ServerProcess(root, extra_args=args).start()
     yield proc
@@ -150,7 +179,7 @@ def test_one_batch_holds_the_requests_of_both_workers(server: ServerProcess) -> 
 
 def test_each_model_loads_once_and_the_frontend_holds_none(server: ServerProcess) -> None:
     log = server.log()
-    for name in ("shared", "cached", "py_acc"):
+    for name in ("shared", "cached", "py_acc", "repeat"):
         assert log.count(f"loaded model '{name}' version 1") == 1, log
     pids = _pids(server)
     maps = Path(f"/proc/{pids[1]}/maps").read_text()
@@ -181,6 +210,22 @@ def test_a_sequence_may_use_a_new_connection_per_request(server: ServerProcess) 
         assert r.status_code == 200, r.text
         sums.append(r.json()["outputs"][0]["data"][0])
     assert sums == [1.0, 3.0, 6.0, 10.0, 15.0]  # one state, on the host
+
+
+def test_a_decoupled_model_streams_through_either_worker(server: ServerProcess) -> None:
+    for count in range(8):
+        url = f"{server.http_url}/v2/models/repeat/generate_stream"
+        with (
+            httpx.Client(timeout=30) as client,
+            client.stream("POST", url, json={"COUNT": count}) as response,
+        ):
+            assert response.status_code == 200
+            events = [
+                json.loads(line.removeprefix("data: "))
+                for line in response.iter_lines()
+                if line.startswith("data: ")
+            ]
+        assert [e["OUT"] for e in events] == list(range(count))
 
 
 def test_a_killed_host_is_replaced_and_replays_the_changes(server: ServerProcess) -> None:
