@@ -5,9 +5,10 @@ A request forwarded to the host costs a message each way and a wake-up of each p
 of microseconds of CPU: more than a tiny model takes to run. So a version that runs on threads
 without any batching (no dynamic or sequence batcher, no response cache, not decoupled, not a
 Python model nor an ensemble) on a light runtime (ONNX Runtime, OpenVINO: ``LIGHT_RUNTIMES``),
-whose files are at most ``--http-workers-copy-bytes``, is also loaded by every frontend worker, from the folder the host loaded it from and with the host's
-completed config, and runs there. Nothing it could do depends on seeing every request, and its
-weights cost that little more memory per worker. Every other model is loaded once, by the host.
+whose files are at most ``--http-workers-copy-bytes``, is also loaded by every frontend
+worker, from the folder the host loaded it from and with the host's completed config, and runs
+there. Nothing it could do depends on seeing every request, and its weights cost that little
+more memory per worker. Every other model is loaded once, by the host.
 
 A frontend loads a copy with no code capability granted (no pickles, no unsafe operations): a
 model that needs one is forwarded instead, like one whose copy does not load for any reason.
@@ -39,6 +40,7 @@ def copyable(version: ModelVersion, max_bytes: int) -> bool:
         0 < version.folder_bytes <= max_bytes
         and version.config.backend in LIGHT_RUNTIMES
         and bool(version.folder)
+        and Path(version.folder).is_dir()  # not an upload's staging folder, removed since
         and isinstance(scheduler, DirectScheduler)
         and isinstance(scheduler.pool, ThreadInstances)
         and version.cache is None
