@@ -49,10 +49,10 @@ from core_bench import (  # noqa: E402
     DIGITS_INPUT,
     JSON_BODY,
     MLP_DIMS,
+    binary_body,
     build_repository,
     cpu_window,
     inprocess_mlp_rows_s,
-    plain_vs_batched,
     wrk,
 )
 
@@ -60,6 +60,8 @@ from inferd.demo.models import write_demo_repository  # noqa: E402
 from tests.support import ServerProcess  # noqa: E402
 
 PARTS = ("json", "digits", "mlp", "memory")
+RNG = np.random.default_rng(3)
+JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 def load_average() -> str:
@@ -145,46 +147,121 @@ def start(
 # --------------------------------------------------------------------------- throughput
 
 
-def json_load(server: ServerProcess, pid: int, seconds: float, work: Path) -> dict[str, float]:
-    body = work / "hpt.json"
-    body.write_text(JSON_BODY)
-    url = f"{server.http_url}/v2/models/half_plus_two/infer"
-    headers = {"Content-Type": "application/json"}
-    wrk(url, body, headers, 16, 2)
-    with cpu_window(pid) as cpu:
-        r = wrk(url, body, headers, 16, seconds)
+# One load each: (name, model, input name, a row, connections, JSON body?).
+LOADS: dict[str, tuple[str, str, np.ndarray | None, int]] = {
+    "json": ("half_plus_two", "x", None, 16),
+    "digits_plain": ("digits_plain", DIGITS_INPUT, RNG.random((1, 64), dtype=np.float32) * 16, 64),
+    "digits_batched": ("digits_batched", DIGITS_INPUT, RNG.random((1, 64), dtype=np.float32), 64),
+    "mlp_batched": (
+        "mlp_batched",
+        "input",
+        RNG.standard_normal((1, MLP_DIMS[0]), dtype=np.float32),
+        64,
+    ),
+}
+
+
+def one_load(server: ServerProcess, load: str, seconds: float, work: Path) -> dict[str, Any]:
+    """req/s (rows/s: one row per request), CPU-µs per request and errors of one load on one
+    server (wrk, after 2 s of warm-up)."""
+    model, input_name, row, conns = LOADS[load]
+    body = work / f"{load}.body"
+    if row is None:
+        body.write_text(JSON_BODY)
+        headers = {"Content-Type": "application/json"}
+    else:
+        raw, headers = binary_body(input_name, row)
+        body.write_bytes(raw)
+    url = f"{server.http_url}/v2/models/{model}/infer"
+    assert server.proc is not None
+    wrk(url, body, headers, conns, 2)
+    with cpu_window(server.proc.pid) as cpu:
+        r = wrk(url, body, headers, conns, seconds)
     return {
-        "json_rps": r["rps"],
-        "json_cpu_us": cpu["cpu_s"] / max(1, r["requests"]) * 1e6,
-        "json_errors": r["errors"],
+        "rps": r["rps"],
+        "cpu_us": cpu["cpu_s"] / max(1, r["requests"]) * 1e6,
+        "errors": r["errors"],
     }
 
 
-def throughput(repo: Path, workers: str, args: argparse.Namespace) -> dict[str, Any]:
-    server, _, _ = start(repo, workers, f"load-{workers}")
-    assert server.proc is not None
-    pid = server.proc.pid
-    row: dict[str, Any] = {"workers": workers, "count": worker_count(server.log())}
+def mean_batch(server: ServerProcess, model: str) -> float:
+    stats = httpx.get(f"{server.http_url}/v2/models/{model}/stats", timeout=30).json()
+    executed = stats["model_stats"][0]
+    return float(executed["inference_count"]) / max(1, int(executed["execution_count"]))
+
+
+def throughput(repo: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Both servers up at once (an idle one costs nothing); each load alternates between them
+    round after round (ABBA), the wide MLP's in-process reference taken in the same rounds."""
+    settings = ("1", args.workers)
+    servers = {s: start(repo, s, f"load-{s}")[0] for s in settings}
     work = Path(tempfile.mkdtemp())
+    rows: list[dict[str, Any]] = []
+    loads = [name for name in LOADS if name.split("_")[0] in args.only]
     try:
-        row["load"] = load_average()
-        if "json" in args.only:
-            row |= json_load(server, pid, args.seconds, work)
-        if "digits" in args.only:
-            x = np.random.default_rng(3).random((1, 64), dtype=np.float32) * 16
-            body = work / "digits.bin"
-            row |= plain_vs_batched(
-                server, pid, body, "digits", DIGITS_INPUT, x, args.seconds, "rps"
-            )
-        if "mlp" in args.only:
-            x = np.random.default_rng(2).standard_normal((1, MLP_DIMS[0]), dtype=np.float32)
-            body = work / "mlp.bin"
-            row |= plain_vs_batched(server, pid, body, "mlp", "input", x, args.seconds, "rows_s")
-        row["loads_logged"] = server.log().count("loaded model 'half_plus_two'")
+        for number in range(1, args.passes + 1):
+            order = settings if number % 2 else settings[::-1]
+            for load in loads:
+                if load == "mlp_batched":
+                    rows.append(
+                        {"pass": number, "workers": "in-process", "load": load, "rps": (
+                            inprocess_mlp_rows_s(min(args.seconds, 5.0))
+                        ), "cpu_us": 0.0, "errors": 0, "host": load_average()}
+                    )  # fmt: skip
+                for setting in order:
+                    row = one_load(servers[setting], load, args.seconds, work)
+                    row |= {"pass": number, "workers": setting, "load": load}
+                    row["host"] = load_average()
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+        for setting, server in servers.items():
+            for model in ("digits_batched", "mlp_batched"):
+                if model.split("_")[0] in args.only:
+                    print(f"{setting}: mean executed batch of {model}: "
+                          f"{mean_batch(server, model):.1f}")  # fmt: skip
+            found = server.log().count("loaded model 'digits_batched' version 1")
+            print(f"{setting}: 'loaded model digits_batched' logged {found} time(s)")
     finally:
-        server.stop()
+        for server in servers.values():
+            server.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return row
+    return rows
+
+
+def throughput_report(rows: list[dict[str, Any]], workers: str) -> None:
+    def value(setting: str, load: str, number: int, key: str = "rps") -> float:
+        for r in rows:
+            if (r["workers"], r["load"], r["pass"]) == (setting, load, number):
+                return float(r[key])
+        return float("nan")
+
+    passes = sorted({r["pass"] for r in rows})
+    loads = list(dict.fromkeys(r["load"] for r in rows))
+    print(f"\n| load | 1 worker req/s | {workers} req/s | {workers}/1 | CPU-µs/req 1 | {workers} |")
+    print("|---|---|---|---|---|---|")
+    for load in loads:
+        one = statistics.median(value("1", load, n) for n in passes)
+        many = statistics.median(value(workers, load, n) for n in passes)
+        ratio = statistics.median(value(workers, load, n) / value("1", load, n) for n in passes)
+        cpu1 = statistics.median(value("1", load, n, "cpu_us") for n in passes)
+        cpun = statistics.median(value(workers, load, n, "cpu_us") for n in passes)
+        print(f"| {load} | {one:,.0f} | {many:,.0f} | {ratio:.2f} | {cpu1:,.1f} | {cpun:,.1f} |")
+    print("(medians over passes; the ratio is the median of the per-pass ratios)")
+    for setting in ("1", workers):
+        if "digits_plain" in loads:
+            r = statistics.median(
+                value(setting, "digits_batched", n) / value(setting, "digits_plain", n)
+                for n in passes
+            )
+            print(f"{setting}: digits batched / unbatched req/s {r:.2f}x")
+        if "mlp_batched" in loads:
+            r = statistics.median(
+                value(setting, "mlp_batched", n) / value("in-process", "mlp_batched", n)
+                for n in passes
+            )
+            print(
+                f"{setting}: wide MLP batched rows/s / onnxruntime in process at batch 32 {r:.2f}"
+            )
 
 
 # --------------------------------------------------------------------------- memory
@@ -235,6 +312,29 @@ def memory(repo: Path, workers: str, label: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- peers
 
 
+PEER_PROBES = (
+    ("http://127.0.0.1:18080/v2/models/half_plus_two/infer", "v2_half_plus_two.json"),
+    ("http://127.0.0.1:18085/predictions/half_plus_two", "plain_half_plus_two.json"),
+    ("http://127.0.0.1:18090/predict/half_plus_two", "plain_half_plus_two.json"),
+)
+
+
+def wait_peer(url: str, body: Path, timeout_s: float = 180.0) -> None:
+    """Until a peer answers its half_plus_two request with 200 (as the harness's run_all.sh
+    waits); a peer that does not is left out of the pass by the harness."""
+    deadline = time.monotonic() + timeout_s
+    data = body.read_bytes()
+    while time.monotonic() < deadline:
+        try:
+            answer = httpx.post(url, content=data, timeout=5, headers=JSON_HEADERS)
+            if answer.status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    print(f"peer {url} did not answer in {timeout_s:.0f} s", flush=True)
+
+
 def peers_json(peers: Path, workers: str, passes: int, seconds: float) -> list[dict[str, Any]]:
     """half_plus_two v2 JSON on inferd (one worker, and ``workers``) and the same tiny model on
     each peer (their own scripts start them), in one pass of the peer harness
@@ -248,6 +348,8 @@ def peers_json(peers: Path, workers: str, passes: int, seconds: float) -> list[d
         try:
             for start_script in starts:
                 subprocess.run([str(start_script)], check=False, capture_output=True)
+            for url, probe in PEER_PROBES:
+                wait_peer(url, peers / "bodies" / probe)
             repo = CACHE / "peers-repo"
             if not repo.exists():
                 write_demo_repository(repo, models=["half_plus_two"])
@@ -285,22 +387,6 @@ def peers_json(peers: Path, workers: str, passes: int, seconds: float) -> list[d
 # --------------------------------------------------------------------------- report
 
 
-def median(rows: list[dict[str, Any]], workers: str, key: str) -> float:
-    values = [r[key] for r in rows if r["workers"] == workers and key in r]
-    return statistics.median(values) if values else float("nan")
-
-
-def ratios(rows: list[dict[str, Any]], a: str, b: str, key: str) -> float:
-    """The median over passes of (``a``'s figure / ``b``'s) for ``key``."""
-    passes = sorted({r["pass"] for r in rows})
-    found = []
-    for number in passes:
-        mine = {r["workers"]: r for r in rows if r["pass"] == number}
-        if a in mine and b in mine and key in mine[a] and key in mine[b]:
-            found.append(mine[a][key] / mine[b][key])
-    return statistics.median(found) if found else float("nan")
-
-
 def _ratio(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str) -> float:
     """median of ``a``'s figures / median of ``b``'s."""
     mine = statistics.median(float(f[key]) for f in a)
@@ -318,33 +404,8 @@ def main() -> int:
     args.only = set(args.only.split(","))
     CACHE.mkdir(parents=True, exist_ok=True)
     print(f"load average at start: {load_average()}", flush=True)
-    rows: list[dict[str, Any]] = []
     if args.only & {"json", "digits", "mlp"}:
-        repo = build_repository()
-        for number in range(1, args.passes + 1):
-            inproc = inprocess_mlp_rows_s(min(args.seconds, 5.0)) if "mlp" in args.only else 0.0
-            order = ("1", args.workers) if number % 2 else (args.workers, "1")
-            for workers in order:
-                row = throughput(repo, workers, args)
-                row["pass"] = number
-                if inproc:
-                    row["mlp_inprocess_rows_s"] = inproc
-                    row["mlp_batched_vs_inprocess"] = row["mlp_batched_rows_s"] / inproc
-                if "digits_plain_rps" in row:
-                    row["digits_batched_vs_plain"] = (
-                        row["digits_batched_rps"] / row["digits_plain_rps"]
-                    )
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-        keys = [k for k in rows[0] if isinstance(rows[0][k], float) and k != "pass"]
-        print(f"\nmedian over {args.passes} passes (load average now {load_average()})")
-        title = f"{args.workers} / 1 (median of per-pass ratios)"
-        print(f"| figure | 1 worker | {args.workers} | {title} |")
-        print("|---|---|---|---|")
-        for key in keys:
-            one, many = median(rows, "1", key), median(rows, args.workers, key)
-            ratio = ratios(rows, args.workers, "1", key)
-            print(f"| {key} | {one:,.2f} | {many:,.2f} | {ratio:.2f} |")
+        throughput_report(throughput(build_repository(), args), args.workers)
     if "memory" in args.only:
         print(
             "\n| repository | workers | processes | idle RSS MB | idle PSS MB | "
