@@ -14,6 +14,9 @@ import json
 import os
 import re
 import signal
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -249,3 +252,25 @@ def test_a_killed_host_is_replaced_and_replays_the_changes(server: ServerProcess
     assert answers == {(4.0,)}
     assert _pids(server)[1] == before[1]  # the frontend kept running
     assert "cannot reach the model host" not in _fresh(server, "GET", "/v2/models/other").text
+
+
+def test_a_host_that_cannot_start_stops_the_frontends_too(tmp_path: Path) -> None:
+    # The frontend waits for the host's models; the host cannot bind, so the supervisor stops
+    # every worker, and the waiting frontend stops with it.
+    (tmp_path / "models").mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["--model-repository", str(tmp_path / "models"), "--http-workers", "2"]
+        args += ["--http-address", "127.0.0.1", "--http-port", str(port), "--grpc-port", "0"]
+        done = subprocess.run(
+            [sys.executable, "-m", "inferd", "serve", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "RUST_BACKTRACE": "0"},
+        )
+    assert done.returncode == 2, done.stderr
+    assert f"cannot serve HTTP on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr

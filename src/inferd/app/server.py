@@ -62,6 +62,7 @@ class NetworkServer:
             dashboard.traffic_totals = self.node.traffic
         self.drain: Drain | None = None  # set by run(): SIGTERM drains, SIGINT stops at once
         self.stopping = False
+        self._starting: asyncio.Task[Server] | None = None  # the core's start, while it runs
 
     def _worker_control(self, worker: WorkerRole) -> SharedControl:
         """The repository API of one worker among several, and its part: the model host
@@ -110,7 +111,16 @@ class NetworkServer:
                 frontends.metrics_registry = merged_registry(self.node, loop)
             if self.host is not None:
                 await self.host.start()
-            await core.start(wait_for_models=late)
+            # A stop while waiting for the models ends the wait (a frontend waits for a host,
+            # which may be gone for good: the supervisor stops every worker when one cannot
+            # start).
+            self._starting = loop.create_task(core.start(wait_for_models=late))
+            try:
+                await self._starting
+            except asyncio.CancelledError:
+                if not self.stopping:
+                    raise
+                return
             edge.warn_if_open(settings, core.tokens)
             if settings.allow_grpc:
                 await frontends.start_grpc(settings.grpc_port)
@@ -133,6 +143,8 @@ class NetworkServer:
     def stop(self) -> None:
         """Stop now (SIGINT, or the end of a drain): HTTP first, then the rest."""
         self.stopping = True
+        if self._starting is not None and not self._starting.done():
+            self._starting.cancel()
         self.frontends.stop_http()
 
 
