@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -98,7 +99,9 @@ class ServerProcess:
             args += ["--grpc-port", str(self.grpc_port)]
         # One serving process unless a test asks for more: the suite's CPU and memory stay those
         # of one process (a variable, not the flag, so benchmarks can start older trees too).
-        env = {**os.environ, "RUST_BACKTRACE": "0", "INFERD_HTTP_WORKERS": "1", **self.env}
+        # INFERD_TEST_HTTP_WORKERS=2 runs every server with a frontend beside its model host.
+        workers = os.environ.get("INFERD_TEST_HTTP_WORKERS", "1")
+        env = {**os.environ, "RUST_BACKTRACE": "0", "INFERD_HTTP_WORKERS": workers, **self.env}
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.cwd
@@ -117,13 +120,20 @@ class ServerProcess:
                 ready = httpx.get(
                     f"{self.http_url}{until}", timeout=1, headers=headers, verify=verify
                 )
-                if ready.status_code == 200:
+                if ready.status_code == 200 and self._every_worker_listens():
                     return self
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"inferd did not become ready in {timeout_s} s:\n{self.log()}")
+
+    def _every_worker_listens(self) -> bool:
+        """Several workers: each has bound the port (the model host binds first, each frontend
+        once it has the host's models)."""
+        log = self.log()
+        found = re.search(r"(\d+) HTTP workers", log)
+        return found is None or log.count("listening: HTTP") >= int(found.group(1))
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path else ""

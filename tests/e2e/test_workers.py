@@ -8,12 +8,15 @@ agrees); a killed worker is replaced and replays the changes; SIGTERM drains bot
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import re
 import signal
 import tarfile
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -21,6 +24,7 @@ import pytest
 import tritonclient.grpc as triton_grpc
 import tritonclient.utils.shared_memory as shm
 
+from inferd.workers.peers import Peers, WorkerRole
 from tests.e2e.lifecycle_support import HALF_PLUS_THREE, HALF_PLUS_TWO, wait_for, write_version
 from tests.support import ServerProcess
 
@@ -83,6 +87,29 @@ def test_inference_and_totals(server: ServerProcess) -> None:
     client.close()
 
 
+def _own_executions(server: ServerProcess, index: int, model: str) -> int:
+    """How many executions of ``model`` worker ``index`` ran itself (its own statistics)."""
+    found = re.search(r"run folder (\S+)\)", server.log())
+    assert found, server.log()
+    peers = Peers(WorkerRole(index, 2, Path(found.group(1))))
+    message = {"op": "statistics", "name": model, "version": ""}
+    stats: list[dict[str, Any]] = asyncio.run(peers.ask(index, message, 10))
+    return int(stats[0]["execution_count"])
+
+
+def test_a_tiny_unbatched_model_runs_in_every_worker(server: ServerProcess) -> None:
+    # half_plus_two is a few hundred bytes, runs on a thread and batches nothing: forwarding it
+    # would cost more than running it, so worker 1 runs a copy; the model host loaded it once.
+    log = server.log()
+    assert log.count(f"loaded model '{M}' version 1") == 1, log
+    assert f"worker 1 copied model '{M}' version 1" in log, log
+    before = _own_executions(server, 1, M)
+    for i in range(CONNECTIONS):
+        r = _fresh(server, "POST", f"/v2/models/{M}/infer", json=_body(float(i)))
+        assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [i * 0.5 + 2.0]
+    assert _own_executions(server, 1, M) > before  # worker 1 ran some itself
+
+
 def test_the_dashboard_sees_every_request(server: ServerProcess) -> None:
     sent = _metric(server, "inferd_request_success_total", f'{{model="{M}",version="1"}}')
 
@@ -113,6 +140,11 @@ def test_load_and_unload_reach_every_worker(server: ServerProcess) -> None:
         for _ in range(CONNECTIONS)
     }
     assert outputs == {(4.0,)}
+    indexes = {
+        tuple((e["name"], e.get("version", ""), e["state"]) for e in r.json())
+        for r in (_fresh(server, "POST", "/v2/repository/index") for _ in range(CONNECTIONS))
+    }
+    assert indexes == {((M, "1", "READY"), ("other", "1", "READY"))}, indexes
     r = _fresh(server, "POST", "/v2/repository/models/other/unload")
     assert r.status_code == 200, r.text
     assert _answers(server, "/v2/models/other/ready") == {400}  # unloaded everywhere

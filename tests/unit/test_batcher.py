@@ -251,3 +251,35 @@ def test_a_request_cancelled_in_the_queue_leaves_it_and_its_batch(tmp_path: Path
 
     assert asyncio.run(run()) == [0.0, 1.0, 3.0]
     assert [e.rows for e in echo.LOG[model.name]] == [1, 2]
+
+
+def test_a_sub_millisecond_queue_delay_arms_one_timer_per_wait(tmp_path: Path) -> None:
+    # uvloop counts timer delays in whole milliseconds and rounds a shorter one down to none: a
+    # batch waiting out its last fraction of a millisecond must not re-arm a timer that fires
+    # at once, every loop iteration, until the delay has passed (thousands per request).
+    import uvloop
+
+    class Counting(uvloop.Loop):
+        timers = 0
+
+        def call_later(  # type: ignore[override]
+            self, delay: float, callback: Any, *args: Any, context: Any = None
+        ) -> asyncio.TimerHandle:
+            Counting.timers += 1
+            return super().call_later(delay, callback, *args, context=context)
+
+    model = echo_version(
+        tmp_path, _batched("dynamic_batching { max_queue_delay_microseconds: 400 }\n")
+    )
+
+    async def run() -> list[float]:
+        answers = [await _infer(model, float(i)) for i in range(20)]
+        await model.close()
+        return [a.outputs["OUTPUT0"][0, 0] for a in answers]
+
+    loop = Counting()
+    try:
+        assert loop.run_until_complete(run()) == [float(i) for i in range(20)]
+    finally:
+        loop.close()
+    assert Counting.timers <= 2 * 20

@@ -1,4 +1,5 @@
-"""``--http-workers``: a number, or auto by the stated rule."""
+"""``--http-workers``: a number, or auto by the stated rule (the models' size does not count:
+they load once, in the model host)."""
 
 from __future__ import annotations
 
@@ -29,41 +30,32 @@ def test_a_bad_count_is_refused(tmp_path: Path, text: str) -> None:
         sizing.worker_count(Settings(model_repository=[str(tmp_path)], http_workers=text))
 
 
-def test_auto_is_the_cores_for_small_models(
+def test_auto_is_the_cores_whatever_the_models_weigh(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sizing, "usable_cores", lambda: 4)
     monkeypatch.setattr(sizing, "available_memory_bytes", lambda: 8 << 30)
-    settings = Settings(model_repository=[str(_repo(tmp_path, {"a": 1000, "b": 2000}))])
-    assert sizing.worker_count(settings)[0] == 4
-
-
-def test_auto_is_one_for_a_big_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sizing, "usable_cores", lambda: 4)
-    monkeypatch.setattr(sizing, "available_memory_bytes", lambda: 64 << 30)
-    monkeypatch.setattr(sizing, "SMALL_MODEL_BYTES", 1500)
-    settings = Settings(model_repository=[str(_repo(tmp_path, {"a": 1000, "big": 2000}))])
+    settings = Settings(model_repository=[str(_repo(tmp_path, {"a": 1000, "big": 300 << 20}))])
     count, why = sizing.worker_count(settings)
-    assert (count, "big" in why) == (1, True)
-    # Only the models that load at start count.
-    settings.load_model = ["a"]
-    assert sizing.worker_count(settings)[0] == 4
+    assert count == 4 and "load once" in why
+    # A store that is not a local folder does not matter either.
+    assert sizing.worker_count(Settings(model_repository=["s3://bucket/models"]))[0] == 4
 
 
-def test_auto_is_one_without_memory_for_the_copies(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_auto_runs_as_many_frontends_as_fit_in_half_the_memory(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(sizing, "usable_cores", lambda: 4)
-    monkeypatch.setattr(sizing, "available_memory_bytes", lambda: 2 * 4 * (256 << 20) - 1)
-    settings = Settings(model_repository=[str(_repo(tmp_path, {"a": 0}))])
-    assert sizing.worker_count(settings)[0] == 1
+    monkeypatch.setattr(sizing, "usable_cores", lambda: 8)
+    monkeypatch.setattr(sizing, "available_memory_bytes", lambda: 2 * 3 * sizing.FRONTEND_BYTES)
+    count, why = sizing.worker_count(Settings(model_repository=["models"]))
+    assert count == 4 and "3 frontend(s)" in why  # the host and 3 frontends
+    monkeypatch.setattr(sizing, "available_memory_bytes", lambda: sizing.FRONTEND_BYTES)
+    assert sizing.worker_count(Settings(model_repository=["models"]))[0] == 1
+    monkeypatch.setattr(sizing, "available_memory_bytes", lambda: None)
+    assert sizing.worker_count(Settings(model_repository=["models"]))[0] == 1
 
 
-def test_auto_is_one_for_a_remote_store_or_one_core(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(sizing, "usable_cores", lambda: 4)
-    monkeypatch.setattr(sizing, "available_memory_bytes", lambda: 64 << 30)
-    assert sizing.worker_count(Settings(model_repository=["s3://bucket/models"]))[0] == 1
+def test_auto_is_one_on_one_core(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sizing, "usable_cores", lambda: 1)
+    monkeypatch.setattr(sizing, "available_memory_bytes", lambda: 64 << 30)
     assert sizing.worker_count(Settings(model_repository=[str(tmp_path)]))[0] == 1

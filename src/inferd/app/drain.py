@@ -42,6 +42,9 @@ class Drain:
         self.timeout_s = timeout_s
         self.stop = stop
         self.quiet_s = quiet_s
+        # Requests other processes hand this one (the model host of several workers): how
+        # many are in flight, and a count that grows with each that arrives.
+        self.forwarded: Callable[[], tuple[int, int]] = _nothing_forwarded
         self._task: asyncio.Task[None] | None = None
         self.exit_timer: asyncio.TimerHandle | None = None  # set by a drain timeout
 
@@ -60,17 +63,19 @@ class Drain:
 
     def pending(self) -> int:
         """Requests inside a model now (running or queued)."""
-        return sum(
+        own = sum(
             v.stats.pending for record in self.registry.records() for v in record.versions.values()
         )
+        return own + self.forwarded()[0]
 
     def _arrivals(self) -> int:
         """A number that grows with every request a model receives."""
-        return sum(
+        own = sum(
             v.stats.success.count + v.stats.fail.count + v.stats.pending
             for record in self.registry.records()
             for v in record.versions.values()
         )
+        return own + self.forwarded()[1]
 
     async def _run(self) -> None:
         start = time.monotonic()
@@ -113,3 +118,7 @@ class Drain:
         )
         logging.shutdown()
         os._exit(0)
+
+
+def _nothing_forwarded() -> tuple[int, int]:
+    return 0, 0

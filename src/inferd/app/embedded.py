@@ -102,7 +102,8 @@ class Server:
         )
         self.logs = logs or logs_from(settings)
         self.endpoints = EndpointStats()
-        self.metrics = build_registry(self.registry, self.endpoints, self.manager.status)
+        # The repository's status through the data plane: a frontend worker's is its host's.
+        self.metrics = build_registry(self.registry, self.endpoints, self.plane.repository_status)
         self.metrics.register(self.model_metrics)
         self.residency = lazy_serving(settings, self.manager, self.plane, self.metrics)
         self.tracer = (
@@ -117,6 +118,9 @@ class Server:
         self.also_load: list[str] = []
         # Run after the startup loads, before the server is ready (workers replay changes).
         self.after_startup_loads: Callable[[], Coroutine[Any, Any, None]] | None = None
+        # Instead of loading the repository at start (and polling it): a frontend worker,
+        # whose models are its host's, waits for the host's table here.
+        self.startup_loads: Callable[[], Coroutine[Any, Any, None]] | None = None
         self.poller: Poller[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread_id = 0
@@ -151,10 +155,13 @@ class Server:
     async def _load_models(self) -> None:
         cancelled = False
         try:
-            load = [*self.settings.load_model, *self.also_load]
-            await self.manager.start(load)
-            if self.residency is not None:  # lazy serving: pinned and --load-model models
-                await self.residency.start(load)
+            if self.startup_loads is not None:
+                await self.startup_loads()
+            else:
+                load = [*self.settings.load_model, *self.also_load]
+                await self.manager.start(load)
+                if self.residency is not None:  # lazy serving: pinned and --load-model models
+                    await self.residency.start(load)
             if self.after_startup_loads is not None:
                 await self.after_startup_loads()
         except asyncio.CancelledError:
@@ -165,7 +172,8 @@ class Server:
                 self.plane.started = True
                 if not self.plane.draining:
                     log_readiness(self.registry, self.plane.ready)
-        if self.manager.mode is ControlMode.POLL and not self._stopped:
+        polls = self.manager.mode is ControlMode.POLL and self.startup_loads is None
+        if polls and not self._stopped:
             self.poller = Poller(
                 self.manager.scan, self.manager.apply, self.manager.poll_interval_s
             )

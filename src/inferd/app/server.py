@@ -13,13 +13,16 @@ import signal
 import sys
 
 from inferd.app import edge, torchserve_ports
-from inferd.app.drain import Drain
+from inferd.app.drain import STOP_GRACE_S, Drain
 from inferd.app.embedded import Server
 from inferd.app.settings import Settings
 from inferd.core.errors import ConfigError
 from inferd.observability.logging import Logs
 from inferd.repository.manager import ControlMode
 from inferd.workers.control import SharedControl
+from inferd.workers.forward import HostLink
+from inferd.workers.frontend import FrontendControl
+from inferd.workers.host import ModelHost
 from inferd.workers.node import WorkerNode, merged_registry
 from inferd.workers.peers import Peers, WorkerRole
 from inferd.workers.sizing import worker_count
@@ -42,16 +45,15 @@ class NetworkServer:
         core = self.core
         self.plane = core.plane
         self.node: WorkerNode | None = None
+        self.host: ModelHost | None = None  # worker 0 of several: the models live here
+        self.link: HostLink | None = None  # any other worker: its requests go to worker 0
         if worker is not None:
-            control = SharedControl(
-                core.manager, core.registry, Peers(worker), settings.max_upload_bytes
-            )
+            control = self._worker_control(worker)
             core.plane.repository = control
             self.node = WorkerNode(control.peers, control, core.plane, core.metrics)
             control.share_regions(core.plane.shared_memory)
             control.share_settings(core.trace_settings, core.log_settings)
             core.plane.total_statistics = self.node.statistics
-            core.after_startup_loads = control.replay
         self.frontends = core.frontends(
             metrics_text=self.node.metrics_text if self.node is not None else None,
             workers=worker.count if worker is not None else 1,
@@ -76,11 +78,45 @@ class NetworkServer:
         )
         self.drain: Drain | None = None  # set by run(): SIGTERM drains, SIGINT stops at once
         self.stopping = False
+        self._starting: asyncio.Task[Server] | None = None  # the core's start, while it runs
+
+    def _worker_control(self, worker: WorkerRole) -> SharedControl:
+        """The repository API of one worker among several, and its part: the model host
+        (worker 0), or a frontend that forwards every request to it."""
+        core, settings = self.core, self.settings
+        peers = Peers(worker)
+        if worker.index == 0:
+            host = self.host = ModelHost(
+                core.registry,
+                worker.run_dir,
+                core.manager.status,
+                lambda: core.plane.models_ready(),
+                settings.http_workers_copy_bytes,
+            )
+            control = SharedControl(core.manager, core.registry, peers, settings.max_upload_bytes)
+            control.published = host.sync
+
+            async def replay_then_publish() -> None:
+                await control.replay()
+                host.open_table()
+
+            core.after_startup_loads = replay_then_publish
+            return control
+        link = self.link = HostLink(worker.run_dir, worker.index, core.registry)
+        frontend = FrontendControl(
+            core.manager, core.registry, peers, settings.max_upload_bytes, link
+        )
+        core.startup_loads = link.start
+        core.after_startup_loads = frontend.replay
+        core.plane.models_ready = link.ready
+        return frontend
 
     async def run(self) -> None:
         settings, core, frontends = self.settings, self.core, self.frontends
         loop = asyncio.get_running_loop()
         self.drain = Drain(core.plane, core.registry, settings.drain_timeout_s, self.stop)
+        if self.host is not None:
+            self.drain.forwarded = self.host.activity
         loop.add_signal_handler(signal.SIGINT, self.stop)
         loop.add_signal_handler(signal.SIGTERM, self.drain.begin)
         # A worker other than the first, or a replacement, takes connections once it can serve.
@@ -94,7 +130,18 @@ class NetworkServer:
                 # Loaded with the repository, unless only some models load (explicit mode).
                 if settings.load_model or core.manager.mode is ControlMode.EXPLICIT:
                     core.also_load = registered
-            await core.start(wait_for_models=late)
+            if self.host is not None:
+                await self.host.start()
+            # A stop while waiting for the models ends the wait (a frontend waits for a host,
+            # which may be gone for good: the supervisor stops every worker when one cannot
+            # start).
+            self._starting = loop.create_task(core.start(wait_for_models=late))
+            try:
+                await self._starting
+            except asyncio.CancelledError:
+                if not self.stopping:
+                    raise
+                return
             edge.warn_if_open(settings, core.tokens)
             if settings.allow_grpc:
                 await frontends.start_grpc(settings.grpc_port)
@@ -104,10 +151,17 @@ class NetworkServer:
             if self.stopping:  # a signal came while starting
                 frontends.stop_http()
             await frontends.http_stopped()
+            if self.host is not None:
+                # The other workers' requests run here until they have drained and stopped.
+                await self.host.wait_frontends(settings.drain_timeout_s + STOP_GRACE_S)
         finally:
             if self.torchserve is not None:
                 await self.torchserve.stop()
+            if self.host is not None:
+                await self.host.close()
             await core.stop()  # the frontends first
+            if self.link is not None:
+                await self.link.close()
             if self.temporary_repository is not None:
                 shutil.rmtree(self.temporary_repository, ignore_errors=True)
             if self.node is not None:
@@ -116,6 +170,8 @@ class NetworkServer:
     def stop(self) -> None:
         """Stop now (SIGINT, or the end of a drain): HTTP first, then the rest."""
         self.stopping = True
+        if self._starting is not None and not self._starting.done():
+            self._starting.cancel()
         self.frontends.stop_http()
 
 

@@ -25,11 +25,21 @@ class Settings:
     http_workers: str = field(
         default="auto",
         metadata=_opt(
-            "serving processes sharing the HTTP and gRPC ports (SO_REUSEPORT), each with its "
-            "own copy of the models: a number, or auto: the usable CPU cores when every store "
-            "is a local folder, every model loaded at start is at most 256 MiB on disk, and "
-            "cores x (256 MiB + 2 x those models' size) fits in half the available memory; "
-            "else 1 (always 1 with lazy serving: the memory budget is one for the server)"
+            "serving processes sharing the HTTP and gRPC ports (SO_REUSEPORT): worker 0 loads "
+            "and runs every model (one copy, one batcher per model); the others decode and "
+            "encode requests and forward each to it. A number, or auto: the usable CPU cores, "
+            "fewer if the other workers (256 MiB each) would not fit in half the available "
+            "memory; 1 with lazy serving (--model-memory-budget), whose loads on first use "
+            "happen in the one serving process"
+        ),
+    )
+    http_workers_copy_bytes: int = field(
+        default=1 << 20,
+        metadata=_opt(
+            "with several --http-workers: an ONNX Runtime or OpenVINO model of at most this "
+            "many bytes on disk that runs on threads without batching (no dynamic or sequence "
+            "batcher, no response cache) is also loaded by every other worker, since running "
+            "it costs less than forwarding it; 0: every model is loaded once"
         ),
     )
     allow_grpc: bool = field(default=True, metadata=_opt("serve gRPC (KServe v2 / Triton)"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from inferd.config.model_config_pb2 import ModelConfig
@@ -50,6 +50,9 @@ class ModelVersion:
     signatures: Mapping[str, SignatureSpec] = field(default_factory=dict)
     # The class labels of outputs with a ``label_filename`` (Triton's classification extension).
     labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The folder the version's files were loaded from, and their size ("": none, an ensemble).
+    folder: str = ""
+    folder_bytes: int = 0
 
     def signature_spec(self, signature: str) -> ModelSpec:
         found = self.signatures.get(signature)
@@ -88,8 +91,7 @@ class ModelVersion:
             key = None
             outputs = None
             if self.cache is not None:
-                cached_as = self.name if not signature else f"{self.name}\0{signature}"
-                key = ResponseCache.key(cached_as, self.version, inputs, names)
+                key = self.cache_key(inputs, names, signature)
                 outputs = self.cache.get(key)
                 (self.stats.cache_miss if outputs is None else self.stats.cache_hit).add(
                     time.perf_counter_ns() - started
@@ -112,6 +114,11 @@ class ModelVersion:
             self.stats.pending -= 1
         self.stats.log_success(time.perf_counter_ns() - started)
         return InferResponse(self.name, self.version_text, outputs, request.id, {}, timings)
+
+    def cache_key(self, inputs: Tensors, names: Sequence[str], signature: str = "") -> bytes:
+        """The response cache's key of a request's validated inputs and outputs."""
+        cached_as = self.name if not signature else f"{self.name}\0{signature}"
+        return ResponseCache.key(cached_as, self.version, inputs, names)
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         """A decoupled model's responses to one request, as the model sends them; the last one

@@ -80,6 +80,10 @@ class Registry:
             found = self._routing[name] = ModelRouting(name)
         return found
 
+    def routing_of(self, name: str) -> ModelRouting | None:
+        """The routing state of a model name if it has any (none is created)."""
+        return self._routing.get(name)
+
     def shadowing(self, name: str) -> ModelRouting | None:
         """The routing state of a model that mirrors requests to a shadow version, else None."""
         found = self._routing.get(name)

@@ -57,6 +57,7 @@ class LoadOptions:
     code_policy: CodePolicy = field(default_factory=CodePolicy)  # --allow-pickle, ...
     call_model: ModelCaller | None = None  # how a model in a worker process calls others
     model_metrics: MetricsSink | None = None  # where metrics a model's code records go
+    loaded: str = "loaded"  # what the log says was done ("worker 1 copied": a small model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,10 +208,13 @@ def load_version(
         instance_count=pool.count,
         signatures=signatures,
         labels=read_labels(model_plan.folder, config),
+        folder=str(version_dir),
+        folder_bytes=_folder_bytes(version_dir),
     )
     loaded.load_seconds = time.perf_counter() - started
     log.info(
-        "loaded model '%s' version %d (%s, %d instance(s)) in %.2f s",
+        "%s model '%s' version %d (%s, %d instance(s)) in %.2f s",
+        options.loaded,
         name,
         version,
         backend.name,
@@ -242,6 +246,17 @@ def _scheduled_version(
     loaded.load_seconds = time.perf_counter() - started
     log.info("loaded model '%s' version %d (%s)", name, version, config.platform or "scheduler")
     return loaded
+
+
+def _folder_bytes(folder: Path) -> int:
+    total = 0
+    for path in folder.rglob("*"):
+        try:
+            if path.is_file():
+                total += path.stat().st_size
+        except OSError:
+            continue
+    return total
 
 
 def uses_processes(backend: Backend, parameters: dict[str, str]) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -287,6 +288,11 @@ class DynamicBatcher:
     def _arm(self, delay_s: float) -> None:
         if self._timer is not None:
             return
+        # Whole milliseconds, rounded up: uvloop's timers count milliseconds and round a
+        # shorter delay down to none, so a batch waiting out its last half millisecond would
+        # re-arm a timer that fires at once, every loop iteration, burning the CPU that the
+        # instances (and other serving processes) need. asyncio's own loop rounds up too.
+        delay_s = math.ceil(delay_s * 1000.0) / 1000.0
         self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer)
 
     def _on_timer(self) -> None:
@@ -340,7 +346,14 @@ class DynamicBatcher:
             timings = entry.timings
             timings.compute_start_ns = started
             timings.compute_end_ns = ended
-        self.stats.log_queue([started - entry.enqueued_ns for entry in batch.entries])
+        entries = batch.entries
+        requests = sum(entry.work.requests for entry in entries)
+        if requests == len(entries):
+            self.stats.log_queue([started - entry.enqueued_ns for entry in entries])
+        else:  # works that stand for several requests: each request counts
+            self.stats.log_queue(
+                [started - e.enqueued_ns for e in entries for _ in range(e.work.requests)]
+            )
         if executed is None:
             error = batch.error or InternalError("the batch produced no result")
             for entry in batch.entries:
@@ -362,7 +375,7 @@ class DynamicBatcher:
             return  # nothing of the batch ran
         self.stats.record_execution(
             rows,
-            len(batch.entries),
+            requests,
             executed.input_ns,
             executed.infer_ns,
             executed.output_ns,

@@ -41,6 +41,7 @@ from typing import Protocol
 from inferd.core.errors import InferdError, Unavailable
 from inferd.scheduling.work import (
     CANCELLED,
+    BatchExecutor,
     Executed,
     Executor,
     InstanceFailed,
@@ -133,6 +134,12 @@ class ThreadInstances:
         ]
         for t in self._threads:
             t.start()
+
+    @property
+    def row_batches(self) -> bool:
+        """Whether every instance runs a batch runtime (``BatchExecutor``): a request is its
+        rows, so compatible requests may travel as one."""
+        return all(isinstance(e, BatchExecutor) for e in self._executors if e is not None)
 
     def submit(self, batch: list[Work], instance: int | None = None) -> asyncio.Future[Executed]:
         if self._closed:

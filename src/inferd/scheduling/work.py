@@ -52,6 +52,9 @@ class Work:
     # Decoupled models: called on the event loop with each response as the model sends it
     # (``final`` on the last); the request's own result is then empty. Never crosses to a worker.
     responses: Callable[[Result, bool], None] | None = None
+    # The requests this work stands for: several when a frontend worker sent the rows of
+    # compatible requests as one (``inferd.workers``); statistics count each.
+    requests: int = 1
 
 
 Result = Tensors | InferdError

@@ -64,6 +64,8 @@ class WorkerNode:
         if op in CHANGES:
             await self.control.apply(message)
             return None
+        if isinstance(op, str) and op.startswith("host_") and self.peers.role.index == 0:
+            return await self.control.on_behalf(message)
         raise ValueError(f"unknown message '{op}'")
 
     async def metrics_text(self) -> bytes:

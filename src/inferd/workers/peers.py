@@ -20,6 +20,8 @@ from typing import Any
 
 import orjson
 
+from inferd.core.errors import InferdError
+from inferd.scheduling.wire import decode_error, encode_error
 from inferd.workers.journal import Journal
 
 log = logging.getLogger("inferd.workers")
@@ -32,7 +34,16 @@ Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
 class PeerError(Exception):
-    """A peer answered a message with an error."""
+    """A peer answered a message with an error (``kind``: the class of the peer's
+    ``InferdError``, as ``scheduling.wire`` names it)."""
+
+    def __init__(self, message: str, kind: str = "InternalError") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+    def error(self) -> InferdError:
+        """The peer's error as the same ``InferdError`` class."""
+        return decode_error(self.kind, str(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +91,10 @@ class Peers:
                 message = await _receive(reader)
                 try:
                     reply: dict[str, Any] = {"ok": await handler(message)}
-                except Exception as exc:  # the asking worker reports it
-                    reply = {"error": getattr(exc, "message", None) or str(exc)}
+                except InferdError as exc:  # the asking worker reports it
+                    reply = {"error": exc.message, "kind": encode_error(exc)[0]}
+                except Exception as exc:
+                    reply = {"error": str(exc) or repr(exc)}
                 await _send(writer, reply)
             except (asyncio.IncompleteReadError, ConnectionError):
                 pass
@@ -108,7 +121,7 @@ class Peers:
             finally:
                 writer.close()
             if "error" in reply:
-                raise PeerError(str(reply["error"]))
+                raise PeerError(str(reply["error"]), str(reply.get("kind", "InternalError")))
             return reply["ok"]
 
         return await asyncio.wait_for(call(), timeout_s)

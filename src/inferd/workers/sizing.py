@@ -1,10 +1,11 @@
 """How many serving processes ``--http-workers auto`` runs: the rule, and what it reads.
 
-auto is the number of usable CPU cores (the affinity mask, capped by a cgroup CPU quota) when
-every model store is a local folder, every model that loads at start is at most
-``SMALL_MODEL_BYTES`` on disk, and ``cores x (WORKER_BYTES + 2 x their total size)`` fits in
-half the available memory (MemAvailable, capped by a cgroup memory limit); otherwise 1. Lazy
-serving (a memory budget) runs one process: the budget is the server's, not each process's.
+The models load once, in worker 0 (the model host); every other worker is a frontend that
+decodes and encodes requests and holds no model. So auto is the number of usable CPU cores (the
+affinity mask, capped by a cgroup CPU quota), fewer when the frontends' own memory
+(``FRONTEND_BYTES`` each) would not fit in half the available memory (MemAvailable, capped by a
+cgroup memory limit); the models' size does not count, since it is paid once. Lazy serving (a
+memory budget) runs one process: its loads on first use are made where the request arrives.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from pathlib import Path
 from inferd.app.settings import Settings
 from inferd.core.errors import ConfigError
 
-SMALL_MODEL_BYTES = 256 << 20
-WORKER_BYTES = 256 << 20  # one worker's own memory: interpreter, frameworks, buffers
+FRONTEND_BYTES = 256 << 20  # one frontend worker's memory, rounded up: interpreter, buffers
 
 
 def usable_cores() -> int:
@@ -50,56 +50,21 @@ def available_memory_bytes() -> int | None:
     return available
 
 
-def folder_bytes(folder: Path) -> int:
-    total = 0
-    for root, _, files in os.walk(folder):
-        for name in files:
-            try:
-                total += (Path(root) / name).stat().st_size
-            except OSError:
-                continue
-    return total
-
-
-def startup_models(settings: Settings) -> list[Path] | None:
-    """The folders of the models that load at start; None when a store is not local."""
-    roots = [Path(uri) for uri in settings.model_repository]
-    if any("://" in uri for uri in settings.model_repository):
-        return None
-    names = settings.models_to_load()
-    if names is None and settings.model_control_mode.strip().lower() == "explicit":
-        names = []  # explicit mode without --load-model loads nothing at start
-    found: list[Path] = []
-    for root in roots:
-        if not root.is_dir():
-            return None
-        for child in sorted(root.iterdir()):
-            if (
-                child.is_dir()
-                and not child.name.startswith(".")
-                and (names is None or child.name in names)
-            ):
-                found.append(child)
-    return found
-
-
-def auto_workers(settings: Settings) -> tuple[int, str]:
+def auto_workers() -> tuple[int, str]:
     """The worker count auto picks, and why (for the log)."""
     cores = usable_cores()
     if cores == 1:
         return 1, "one usable CPU core"
-    folders = startup_models(settings)
-    if folders is None:
-        return 1, "a model store is not a local folder, so model sizes are unknown"
-    sizes = {f.name: folder_bytes(f) for f in folders}
-    big = sorted(name for name, size in sizes.items() if size > SMALL_MODEL_BYTES)
-    if big:
-        return 1, f"model(s) over {SMALL_MODEL_BYTES >> 20} MiB: {', '.join(big)}"
     available = available_memory_bytes()
-    need = cores * (WORKER_BYTES + 2 * sum(sizes.values()))
-    if available is None or need > available // 2:
-        return 1, f"{cores} copies need {need >> 20} MiB, over half the available memory"
-    return cores, f"{cores} usable CPU cores, models {sum(sizes.values()) >> 20} MiB in all"
+    if available is None:
+        return 1, "the available memory is unknown"
+    fits = 1 + (available // 2) // FRONTEND_BYTES
+    if fits < cores:
+        return max(1, fits), (
+            f"{cores} usable CPU cores, but only {fits - 1} frontend(s) of "
+            f"{FRONTEND_BYTES >> 20} MiB fit in half the available memory"
+        )
+    return cores, f"{cores} usable CPU cores; the models load once, in worker 0"
 
 
 def worker_count(settings: Settings) -> tuple[int, str]:
@@ -113,7 +78,7 @@ def worker_count(settings: Settings) -> tuple[int, str]:
             "and a copy of the models of its own: use 1 or auto"
         )
     if text == "auto":
-        return auto_workers(settings)
+        return auto_workers()
     if not text.isdigit() or int(text) < 1:
         raise ConfigError(f"--http-workers must be a positive number or auto, not '{text}'")
     return int(text), "--http-workers"
