@@ -10,12 +10,14 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+
+T = TypeVar("T")
 
 
 def binary_header(name: str, shape: list[int], datatype: str, size: int, **doc: Any) -> bytes:
@@ -35,6 +37,31 @@ def docs_block(page: Path, path: str) -> str:
     found = [b.body for b in blocks(page) if b.options.get("file") == path]
     assert len(found) == 1, f"{page} has no block for {path}"
     return found[0]
+
+
+def wait_for(check: Callable[[], T | None], what: str, timeout_s: float = 60.0) -> T:
+    """Poll ``check`` until it returns something truthy, and return that; fail naming ``what``.
+
+    The deadline only bounds a wait that went wrong: a test waits for what it needs to see (a
+    count in the metrics, a line in a log), never a fixed time on the hope it has happened.
+    """
+    deadline = time.monotonic() + timeout_s
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what} (last: {last!r})")
+
+
+def pending_requests(server: ServerProcess, model: str = "") -> int:
+    """The server's count of a model's requests in flight, queued or executing (every model's
+    when ``model`` is empty): ``inferd_pending_requests`` in /metrics."""
+    text = httpx.get(f"{server.http_url}/metrics", timeout=30).text
+    prefix = f'inferd_pending_requests{{model="{model}",' if model else "inferd_pending_requests{"
+    lines = [ln for ln in text.splitlines() if ln.startswith(prefix)]
+    return sum(int(float(ln.rsplit(" ", 1)[1])) for ln in lines)
 
 
 def free_port() -> int:
