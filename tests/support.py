@@ -71,6 +71,10 @@ def free_port() -> int:
         return port
 
 
+class PortTaken(RuntimeError):
+    """The server could not bind a port chosen for it: another process took it meanwhile."""
+
+
 @dataclass
 class ServerProcess:
     """``inferd serve`` on free ports; the log is kept for assertions and failures."""
@@ -78,8 +82,8 @@ class ServerProcess:
     repository: Path
     extra_args: Sequence[str] = ()
     env: dict[str, str] = field(default_factory=dict)
-    http_port: int = field(default_factory=free_port)
-    grpc_port: int = field(default_factory=free_port)
+    http_port: int = 0  # 0: a free port, chosen here (again, should another process take it)
+    grpc_port: int = 0
     log_path: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
     host: str = "127.0.0.1"  # the loopback address both servers bind
@@ -89,6 +93,18 @@ class ServerProcess:
     verify: str | bool = True  # the CA file the probe trusts, for https
     repository_flag: bool = True  # False: no --model-repository (a TorchServe model store)
     cwd: Path | None = None  # the server's working folder (relative paths in its flags)
+    _chosen: tuple[bool, bool] = field(default=(False, False), init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._chosen = not self.http_port, not self.grpc_port
+        self._choose_ports()
+
+    def _choose_ports(self) -> None:
+        chose_http, chose_grpc = self._chosen
+        if chose_http:
+            self.http_port = free_port()
+        if chose_grpc:
+            self.grpc_port = free_port()
 
     @property
     def http_url(self) -> str:
@@ -103,7 +119,18 @@ class ServerProcess:
         return f"{self.host}:{self.grpc_port}"
 
     def start(self, timeout_s: float = 60.0, until: str = "/v2/health/ready") -> ServerProcess:
-        """Start the server and wait until ``until`` answers 200."""
+        """Start the server and wait until ``until`` answers 200.
+
+        A port chosen here is free when chosen, but another process (tests run in parallel)
+        may bind it before the server does: then the server starts again on new ports."""
+        for _ in range(4):
+            try:
+                return self._start(timeout_s, until)
+            except PortTaken:
+                self._choose_ports()
+        return self._start(timeout_s, until)
+
+    def _start(self, timeout_s: float, until: str) -> ServerProcess:
         self.log_path = self.log_path or self.repository.parent / f"server-{self.http_port}.log"
         args = [
             self.python,
@@ -139,7 +166,10 @@ class ServerProcess:
         )
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"inferd exited with {self.proc.returncode}:\n{self.log()}")
+                text = self.log()
+                if "Address already in use" in text and any(self._chosen):
+                    raise PortTaken(text)
+                raise RuntimeError(f"inferd exited with {self.proc.returncode}:\n{text}")
             try:
                 ready = httpx.get(
                     f"{self.http_url}{until}", timeout=1, headers=headers, verify=verify
