@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import ssl
@@ -64,11 +65,40 @@ def pending_requests(server: ServerProcess, model: str = "") -> int:
     return sum(int(float(ln.rsplit(" ", 1)[1])) for ln in lines)
 
 
+def _port_block() -> range:
+    """The ports this test process hands out: below the kernel's ephemeral range, so that no
+    outgoing connection (the kernel takes their ports from that range) can take one between
+    the moment a test picks it and the moment its server binds it; each pytest-xdist worker
+    its own block, so that workers never pick the same port."""
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    low, high = 10000, min(ephemeral, 65536)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    size = (high - low) // max(1, workers)
+    return range(low + index * size, low + (index + 1) * size) if size >= 200 else range(0)
+
+
+_BLOCK = _port_block()
+# A random start, so that test runs side by side (two checkouts) do not walk the same ports.
+_NEXT = iter(random.sample(_BLOCK, len(_BLOCK)))
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A port free on loopback now, that no other test process of this run will pick."""
+    for port in _NEXT:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use (a server of an earlier test, or another program)
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # block used up: any port
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        found: int = s.getsockname()[1]
+        return found
 
 
 class PortTaken(RuntimeError):
