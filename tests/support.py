@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -11,12 +12,14 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+
+T = TypeVar("T")
 
 
 def binary_header(name: str, shape: list[int], datatype: str, size: int, **doc: Any) -> bytes:
@@ -38,11 +41,69 @@ def docs_block(page: Path, path: str) -> str:
     return found[0]
 
 
+def wait_for(check: Callable[[], T | None], what: str, timeout_s: float = 60.0) -> T:
+    """Poll ``check`` until it returns something truthy, and return that; fail naming ``what``.
+
+    The deadline only bounds a wait that went wrong: a test waits for what it needs to see (a
+    count in the metrics, a line in a log), never a fixed time on the hope it has happened.
+    """
+    deadline = time.monotonic() + timeout_s
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what} (last: {last!r})")
+
+
+def pending_requests(server: ServerProcess, model: str = "") -> int:
+    """The server's count of a model's requests in flight, queued or executing (every model's
+    when ``model`` is empty): ``inferd_pending_requests`` in /metrics."""
+    text = httpx.get(f"{server.http_url}/metrics", timeout=30).text
+    prefix = f'inferd_pending_requests{{model="{model}",' if model else "inferd_pending_requests{"
+    lines = [ln for ln in text.splitlines() if ln.startswith(prefix)]
+    return sum(int(float(ln.rsplit(" ", 1)[1])) for ln in lines)
+
+
+def _port_block() -> range:
+    """The ports this test process hands out: below the kernel's ephemeral range, so that no
+    outgoing connection (the kernel takes their ports from that range) can take one between
+    the moment a test picks it and the moment its server binds it; each pytest-xdist worker
+    its own block, so that workers never pick the same port."""
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    low, high = 10000, min(ephemeral, 65536)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    size = (high - low) // max(1, workers)
+    return range(low + index * size, low + (index + 1) * size) if size >= 200 else range(0)
+
+
+_BLOCK = _port_block()
+# A random start, so that test runs side by side (two checkouts) do not walk the same ports.
+_NEXT = iter(random.sample(_BLOCK, len(_BLOCK)))
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A port free on loopback now, that no other test process of this run will pick."""
+    for port in _NEXT:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use (a server of an earlier test, or another program)
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # block used up: any port
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        found: int = s.getsockname()[1]
+        return found
+
+
+class PortTaken(RuntimeError):
+    """The server could not bind a port chosen for it: another process took it meanwhile."""
 
 
 @dataclass
@@ -52,8 +113,8 @@ class ServerProcess:
     repository: Path
     extra_args: Sequence[str] = ()
     env: dict[str, str] = field(default_factory=dict)
-    http_port: int = field(default_factory=free_port)
-    grpc_port: int = field(default_factory=free_port)
+    http_port: int = 0  # 0: a free port, chosen here (again, should another process take it)
+    grpc_port: int = 0
     log_path: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
     host: str = "127.0.0.1"  # the loopback address both servers bind
@@ -63,6 +124,18 @@ class ServerProcess:
     verify: str | bool = True  # the CA file the probe trusts, for https
     repository_flag: bool = True  # False: no --model-repository (a TorchServe model store)
     cwd: Path | None = None  # the server's working folder (relative paths in its flags)
+    _chosen: tuple[bool, bool] = field(default=(False, False), init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._chosen = not self.http_port, not self.grpc_port
+        self._choose_ports()
+
+    def _choose_ports(self) -> None:
+        chose_http, chose_grpc = self._chosen
+        if chose_http:
+            self.http_port = free_port()
+        if chose_grpc:
+            self.grpc_port = free_port()
 
     @property
     def http_url(self) -> str:
@@ -77,7 +150,18 @@ class ServerProcess:
         return f"{self.host}:{self.grpc_port}"
 
     def start(self, timeout_s: float = 60.0, until: str = "/v2/health/ready") -> ServerProcess:
-        """Start the server and wait until ``until`` answers 200."""
+        """Start the server and wait until ``until`` answers 200.
+
+        A port chosen here is free when chosen, but another process (tests run in parallel)
+        may bind it before the server does: then the server starts again on new ports."""
+        for _ in range(4):
+            try:
+                return self._start(timeout_s, until)
+            except PortTaken:
+                self._choose_ports()
+        return self._start(timeout_s, until)
+
+    def _start(self, timeout_s: float, until: str) -> ServerProcess:
         self.log_path = self.log_path or self.repository.parent / f"server-{self.http_port}.log"
         args = [
             self.python,
@@ -115,7 +199,10 @@ class ServerProcess:
         )
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"inferd exited with {self.proc.returncode}:\n{self.log()}")
+                text = self.log()
+                if "Address already in use" in text and any(self._chosen):
+                    raise PortTaken(text)
+                raise RuntimeError(f"inferd exited with {self.proc.returncode}:\n{text}")
             try:
                 ready = httpx.get(
                     f"{self.http_url}{until}", timeout=1, headers=headers, verify=verify

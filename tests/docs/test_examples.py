@@ -44,7 +44,9 @@ def _pages() -> list[Path]:
     return [p for p in sorted([ROOT / "README.md", *docs]) if blocks(p)]
 
 
-@pytest.fixture(scope="module")
+# Session-scoped (once per test process): the pages then need not run in one process, and run
+# in parallel under pytest-xdist; none of them changes these models or that server.
+@pytest.fixture(scope="session")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("docs") / "models"
     write_demo_repository(root, models=list(DEMO))
@@ -65,7 +67,7 @@ class Shared:
         return self.server
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def shared(demo: Path) -> Iterator[Shared]:
     holder = Shared(demo)
     yield holder

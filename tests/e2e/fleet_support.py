@@ -181,7 +181,7 @@ class Fleet:
             name: {h for h, ok in hosts.items() if ok} for name, hosts in self.clusters().items()
         }
 
-    def wait_healthy(self, hosts: set[str], timeout_s: float = 30.0) -> None:
+    def wait_healthy(self, hosts: set[str], timeout_s: float = 60.0) -> None:
         def check() -> bool:
             try:
                 view = self.healthy()

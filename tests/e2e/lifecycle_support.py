@@ -66,7 +66,7 @@ def remove_version(model_dir: Path, version: int) -> None:
     shutil.rmtree(aside)
 
 
-def wait_for(check: Callable[[], T | None], what: str, timeout_s: float = 20.0) -> T:
+def wait_for(check: Callable[[], T | None], what: str, timeout_s: float = 60.0) -> T:
     """Poll ``check`` until it returns something truthy; fail naming ``what``."""
     deadline = time.monotonic() + timeout_s
     last: T | None = None

@@ -342,9 +342,11 @@ output [{ name: "Y" data_type: TYPE_FP32 dims: [ 1 ] }]
 parameters { key: "marker" value: { string_value: "%s" } }
 """
 
-# Sleeps X seconds; finalize() writes how many requests it had answered.
+# Holds each request until the file ``<marker>.gate`` exists (a minute at most), then answers
+# X; finalize() writes how many requests it had answered.
 FINALIZER = """
 import json
+import os
 import time
 
 import triton_python_backend_utils as pb_utils
@@ -360,7 +362,9 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
-            time.sleep(float(x[0]))
+            deadline = time.monotonic() + 60
+            while not os.path.exists(self.marker + ".gate") and time.monotonic() < deadline:
+                time.sleep(0.005)
             self.answered += 1
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)]))
         return responses

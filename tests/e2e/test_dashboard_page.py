@@ -41,7 +41,7 @@ LAUNCH_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-WAIT_MS = 15_000
+WAIT_MS = 60_000  # a bound for what the page waits for, never a timing
 HTTP = httpx.Client(timeout=30)
 X = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}]}
 # A 1x1 PNG: what the image picker sends as one BYTES element.

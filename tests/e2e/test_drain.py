@@ -1,8 +1,8 @@
 """``inferd serve`` on SIGTERM: not ready at once, requests in flight and queued finish, exit 0.
 
-A slow echo model (one instance, 1 s per request, so four are in flight together even on a
-busy host) holds requests running and queued while the server is told to stop; a drain that
-runs out of ``--drain-timeout-s`` stops anyway.
+A gated echo model (one instance; its executions wait until a file exists) holds requests
+running and queued while the server is told to stop, for as long as the test needs, however
+busy the host; a drain that runs out of ``--drain-timeout-s`` stops anyway.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.lifecycle_support import wait_for
-from tests.support import ServerProcess
+from tests.support import ServerProcess, pending_requests, wait_for
 
 SLOW = """
 name: "slow"
@@ -23,16 +22,17 @@ max_batch_size: 0
 input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [1] }]
 instance_group [{ count: 1 kind: KIND_CPU }]
 parameters [
-  { key: "delay_ms" value: { string_value: "%d" } },
+  { key: "gate_file" value: { string_value: "%s" } },
   { key: "request_level" value: { string_value: "true" } }
 ]
 """
 
 
-def _repository(root: Path, delay_ms: int) -> Path:
+def _repository(root: Path) -> Path:
+    """A repository whose model's executions wait until ``root / "gate"`` exists."""
     repo = root / "repo"
     (repo / "slow" / "1").mkdir(parents=True)
-    (repo / "slow" / "config.pbtxt").write_text(SLOW % delay_ms)
+    (repo / "slow" / "config.pbtxt").write_text(SLOW % (root / "gate"))
     return repo
 
 
@@ -41,27 +41,31 @@ def _infer(url: str, value: float) -> httpx.Response:
     return httpx.post(f"{url}/v2/models/slow/infer", json=body, timeout=30)
 
 
-def _pending(url: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=5).text
-    lines = [ln for ln in text.splitlines() if ln.startswith("inferd_pending_requests{")]
-    return sum(float(ln.rsplit(" ", 1)[1]) for ln in lines)
+def _ready(url: str) -> httpx.Response:
+    return httpx.get(f"{url}/v2/health/ready", timeout=30)
 
 
 def test_sigterm_finishes_running_and_queued_requests_then_exits_0(tmp_path: Path) -> None:
-    server = ServerProcess(_repository(tmp_path, 1000)).start()
+    server = ServerProcess(_repository(tmp_path)).start()
     assert server.proc is not None
     try:
-        with ThreadPoolExecutor(4) as pool:
+        with ThreadPoolExecutor(5) as pool:
             calls = [pool.submit(_infer, server.http_url, float(i)) for i in range(4)]
-            wait_for(lambda: _pending(server.http_url) == 4, "four requests in flight")
+            wait_for(lambda: pending_requests(server) == 4, "four requests in flight")
             server.proc.send_signal(signal.SIGTERM)
-            ready = httpx.get(f"{server.http_url}/v2/health/ready", timeout=5)
-            late = _infer(server.http_url, 9.0)  # one more, as a balancer's last one
+            # Not ready while the four are still held (one running, three queued) ...
+            wait_for(lambda: _ready(server.http_url).status_code == 503, "not ready")
+            ready = _ready(server.http_url)
+            late = pool.submit(_infer, server.http_url, 9.0)  # ... and one more, as a
+            wait_for(lambda: pending_requests(server) == 5, "the late request")  # balancer's last
+            assert not any(c.done() for c in calls)
+            (tmp_path / "gate").touch()
             answers = [c.result() for c in calls]
         assert ready.status_code == 503 and ready.json() == {"ready": False}
         assert [r.status_code for r in answers] == [200] * 4
         assert [r.json()["outputs"][0]["data"] for r in answers] == [[0.0], [1.0], [2.0], [3.0]]
-        assert late.status_code == 200 and late.json()["outputs"][0]["data"] == [9.0]
+        assert late.result().status_code == 200
+        assert late.result().json()["outputs"][0]["data"] == [9.0]
         assert server.proc.wait(timeout=30) == 0
         log = server.log()
         assert "draining: not ready any more; " in log and "waiting at most 30 s" in log
@@ -71,13 +75,14 @@ def test_sigterm_finishes_running_and_queued_requests_then_exits_0(tmp_path: Pat
 
 
 def test_a_drain_stops_at_its_timeout_and_exits_soon_after(tmp_path: Path) -> None:
-    # The request runs 60 s: the drain gives up after 1 s, the stop after 3 s more.
-    server = ServerProcess(_repository(tmp_path, 60_000), ["--drain-timeout-s", "1"]).start()
+    # The request is held (its gate never opens): the drain gives up after 1 s, the stop
+    # after 3 s more.
+    server = ServerProcess(_repository(tmp_path), ["--drain-timeout-s", "1"]).start()
     assert server.proc is not None
     try:
         with ThreadPoolExecutor(1) as pool:
             call = pool.submit(_infer, server.http_url, 1.0)
-            wait_for(lambda: _pending(server.http_url) == 1, "a request in flight")
+            wait_for(lambda: pending_requests(server) == 1, "a request in flight")
             server.proc.send_signal(signal.SIGTERM)
             assert server.proc.wait(timeout=30) == 0
             try:
@@ -93,7 +98,7 @@ def test_a_drain_stops_at_its_timeout_and_exits_soon_after(tmp_path: Path) -> No
 
 
 def test_a_second_sigterm_stops_at_once(tmp_path: Path) -> None:
-    server = ServerProcess(_repository(tmp_path, 400)).start()
+    server = ServerProcess(_repository(tmp_path)).start()
     assert server.proc is not None
     try:
         server.proc.send_signal(signal.SIGTERM)

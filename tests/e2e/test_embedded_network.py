@@ -43,7 +43,7 @@ def _pending(server: inferd.Server, model: str) -> int:
     return server.registry.get(model).stats.pending
 
 
-def _wait_for(condition: Any, timeout_s: float = 10.0) -> None:
+def _wait_for(condition: Any, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting"

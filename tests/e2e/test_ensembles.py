@@ -155,7 +155,7 @@ def test_a_failing_step_names_the_step_and_model(tmp_path: Path) -> None:
         server.stop()
 
 
-def _wait_ready(server: ServerProcess, model: str, timeout_s: float = 30.0) -> None:
+def _wait_ready(server: ServerProcess, model: str, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if httpx.get(f"{server.http_url}/v2/models/{model}/ready").status_code == 200:

@@ -107,7 +107,7 @@ def test_a_version_pushed_to_s3_reaches_every_node_with_no_failed_request(fleet:
     fleet.revive()
     s3 = fleet.moto.client()
     with Load(fleet, "hpt", http_threads=2, grpc_threads=1) as load:
-        time.sleep(0.5)
+        _answered_since(load, 0.0, "load flowing")
         pushed = time.monotonic()
         s3.put_object(Bucket=BUCKET, Key="hpt/2/model.onnx", Body=HALF_PLUS_THREE)
         arrived: dict[str, float] = {}
@@ -115,7 +115,7 @@ def test_a_version_pushed_to_s3_reaches_every_node_with_no_failed_request(fleet:
             wait_for(_serves_v2(node), f"v2 on {node.host}")
             arrived[node.host] = time.monotonic() - pushed
         switched = time.monotonic()
-        time.sleep(1.0)
+        _answered_since(load, switched, "requests sent once every node serves v2")
     outcomes = load.outcomes
     failed = [o for o in outcomes if not o.ok]
     print(
@@ -127,23 +127,29 @@ def test_a_version_pushed_to_s3_reaches_every_node_with_no_failed_request(fleet:
     assert {o.value for o in outcomes if o.start > switched} == {3.5}
 
 
+def _answered_since(load: Load, since: float, what: str, count: int = 10) -> None:
+    """Wait until ``count`` requests sent after ``since`` (monotonic) were answered."""
+    wait_for(lambda: sum(o.start > since for o in list(load.outcomes)) >= count, what)
+
+
 def _kill_or_stop(
     fleet: Fleet, index: int, sig: signal.Signals
 ) -> tuple[list[Outcome], float, float]:
-    """Load ``slow`` through Envoy, signal one node, go on until Envoy has dropped it and for
-    1 s more. Returns the outcomes, when the signal went, and when Envoy noticed."""
+    """Load ``slow`` through Envoy, signal one node, go on until Envoy has dropped it and the
+    node has exited, and until requests sent after that were answered. Returns the outcomes,
+    when the signal went, and when Envoy noticed."""
     fleet.revive()
     node = fleet.nodes[index]
     assert node.proc is not None
     others = set(HOSTS) - {node.host}
     with Load(fleet, "slow", http_threads=4, grpc_threads=2) as load:
-        time.sleep(1.0)
+        _answered_since(load, 0.0, "load flowing")
         signalled = time.monotonic()
         node.proc.send_signal(sig)
         fleet.wait_healthy(others)
         noticed = time.monotonic()
         assert node.proc.wait(timeout=40) == (-9 if sig is signal.SIGKILL else 0)
-        time.sleep(1.0)
+        _answered_since(load, time.monotonic(), "requests sent once the node was gone")
     return load.outcomes, signalled, noticed
 
 

@@ -90,10 +90,10 @@ def _serves(server: ServerProcess) -> None:
     with grpc.insecure_channel(server.grpc_address) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)  # type: ignore[no-untyped-call]
         request = pb.ModelInferRequest.FromString(infer_message())
-        assert stub.ModelInfer(request, timeout=10).outputs[0].name == "OUTPUT0"
+        assert stub.ModelInfer(request, timeout=60).outputs[0].name == "OUTPUT0"
 
 
-def _settled(pid: int, baseline: int, slack: int, wait_s: float = 5.0) -> int:
+def _settled(pid: int, baseline: int, slack: int, wait_s: float = 30.0) -> int:
     """The tree's RSS growth over ``baseline``, once it is under ``slack`` or after wait_s."""
     deadline = time.monotonic() + wait_s
     grown = tree_rss(pid) - baseline
@@ -121,25 +121,25 @@ def test_a_stream_never_read_is_throttled_by_flow_control(native: ServerProcess)
 def test_the_header_list_limit_is_enforced_as_fields_arrive(native: ServerProcess) -> None:
     target = _target(native)
     before = tree_rss(target.pid)
-    _, note = header_list(target, 3.0)
+    _, note = header_list(target, 30.0)  # returns once answered
     print(f"\n{note}")
     assert "reset" in note or "GOAWAY" in note or "closed" in note, note
-    _, note = unfinished_headers(target, 3.0)
+    _, note = unfinished_headers(target, 30.0)  # returns once closed
     assert note.startswith("closed"), note  # within --grpc-header-timeout-s (1 s) and a sweep
     assert _settled(target.pid, before, 8 * MIB) < 8 * MIB
     with grpc.insecure_channel(native.grpc_address) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)  # type: ignore[no-untyped-call]
         request = pb.ModelInferRequest.FromString(infer_message())
-        assert stub.ModelInfer(request, metadata=[("x-ok", "a" * 8000)], timeout=10).outputs
+        assert stub.ModelInfer(request, metadata=[("x-ok", "a" * 8000)], timeout=60).outputs
         with pytest.raises(grpc.RpcError):  # 32 KiB of metadata, past the 16 KiB list
-            stub.ModelInfer(request, metadata=[("x-big", "a" * 32000)], timeout=10)
+            stub.ModelInfer(request, metadata=[("x-big", "a" * 32000)], timeout=60)
     _serves(native)
 
 
 def test_a_length_prefix_allocates_only_what_arrived(native: ServerProcess) -> None:
     target = _target(native)
     before = tree_rss(target.pid)
-    _, note = length_prefix(target, 3.0)
+    _, note = length_prefix(target, 30.0)  # returns once all are answered
     # Eight prefixes declaring 128 MiB each: nothing allocated for them, and each stream
     # answered DEADLINE_EXCEEDED once its request stalled past --grpc-body-timeout-s.
     assert note.startswith("8 answered ['4']"), note
@@ -155,7 +155,7 @@ def test_authentication_is_decided_on_the_headers(repo: Path) -> None:
     try:
         target = _target(server)
         before = tree_rss(target.pid)
-        _, note = length_prefix(target, 0.5)
+        _, note = length_prefix(target, 30.0)
         assert note.startswith("8 answered ['16'], 8 reset"), note  # UNAUTHENTICATED at once
         assert tree_rss(target.pid) - before < 16 * MIB
     finally:
@@ -170,10 +170,10 @@ def test_silent_greeting_only_and_idle_connections_are_closed(native: ServerProc
     greeted = [RawClient((native.host, native.grpc_port)) for _ in range(20)]
     try:
         for client in silent + preface_only:
-            client.sock.settimeout(6)
+            client.sock.settimeout(30)
         assert all(_peer_closed(c) for c in silent)  # --grpc-header-timeout-s 1
         assert all(_peer_closed(c) for c in preface_only)
-        assert all(c.closed_within(6) for c in greeted)  # --grpc-idle-timeout-s 2
+        assert all(c.closed_within(30) for c in greeted)  # --grpc-idle-timeout-s 2
         assert all(c.seen.goaway == 0 for c in greeted)  # a GOAWAY (NO_ERROR) first
     finally:
         for client in silent + preface_only + greeted:
@@ -198,7 +198,7 @@ def test_keepalive_closes_a_connection_that_does_not_answer_pings(native: Server
     try:
         for client in (answering, silent):  # an open call: the idle timeout does not apply
             client.headers(1, request_headers(STREAM_INFER))
-        assert silent.closed_within(6)  # --grpc-keepalive-time 1 s + --grpc-keepalive-timeout 1 s
+        assert silent.closed_within(30)  # --grpc-keepalive-time 1 s + --grpc-keepalive-timeout 1 s
         assert not answering.seen.closed
     finally:
         answering.close()
@@ -207,14 +207,14 @@ def test_keepalive_closes_a_connection_that_does_not_answer_pings(native: Server
 
 def test_streams_and_pings_past_their_limits(native: ServerProcess) -> None:
     target = _target(native)
-    _, note = many_streams(target, 1.0)
+    _, note = many_streams(target, 30.0)  # returns once refused
     assert note.startswith("advertised 100:"), note
     assert "GOAWAY" in note or " 0 refused" not in note, note
     client = RawClient((native.host, native.grpc_port))
     try:
         for i in range(10):
             client.send(frame(PING, 0, 0, i.to_bytes(8, "big")))
-        assert client.closed_within(5)
+        assert client.closed_within(30)
         assert client.seen.goaway == 0xB  # ENHANCE_YOUR_CALM: too_many_pings
     finally:
         client.close()

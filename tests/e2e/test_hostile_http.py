@@ -3,6 +3,8 @@ route does not take. Every wait is bounded; latencies are printed, never asserte
 
 from __future__ import annotations
 
+import contextlib
+import select
 import socket
 import threading
 import time
@@ -46,7 +48,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 def _drip(server: ServerProcess, path: str, method: str = "POST") -> socket.socket:
     """A chunked request whose body starts, then drips a byte now and then."""
     kind = "application/gzip" if method == "PUT" else "application/json"
-    s = socket.create_connection(("127.0.0.1", server.http_port), timeout=10)
+    s = socket.create_connection(("127.0.0.1", server.http_port), timeout=60)
     s.sendall(
         f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {kind}\r\n"
         "Transfer-Encoding: chunked\r\n\r\n1\r\n{\r\n".encode()
@@ -54,7 +56,7 @@ def _drip(server: ServerProcess, path: str, method: str = "POST") -> socket.sock
     return s
 
 
-def _answer(s: socket.socket, timeout_s: float) -> bytes:
+def _answer(s: socket.socket, timeout_s: float = 60) -> bytes:
     s.settimeout(timeout_s)
     try:
         return s.recv(4096)
@@ -64,25 +66,59 @@ def _answer(s: socket.socket, timeout_s: float) -> bytes:
         s.close()
 
 
+class _Feeder:
+    """Keeps dripping bodies alive while the test needs them: a chunk every 0.1 s at twice the
+    minimum rate (--http-min-body-rate-bytes 1000), so each body's deadline stays ahead of the
+    clock however busy the host; once stopped, they fall under the rate and are cut."""
+
+    CHUNK = b"c8\r\n" + b" " * 200 + b"\r\n"  # 200 bytes
+
+    def __init__(self, sockets: list[socket.socket]) -> None:
+        self._sockets = sockets
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._feed, daemon=True)
+
+    def __enter__(self) -> _Feeder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _feed(self) -> None:
+        while not self._stop.wait(0.1):
+            for s in self._sockets:
+                with contextlib.suppress(OSError):  # answered (refused) and closed already
+                    s.sendall(self.CHUNK)
+
+
+def _unanswered(s: socket.socket) -> bool:
+    """Whether the server has neither answered nor closed ``s`` yet (without waiting)."""
+    readable, _, _ = select.select([s], [], [], 0)
+    return not readable
+
+
 def test_slow_uploads_leave_inference_its_budget(server: ServerProcess) -> None:
     """Uploads (counted from their head: they run as their body streams to disk) and admin
     calls have their own in-flight count: a client holding all of it with slow chunked
     uploads leaves inference answering, and the minimum body rate cuts them after the grace."""
     drippers = [_drip(server, f"/v2/repository/models/up{i}", "PUT") for i in range(DRIPPERS)]
     load = f"{server.http_url}/v2/repository/models/y/load"
-    deadline = time.monotonic() + 30
-    while (refused := httpx.post(load, json={}, timeout=10)).status_code != 503:
-        assert refused.status_code == 404, refused.text  # no model y: the slots are not all held
-        assert time.monotonic() < deadline, "the uploads never held the admin budget"
-        time.sleep(0.05)
-    assert "admin requests" in refused.json()["error"]
-    url = f"{server.http_url}/v2/models/fast/infer"
-    doc = {"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "FP32", "data": [2.0]}]}
-    answers = [httpx.post(url, json=doc, timeout=10) for _ in range(2 * INFLIGHT)]
-    assert [a.status_code for a in answers] == [200] * (2 * INFLIGHT)
-    refused = httpx.post(load, json={}, timeout=10)
-    assert refused.status_code == 503 and "admin requests" in refused.json()["error"]
-    cut = [_answer(s, 8) for s in drippers]
+    with _Feeder(drippers):
+        deadline = time.monotonic() + 60
+        while (refused := httpx.post(load, json={}, timeout=60)).status_code != 503:
+            assert refused.status_code == 404, refused.text  # no model y: slots not all held
+            assert time.monotonic() < deadline, "the uploads never held the admin budget"
+            time.sleep(0.05)
+        assert "admin requests" in refused.json()["error"]
+        url = f"{server.http_url}/v2/models/fast/infer"
+        doc = {"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "FP32", "data": [2.0]}]}
+        answers = [httpx.post(url, json=doc, timeout=60) for _ in range(2 * INFLIGHT)]
+        assert [a.status_code for a in answers] == [200] * (2 * INFLIGHT)
+        refused = httpx.post(load, json={}, timeout=60)
+        assert refused.status_code == 503 and "admin requests" in refused.json()["error"]
+    cut = [_answer(s) for s in drippers]  # fed no more: under the rate
     statuses = sorted(a.split(b" ", 2)[1].decode() for a in cut)
     assert statuses == ["408"] * INFLIGHT + ["503"] * (DRIPPERS - INFLIGHT), cut
     assert all(b"--http-min-body-rate-bytes" in a for a in cut if b" 408 " in a)
@@ -103,7 +139,7 @@ def test_a_dripping_chunked_inference_body_is_cut(server: ServerProcess) -> None
     dripper = threading.Thread(target=keep_dripping)
     dripper.start()
     try:
-        answer = _answer(s, 10)
+        answer = _answer(s)
     finally:
         stop.set()
         dripper.join()
@@ -159,12 +195,12 @@ def test_405_names_the_methods_the_route_takes(
 
 def test_a_dripping_upload_is_cut_too(tmp_path: Path, server: ServerProcess) -> None:
     """Uploads stream to disk as they arrive; a chunked one that drips is cut by the rate."""
-    s = socket.create_connection(("127.0.0.1", server.http_port), timeout=10)
+    s = socket.create_connection(("127.0.0.1", server.http_port), timeout=60)
     s.sendall(
         b"PUT /v2/repository/models/slow HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         b"Content-Type: application/gzip\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n\x1f\x8b\r\n"
     )
-    answer = _answer(s, 8)
+    answer = _answer(s)
     assert answer.startswith(b"HTTP/1.1 408"), answer
 
 
@@ -172,10 +208,11 @@ def test_slow_inference_bodies_do_not_hold_inference_slots(server: ServerProcess
     """A request counts against --max-inflight-requests once its body is in: clients dripping
     bodies to the infer route itself (more of them than the limit) leave it to real calls."""
     drippers = [_drip(server, "/v2/models/fast/infer") for _ in range(3 * INFLIGHT)]
-    time.sleep(0.3)
     url = f"{server.http_url}/v2/models/fast/infer"
     doc = {"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "FP32", "data": [2.0]}]}
-    answers = [httpx.post(url, json=doc, timeout=10).status_code for _ in range(2 * INFLIGHT)]
-    cut = [_answer(s, 8) for s in drippers]
+    with _Feeder(drippers):
+        answers = [httpx.post(url, json=doc, timeout=60).status_code for _ in range(2 * INFLIGHT)]
+        assert all(_unanswered(s) for s in drippers)  # all still arriving meanwhile
+    cut = [_answer(s) for s in drippers]
     assert answers == [200] * (2 * INFLIGHT)
     assert all(a.startswith(b"HTTP/1.1 408") for a in cut), cut

@@ -6,12 +6,13 @@ Every wait is bounded; figures (latencies under idle connections) are printed, n
 
 from __future__ import annotations
 
-import contextlib
 import gzip
+import json
+import select
 import socket
-import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -20,23 +21,21 @@ import pytest
 
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols import grpc_service_pb2_grpc as pb_grpc
-from tests.support import ServerProcess
+from tests.support import ServerProcess, pending_requests, wait_for
 
-SLOW = """backend: "echo"
-max_batch_size: 8
-input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [1] }]
-parameters { key: "delay_ms" value: { string_value: "600" } }
-"""
-QUEUED = """backend: "echo"
-max_batch_size: 1
-input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [1] }]
-parameters { key: "delay_ms" value: { string_value: "1500" } }
-dynamic_batching { default_queue_policy { max_queue_size: 1 } }
-"""
 FAST = """backend: "echo"
 max_batch_size: 8
 input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [1] }]
 """
+# Gated models: each execution waits until the model's gate file exists, so a test holds
+# requests in progress exactly as long as it needs (one test per model: a gate opens once).
+GATED = {
+    "slow": "",  # the HTTP in-flight limit
+    "slow_grpc": "",  # the gRPC in-flight limit
+    "hangup": "",  # a client that hangs up
+    "queued": "dynamic_batching { default_queue_policy { max_queue_size: 1 } }",
+    "left": "dynamic_batching { default_queue_policy { max_queue_size: 1 } }",
+}
 IDLE_CONNECTIONS = 5000
 SLOW_CONNECTIONS = 200
 
@@ -50,11 +49,26 @@ def write_model(root: Path, name: str, config: str) -> None:
     (root / name / "config.pbtxt").write_text(config)
 
 
+def gate(server: ServerProcess, model: str) -> Path:
+    """The file whose creation lets the gated ``model``'s executions run."""
+    return server.repository.parent / f"{model}.gate"
+
+
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("limits") / "models"
-    for name, config in (("slow", SLOW), ("queued", QUEUED), ("fast", FAST)):
-        write_model(root, name, config)
+    write_model(root, "fast", FAST)
+    for name, queue in GATED.items():
+        gate_file = root.parent / f"{name}.gate"
+        write_model(
+            root,
+            name,
+            f'backend: "echo"\nmax_batch_size: 1\n'
+            'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [1] }]\n'
+            "instance_group [{ count: 1 kind: KIND_CPU }]\n"
+            f"{queue}\n"
+            f'parameters {{ key: "gate_file" value: {{ string_value: "{gate_file}" }} }}\n',
+        )
     server = ServerProcess(
         root,
         extra_args=[
@@ -77,7 +91,7 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
 
 
 def _connect(port: int) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     return s
 
@@ -113,12 +127,12 @@ def test_idle_and_slow_connections_cost_real_clients_nothing(limited: ServerProc
         f"request took median {sorted(during)[10] * 1e3:.1f} ms "
         f"(max {max(during) * 1e3:.1f}), before {sorted(before)[5] * 1e3:.1f} ms"
     )
-    assert len(during) == 20  # every request was answered (each within its 10 s timeout)
+    assert len(during) == 20  # every request was answered (each within its timeout)
 
 
 def _timed_request(url: str) -> float:
     started = time.perf_counter()
-    r = httpx.post(url, json=body(), timeout=10)  # a new connection each time
+    r = httpx.post(url, json=body(), timeout=60)  # a new connection each time
     assert r.status_code == 200, r.text
     return time.perf_counter() - started
 
@@ -132,9 +146,9 @@ def test_header_timeout_closes_silent_slow_and_idle_keep_alive_connections(
     kept = _connect(limited.http_port)
     kept.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert kept.recv(100).startswith(b"HTTP/1.1 200")
-    assert _closed_within(silent, 8)
-    assert _closed_within(dripping, 8)
-    assert _closed_within(kept, 8)  # idle after its answer: closed by the same timeout
+    assert _closed_within(silent, 60)
+    assert _closed_within(dripping, 60)
+    assert _closed_within(kept, 60)  # idle after its answer: closed by the same timeout
 
 
 def test_a_body_that_stalls_gets_408(limited: ServerProcess) -> None:
@@ -142,7 +156,7 @@ def test_a_body_that_stalls_gets_408(limited: ServerProcess) -> None:
     s.sendall(
         b'POST /v2/models/fast/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{"in'
     )
-    s.settimeout(8)
+    s.settimeout(60)
     answer = s.recv(4096)
     assert answer.startswith(b"HTTP/1.1 408"), answer
     assert b"--http-body-timeout-s" in answer
@@ -151,27 +165,29 @@ def test_a_body_that_stalls_gets_408(limited: ServerProcess) -> None:
 
 def test_the_in_flight_limit_answers_503_at_once(limited: ServerProcess) -> None:
     url = f"{limited.http_url}/v2/models/slow/infer"
-    results: list[int] = []
-
-    def call() -> None:
-        results.append(httpx.post(url, json=body(), timeout=10).status_code)
-
-    threads = [threading.Thread(target=call) for _ in range(4)]
-    for t in threads:
-        t.start()
-    time.sleep(0.3)  # the four are in progress (each takes 600 ms)
-    started = time.perf_counter()
-    r = httpx.post(url, json=body(), timeout=10)
-    waited = time.perf_counter() - started
-    assert r.status_code == 503 and r.headers["retry-after"] == "1"
-    assert "--max-inflight-requests 4" in r.json()["error"]
-    # Health is never counted: a probe answers while the server sheds.
-    assert httpx.get(f"{limited.http_url}/v2/health/ready").status_code == 200
-    for t in threads:
-        t.join()
-    assert sorted(results) == [200, 200, 200, 200]
+    with ThreadPoolExecutor(4) as pool:
+        calls = [pool.submit(httpx.post, url, json=body(), timeout=60) for _ in range(4)]
+        # The four hold the in-flight slots: the model counts them (its gate keeps them there).
+        wait_for(lambda: pending_requests(limited, "slow") == 4, "four requests in progress")
+        started = time.perf_counter()
+        r = httpx.post(url, json=body(), timeout=60)
+        waited = time.perf_counter() - started
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        assert "--max-inflight-requests 4" in r.json()["error"]
+        # Health is never counted: a probe answers while the server sheds.
+        assert httpx.get(f"{limited.http_url}/v2/health/ready").status_code == 200
+        assert not any(c.done() for c in calls)  # all still held when the fifth was refused
+        gate(limited, "slow").touch()
+        assert [c.result().status_code for c in calls] == [200, 200, 200, 200]
     print(f"\nshed at the in-flight limit in {waited * 1e3:.1f} ms")
-    assert httpx.post(url, json=body(), timeout=10).status_code == 200  # recovered
+    assert httpx.post(url, json=body(), timeout=60).status_code == 200  # recovered
+
+
+def _infer_message(model: str, value: float = 1.0) -> pb.ModelInferRequest:
+    message = pb.ModelInferRequest(model_name=model)
+    tensor = message.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1])
+    tensor.contents.fp32_contents.append(value)
+    return message
 
 
 def test_the_grpc_in_flight_limit_answers_at_once(limited: ServerProcess) -> None:
@@ -180,63 +196,87 @@ def test_the_grpc_in_flight_limit_answers_at_once(limited: ServerProcess) -> Non
     assert "(native server)" in limited.log()
     channel = grpc.insecure_channel(limited.grpc_address)
     stub = pb_grpc.GRPCInferenceServiceStub(channel)  # type: ignore[no-untyped-call]
-    message = pb.ModelInferRequest(model_name="slow")
-    message.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(
-        1.0
-    )
-    running = [stub.ModelInfer.future(message) for _ in range(4)]
-    time.sleep(0.3)  # the four are in progress (each takes 600 ms)
+    message = _infer_message("slow_grpc")
+    running = [stub.ModelInfer.future(message, timeout=60) for _ in range(4)]
+    wait_for(lambda: pending_requests(limited, "slow_grpc") == 4, "four calls in progress")
     with pytest.raises(grpc.RpcError) as info:
-        stub.ModelInfer(message, timeout=10)
+        stub.ModelInfer(message, timeout=60)
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert [len(f.result(timeout=10).outputs) for f in running] == [1, 1, 1, 1]
-    assert stub.ModelInfer(message, timeout=10).outputs  # recovered
+    assert not any(f.done() for f in running)
+    gate(limited, "slow_grpc").touch()
+    assert [len(f.result(timeout=60).outputs) for f in running] == [1, 1, 1, 1]
+    assert stub.ModelInfer(message, timeout=60).outputs  # recovered
     channel.close()
 
 
 def test_a_full_queue_answers_before_the_body_is_read(limited: ServerProcess) -> None:
     url = f"{limited.http_url}/v2/models/queued/infer"
-    results: list[int] = []
-    threads = [
-        threading.Thread(target=lambda: results.append(httpx.post(url, json=body()).status_code))
-        for _ in range(3)
-    ]
-    for t in threads:  # one executes (800 ms), one waits at the instance, one in the queue
-        t.start()
-        time.sleep(0.2)
-    answer = b""
-    for _ in range(5):  # on a busy host the queue may fill a little later
+    with ThreadPoolExecutor(4) as pool:
+        # Each next request once the one before is counted: one executes (held by the gate),
+        # one may wait at the instance, one in the queue; then the queue refuses at once.
+        calls: list[Future[httpx.Response]] = []
+        while not any(c.done() for c in calls):
+            assert len(calls) < 4, [c.done() for c in calls]
+            calls.append(pool.submit(httpx.post, url, json=body(), timeout=60))
+            wait_for(
+                lambda: calls[-1].done() or pending_requests(limited, "queued") == len(calls),
+                f"request {len(calls)} counted or answered",
+            )
+        refused = calls.pop()
+        assert refused.result().status_code == 503
         s = _connect(limited.http_port)
         s.sendall(  # announces 50 MB and sends none of it: the 503 must not wait for it
             b"POST /v2/models/queued/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             b"Content-Length: 50000000\r\n\r\n"
         )
-        s.settimeout(5)
+        s.settimeout(60)
         answer = s.recv(4096)
         s.close()
-        if answer.startswith(b"HTTP/1.1 503"):
-            break
-    for t in threads:
-        t.join()
-    assert answer.startswith(b"HTTP/1.1 503"), (answer, results)
+        gate(limited, "queued").touch()
+        results = [c.result().status_code for c in calls]
+    assert answer.startswith(b"HTTP/1.1 503"), answer
     assert b"queue of model 'queued/1' is full" in answer
-    assert sorted(results) == [200, 200, 200]
+    assert results == [200] * len(calls) and len(calls) >= 2
 
 
-def test_only_so_many_uploads_at_once(limited: ServerProcess) -> None:
-    first = _connect(limited.http_port)
-    first.sendall(
+def _answered(s: socket.socket) -> bool:
+    """Whether the server has answered (or closed) ``s``, without waiting."""
+    readable, _, _ = select.select([s], [], [], 0)
+    return bool(readable)
+
+
+def _start_upload(port: int) -> socket.socket:
+    s = _connect(port)
+    s.sendall(
         b"PUT /v2/repository/models/up HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         b"Content-Type: application/gzip\r\nContent-Length: 1000\r\n\r\n\x1f\x8b"
     )
-    time.sleep(0.3)
-    r = httpx.put(
-        f"{limited.http_url}/v2/repository/models/up2",
-        content=b"\x1f\x8b" + b"\0" * 100,
-        headers={"content-type": "application/gzip"},
-    )
-    assert r.status_code == 503 and "--max-concurrent-uploads 1" in r.json()["error"]
-    first.close()
+    return s
+
+
+def test_only_so_many_uploads_at_once(limited: ServerProcess) -> None:
+    # The first upload holds the only slot from its head until its body times out (1 s): the
+    # second is refused while it does. Should the first be cut before the server saw the second
+    # (a very busy host), it is started again: the refusal must come while an upload is held.
+    first = _start_upload(limited.http_port)
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            r = httpx.put(
+                f"{limited.http_url}/v2/repository/models/up2",
+                content=b"\x1f\x8b" + b"\0" * 100,
+                headers={"content-type": "application/gzip"},
+                timeout=60,
+            )
+            if r.status_code == 503 or time.monotonic() > deadline:
+                break
+            if _answered(first):
+                first.close()
+                first = _start_upload(limited.http_port)
+            time.sleep(0.02)
+        assert r.status_code == 503 and "--max-concurrent-uploads 1" in r.json()["error"]
+    finally:
+        first.close()
 
 
 def test_hostile_bodies_and_headers_are_4xx(limited: ServerProcess) -> None:
@@ -265,36 +305,59 @@ def test_hostile_bodies_and_headers_are_4xx(limited: ServerProcess) -> None:
     assert httpx.get(f"{limited.http_url}/v2/health/ready").status_code == 200
 
 
+def _endpoint_statuses(server: ServerProcess) -> list[str]:
+    metrics = httpx.get(f"{server.http_url}/metrics", timeout=30).text
+    return [m for m in metrics.splitlines() if m.startswith("inferd_endpoint_requests_total")]
+
+
 def test_a_client_that_hangs_up_is_499_not_500(limited: ServerProcess) -> None:
-    url = f"{limited.http_url}/v2/models/slow/infer"
-    with contextlib.suppress(httpx.TimeoutException):
-        httpx.post(url, json=body(), timeout=0.2)
-    time.sleep(1.0)
-    metrics = httpx.get(f"{limited.http_url}/metrics").text
-    lines = [m for m in metrics.splitlines() if m.startswith("inferd_endpoint_requests_total")]
+    payload = json.dumps(body()).encode()
+    s = _connect(limited.http_port)
+    s.sendall(
+        b"POST /v2/models/hangup/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\n"
+        + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+        + payload
+    )
+    wait_for(lambda: pending_requests(limited, "hangup") == 1, "the request in progress")
+    s.close()  # hangs up while its request executes (held by the gate)
+    wait_for(
+        lambda: any('status="499"' in m for m in _endpoint_statuses(limited)),
+        "the hung-up request counted as 499",
+    )
+    gate(limited, "hangup").touch()
+    wait_for(lambda: pending_requests(limited, "hangup") == 0, "the execution to end")
+    lines = _endpoint_statuses(limited)
     assert any('status="499"' in m for m in lines), lines
-    assert not any('status="500"' in m for m in lines)
+    assert not any('status="500"' in m for m in lines), lines
 
 
 def test_grpc_work_for_a_client_that_left_is_not_run(limited: ServerProcess) -> None:
     channel = grpc.insecure_channel(limited.grpc_address)
     stub = pb_grpc.GRPCInferenceServiceStub(channel)  # type: ignore[no-untyped-call]
-
-    def request(value: float) -> pb.ModelInferRequest:
-        message = pb.ModelInferRequest(model_name="queued")
-        tensor = message.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1])
-        tensor.contents.fp32_contents.append(value)
-        return message
-
-    stats = pb.ModelStatisticsRequest(name="queued")
+    stats = pb.ModelStatisticsRequest(name="left")
     executions = stub.ModelStatistics(stats).model_stats[0].execution_count
-    first = stub.ModelInfer.future(request(1.0))  # executes for 800 ms
-    time.sleep(0.15)
-    with pytest.raises(grpc.RpcError) as info:
-        stub.ModelInfer(request(2.0), timeout=0.2)  # queued, then its client is gone
-    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert first.result(timeout=10).outputs
-    time.sleep(1.0)
+    first = stub.ModelInfer.future(_infer_message("left", 1.0), timeout=60)  # held by the gate
+    wait_for(lambda: pending_requests(limited, "left") == 1, "the first call executing")
+    # The second waits behind it until its deadline; the server must see it before then (on a
+    # very busy host the deadline may pass first: then again, with a longer one).
+    timeout_s = 1.0
+    while True:
+        second = stub.ModelInfer.future(_infer_message("left", 2.0), timeout=timeout_s)
+        seen = False
+        while not second.done():
+            seen = seen or pending_requests(limited, "left") == 2
+            time.sleep(0.01)
+        assert second.code() == grpc.StatusCode.DEADLINE_EXCEEDED, second.code()
+        if seen:
+            break
+        assert timeout_s < 60, "the server never counted the second call"
+        timeout_s *= 2
+    # The server drops the call whose client left, while the first still holds the instance.
+    wait_for(lambda: pending_requests(limited, "left") == 1, "the second call dropped")
+    gate(limited, "left").touch()
+    assert first.result(timeout=60).outputs
+    wait_for(lambda: pending_requests(limited, "left") == 0, "the first call answered")
     after = stub.ModelStatistics(stats).model_stats[0].execution_count
     assert after - executions == 1  # the second request never ran
     channel.close()

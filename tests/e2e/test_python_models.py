@@ -19,8 +19,9 @@ import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 
 from inferd.demo.models import write_demo_repository
+from tests.e2e.lifecycle_support import states
 from tests.e2e.python_support import make_venv, write_repository
-from tests.support import ServerProcess
+from tests.support import ServerProcess, pending_requests
 
 
 @pytest.fixture(scope="module")
@@ -282,18 +283,29 @@ def test_unload_waits_for_work_then_finalizes(
 ) -> None:
     async def scenario() -> tuple[httpx.Response, httpx.Response]:
         async with httpx.AsyncClient(base_url=server.http_url, timeout=60) as client:
-            slow = asyncio.create_task(
+            held = asyncio.create_task(  # executes until the gate file exists
                 client.post("/v2/models/finalizer/infer", json={"inputs": [_fp32("X", [0.5])]})
             )
-            await asyncio.sleep(0.1)
-            unload = await client.post("/v2/repository/models/finalizer/unload")
-            return await slow, unload
+            await _until(lambda: pending_requests(server, "finalizer") == 1)
+            unload = asyncio.create_task(client.post("/v2/repository/models/finalizer/unload"))
+            await _until(lambda: states(server, "finalizer").get("1") == "UNLOADING")
+            assert not held.done() and not unload.done()  # the unload waits for the request
+            Path(f"{paths['marker']}.gate").touch()
+            return await held, await unload
 
-    slow, unload = asyncio.run(scenario())
+    held, unload = asyncio.run(scenario())
     assert unload.status_code == 200, unload.text
-    assert _outputs(slow) == {"Y": [0.5]}  # the request in flight was answered
+    assert _outputs(held) == {"Y": [0.5]}  # the request in flight was answered
     assert paths["marker"].read_text() == "finalized after 1"
     assert httpx.get(f"{server.http_url}/v2/models/finalizer/ready").status_code != 200
+
+
+async def _until(check: Any, timeout_s: float = 60.0) -> None:
+    """Poll ``check`` (a blocking call: in a thread) until true, off the event loop."""
+    deadline = time.monotonic() + timeout_s
+    while not await asyncio.to_thread(check):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
 
 
 def test_process_instances_for_the_echo_backend(
@@ -365,7 +377,7 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _wait_for(check: Any, timeout_s: float = 10.0) -> None:
+def _wait_for(check: Any, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
         assert time.monotonic() < deadline

@@ -100,15 +100,16 @@ def test_the_log_says_what_the_health_endpoint_says(tmp_path: Path, strict: bool
 
 
 SLOW = ECHO + (
-    'parameters { key: "delay_ms" value: { string_value: "4000" } }\n'
+    'parameters { key: "gate_file" value: { string_value: "%s" } }\n'
     'model_warmup [{ name: "w" batch_size: 1 inputs { key: "INPUT0" value: '
     "{ data_type: TYPE_FP32 dims: [2] zero_data: true } } }]\n"
 )
 
 
 def _slow_repository(root: Path) -> Path:
-    """a_slow takes 4 s to warm up; b_waiting loads after it (in name order)."""
-    for name, config in (("a_slow", SLOW), ("b_waiting", ECHO)):
+    """a_slow's warmup waits until ``root.parent / "gate"`` exists; b_waiting loads after it (in
+    name order)."""
+    for name, config in (("a_slow", SLOW % (root.parent / "gate")), ("b_waiting", ECHO)):
         (root / name / "1").mkdir(parents=True)
         (root / name / "config.pbtxt").write_text(config)
     return root
@@ -123,21 +124,25 @@ def test_models_waiting_their_turn_show_loading(tmp_path: Path) -> None:
         waiting = [e for e in entries if e["name"] == "b_waiting"]
         assert waiting == [{"name": "b_waiting", "version": "", "state": "LOADING", "reason": ""}]
         assert HTTP.get(f"{server.http_url}/v2/health/ready").status_code == 503
-        wait_for(lambda: states(server, "b_waiting") == {"1": "READY"}, "b_waiting", 30)
+        (tmp_path / "gate").touch()  # a_slow's warmup ends
+        wait_for(lambda: states(server, "b_waiting") == {"1": "READY"}, "b_waiting")
         wait_for(lambda: "server ready; models ready: a_slow, b_waiting" in server.log(), "log")
     finally:
         server.stop()
 
 
 def test_no_server_ready_while_stopping(tmp_path: Path) -> None:
-    """A SIGTERM during startup loading: the log never says the server became ready."""
+    """A SIGTERM during startup loading: the log never says the server became ready, not even
+    once the loading it waited for ends."""
     server = ServerProcess(_slow_repository(tmp_path / "models"))
     server.start(until="/v2/health/live")
     assert server.proc is not None
     try:
         wait_for(lambda: states(server, "a_slow") == {"1": "LOADING"}, "a_slow loading")
         server.proc.send_signal(signal.SIGTERM)
-        assert server.proc.wait(timeout=30) == 0
+        wait_for(lambda: "drain" in server.log(), "the drain to start")
+        (tmp_path / "gate").touch()  # a_slow's warmup ends
+        assert server.proc.wait(timeout=60) == 0
     finally:
         server.stop()
     log = server.log()

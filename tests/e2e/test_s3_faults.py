@@ -75,8 +75,9 @@ def test_a_bucket_recreated_empty_keeps_serving_until_the_grace(tmp_path: Path) 
             keys = [{"Key": f"{HPT}/1/model.onnx"}, {"Key": "other/1/model.onnx"}]
             s3.delete_objects(Bucket="faulty", Delete={"Objects": keys})
             s3.delete_bucket(Bucket="faulty")
-            time.sleep(1.5)  # polls meanwhile find no bucket: an outage
-            s3.create_bucket(Bucket="faulty")  # then an empty one: a store fault
+            # A poll finds no bucket: an outage (the store is not ok) ...
+            wait_for(lambda: not _status(server)["stores"][0]["ok"], "a poll to see the outage")
+            s3.create_bucket(Bucket="faulty")  # ... then an empty one: a store fault
             held = wait_for(
                 lambda: all("store fault" in r for r in _reasons(server).values()), "the fault"
             )

@@ -21,7 +21,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.support import ServerProcess
+from tests.support import ServerProcess, wait_for
 
 HPT = "half_plus_two"
 ROW = np.ones((1, 1), dtype=np.float32).tobytes()
@@ -53,17 +53,6 @@ GATED = {
 }
 
 
-HELD = """
-name: "held"
-backend: "echo"
-max_batch_size: 1
-input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [1] }]
-instance_group [{ count: 1 kind: KIND_CPU }]
-dynamic_batching { }
-parameters { key: "delay_ms" value: { string_value: "1000" } }
-"""
-
-
 def _model(root: Path, name: str, source: Path, config: str) -> None:
     (root / name / "1").mkdir(parents=True)
     os.link(source, root / name / "1" / "model.onnx")
@@ -77,9 +66,13 @@ def sched_server(
     root = tmp_path_factory.mktemp("sched") / "models"
     hpt = demo_repo / HPT / "1" / "model.onnx"
     digits = demo_repo / "digits" / "1" / "model.onnx"
-    batching = "dynamic_batching { max_queue_delay_microseconds: %d preferred_batch_size: [4] }"
-    _model(root, "batched", hpt, "max_batch_size: 8\n" + batching % 2_000_000)
-    _model(root, "digits_batched", digits, "max_batch_size: 16\n" + batching % 300_000)
+    # A batch goes when it reaches its preferred size, however the requests are spread in time:
+    # the queue delay (a minute) is only the bound of a test gone wrong.
+    batching = (
+        "dynamic_batching { max_queue_delay_microseconds: 60000000 preferred_batch_size: %s }"
+    )
+    _model(root, "batched", hpt, "max_batch_size: 8\n" + batching % "[4]")
+    _model(root, "digits_batched", digits, "max_batch_size: 16\n" + batching % "[2]")
     for name, queue in GATED.items():
         (root / name / "1").mkdir(parents=True)
         gate = root.parent / f"{name}.gate"
@@ -98,10 +91,12 @@ def sched_server(
         'max_batch_size: 4\nmodel_warmup [{ name: "file" batch_size: 1 '
         'inputs { key: "x" value: { data_type: TYPE_FP32 dims: [1] input_data_file: "nope" } } }]',
     )
-    # An echo model busy for a second per execution: longer than any wait before a queued
-    # request starts watching its client (protocols.watch.WATCH_AFTER_S).
+    # A gated echo model: its first execution holds the only instance for as long as the test
+    # needs, longer than any wait before a queued request starts watching its client
+    # (protocols.watch.WATCH_AFTER_S).
     (root / "held" / "1").mkdir(parents=True)
-    (root / "held" / "config.pbtxt").write_text(HELD)
+    held = _gated(root.parent / "held.gate", "")
+    (root / "held" / "config.pbtxt").write_text(f'name: "held"\n{held}')
     _model(root, "cached", hpt, "max_batch_size: 4\nresponse_cache { enable: true }")
     _model(root, "two", hpt, "max_batch_size: 4\ninstance_group [{ count: 2, kind: KIND_CPU }]")
     # warm_broken fails to load on purpose: ready means "startup is done", not "all READY".
@@ -294,16 +289,19 @@ def test_disconnected_client_is_dropped_from_the_queue(sched_server: ServerProce
     ).encode() + body
     before = _stats(sched_server, "held")["execution_count"]
     with socket.create_connection(("127.0.0.1", sched_server.http_port)) as first:
-        first.sendall(request)  # keeps the only instance busy for a second
-        time.sleep(0.05)
+        first.sendall(request)  # keeps the only instance busy until the gate opens
+        wait_for(lambda: _in_flight(sched_server, "held") == 1, "the first request executing")
         with socket.create_connection(("127.0.0.1", sched_server.http_port)) as gone:
             gone.sendall(request)  # waits in the queue ...
-            time.sleep(0.05)  # ... and its client hangs up
+            wait_for(lambda: _in_flight(sched_server, "held") == 2, "the second one queued")
+        # ... and its client hangs up: the server drops it while the first still executes.
+        wait_for(lambda: _in_flight(sched_server, "held") == 1, "the second one dropped")
+        (sched_server.repository.parent / "held.gate").touch()
         first.settimeout(60)
         answer = first.recv(65536)
         assert answer.startswith(b"HTTP/1.1 200"), answer
         assert b'"data":[1.0]' in answer
-    time.sleep(1.5)  # had it stayed queued, its second of execution would be over by now
+    wait_for(lambda: _in_flight(sched_server, "held") == 0, "the first request answered")
     after = _stats(sched_server, "held")
     assert after["execution_count"] == before + 1  # the abandoned request never ran
     assert after["inference_stats"]["success"]["count"] == 1

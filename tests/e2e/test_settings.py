@@ -55,7 +55,7 @@ def _infer(server: ServerProcess, request_id: str) -> None:
 
 def _traced_ids(server: ServerProcess, sentinel: str) -> list[str]:
     """The request ids of every span exported up to the sentinel's (traced for sure)."""
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while sentinel not in server.log() and time.monotonic() < deadline:
         time.sleep(0.05)
     found = []

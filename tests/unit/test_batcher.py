@@ -54,8 +54,9 @@ def test_requests_waiting_behind_a_busy_instance_form_one_batch(tmp_path: Path) 
 
 
 def test_the_queue_delay_lets_a_batch_fill(tmp_path: Path) -> None:
+    # Three arrivals 5 ms apart, well within the delay (1 s) even on a busy host.
     model = echo_version(
-        tmp_path, _batched("dynamic_batching { max_queue_delay_microseconds: 200000 }\n")
+        tmp_path, _batched("dynamic_batching { max_queue_delay_microseconds: 1000000 }\n")
     )
 
     async def run() -> None:
@@ -126,23 +127,42 @@ def test_each_request_keeps_its_id_and_parameters_in_a_batch(tmp_path: Path) -> 
     assert second.parameters == ({"tag": "t1"}, {"tag": "t2"})
 
 
-def test_a_request_times_out_in_the_queue_and_a_full_queue_refuses(tmp_path: Path) -> None:
+def test_a_full_queue_refuses(tmp_path: Path) -> None:
+    config = "dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n" + _gated("b3")
+    model = echo_version(tmp_path, _batched(config, max_batch_size=1))
+
+    async def run() -> None:
+        # One runs, one waits in the busy instance's own queue (a batch that cannot grow, with
+        # no timeout to watch), one in the model's queue: then the queue is full.
+        running = asyncio.ensure_future(_infer(model, 0))
+        await asyncio.sleep(0.01)
+        waiting = [asyncio.ensure_future(_infer(model, v)) for v in (1, 2)]
+        await asyncio.sleep(0)
+        with pytest.raises(Unavailable, match="max_queue_size 1"):
+            await _infer(model, 3)
+        echo.gate("b3").set()
+        assert (await running).outputs["OUTPUT0"][:, 0].tolist() == [0]
+        assert [(await w).outputs["OUTPUT0"][:, 0].tolist() for w in waiting] == [[1], [2]]
+        await model.close()
+
+    asyncio.run(run())
+
+
+def test_a_request_times_out_in_the_queue(tmp_path: Path) -> None:
+    # Apart from the full queue above: a 20 ms timeout may pass before the next request, on a
+    # busy host, and leave the queue empty.
     config = (
-        "dynamic_batching { default_queue_policy { default_timeout_microseconds: 20000 "
-        "max_queue_size: 1 } }\n" + _gated("b3")
+        "dynamic_batching { default_queue_policy { default_timeout_microseconds: 20000 } }\n"
+        + _gated("b3t")
     )
     model = echo_version(tmp_path, _batched(config, max_batch_size=1))
 
     async def run() -> None:
         running = asyncio.ensure_future(_infer(model, 0))
         await asyncio.sleep(0.01)
-        waiting = asyncio.ensure_future(_infer(model, 1))
-        await asyncio.sleep(0)
-        with pytest.raises(Unavailable, match="max_queue_size 1"):
-            await _infer(model, 2)
         with pytest.raises(DeadlineExceeded, match="timed out after 20000 us in the queue"):
-            await waiting
-        echo.gate("b3").set()
+            await _infer(model, 1)
+        echo.gate("b3t").set()
         assert (await running).outputs["OUTPUT0"][:, 0].tolist() == [0]
         await model.close()
 
