@@ -21,9 +21,8 @@ import numpy as np
 import orjson
 import tritonclient.grpc as triton_grpc
 
-from tests.e2e.lifecycle_support import wait_for
 from tests.e2e.s3_support import CREDENTIALS, MotoServer
-from tests.support import ServerProcess, free_port
+from tests.support import ServerProcess, free_port, wait_for
 
 BUCKET = "fleet"
 HOSTS = ("127.0.0.11", "127.0.0.12", "127.0.0.13")

@@ -6,9 +6,7 @@ import asyncio
 import os
 import shutil
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -64,18 +62,6 @@ def remove_version(model_dir: Path, version: int) -> None:
     aside = model_dir.parent / f".gone-{model_dir.name}-{version}"
     os.rename(model_dir / str(version), aside)
     shutil.rmtree(aside)
-
-
-def wait_for(check: Callable[[], T | None], what: str, timeout_s: float = 60.0) -> T:
-    """Poll ``check`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout_s
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 def index(server: ServerProcess, **body: Any) -> list[dict[str, str]]:

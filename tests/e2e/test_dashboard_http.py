@@ -22,8 +22,7 @@ from tests.e2e.dashboard_support import (
     fake_envoy_admin,
     write_repository,
 )
-from tests.e2e.lifecycle_support import wait_for
-from tests.support import ServerProcess, free_port
+from tests.support import ServerProcess, free_port, wait_for
 
 HTTP = httpx.Client(timeout=30)
 X = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}]}

@@ -28,9 +28,9 @@ from tests.e2e.fleet_support import (
     envoy_binary,
     put_slow_model,
 )
-from tests.e2e.lifecycle_support import HALF_PLUS_THREE, HALF_PLUS_TWO, states, wait_for
+from tests.e2e.lifecycle_support import HALF_PLUS_THREE, HALF_PLUS_TWO, states
 from tests.e2e.s3_support import MotoServer
-from tests.support import ServerProcess
+from tests.support import ServerProcess, wait_for
 
 ENVOY = envoy_binary()
 pytestmark = pytest.mark.skipif(

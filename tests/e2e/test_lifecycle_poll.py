@@ -21,11 +21,10 @@ from tests.e2e.lifecycle_support import (
     infer,
     remove_version,
     states,
-    wait_for,
     write_version,
     x_body,
 )
-from tests.support import ServerProcess
+from tests.support import ServerProcess, wait_for
 
 CLIENTS = 4
 

@@ -22,10 +22,9 @@ from tests.e2e.lifecycle_support import (
     HALF_PLUS_THREE,
     HTTP,
     infer,
-    wait_for,
     write_version,
 )
-from tests.support import ServerProcess
+from tests.support import ServerProcess, wait_for
 
 M = "canary"
 CONFIG = """version_policy { all {} }

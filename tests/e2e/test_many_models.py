@@ -23,9 +23,8 @@ import tritonclient.grpc as triton_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.fleet_support import HOSTS, envoy_binary
-from tests.e2e.lifecycle_support import wait_for
 from tests.e2e.s3_support import CREDENTIALS, MotoServer
-from tests.support import ServerProcess, free_port
+from tests.support import ServerProcess, free_port, wait_for
 
 ECHO = """name: "{name}"
 backend: "echo"

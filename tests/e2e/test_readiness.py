@@ -13,9 +13,9 @@ import pytest
 import tritonclient.grpc as triton_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.e2e.lifecycle_support import HTTP, states, wait_for
+from tests.e2e.lifecycle_support import HTTP, states
 from tests.echo_support import BATCHED as ECHO
-from tests.support import ServerProcess
+from tests.support import ServerProcess, wait_for
 
 
 def _repository(root: Path) -> Path:

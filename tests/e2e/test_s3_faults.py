@@ -20,10 +20,9 @@ from tests.e2e.lifecycle_support import (
     Traffic,
     index,
     infer,
-    wait_for,
 )
 from tests.e2e.s3_support import CREDENTIALS, MotoServer
-from tests.support import ServerProcess
+from tests.support import ServerProcess, wait_for
 
 SYNCED = "inferd-repository-synced-at"
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.e2e.lifecycle_support import HALF_PLUS_THREE, HALF_PLUS_TWO, HPT, infer, states, wait_for
+from tests.e2e.lifecycle_support import HALF_PLUS_THREE, HALF_PLUS_TWO, HPT, infer, states
 from tests.e2e.s3_support import CREDENTIALS, MotoServer
-from tests.support import ServerProcess
+from tests.support import ServerProcess, wait_for
 
 URI = "s3://offline"
 

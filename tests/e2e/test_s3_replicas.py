@@ -19,10 +19,9 @@ from tests.e2e.lifecycle_support import (
     HTTP,
     infer,
     states,
-    wait_for,
 )
 from tests.e2e.s3_support import CREDENTIALS, MotoServer
-from tests.support import ServerProcess
+from tests.support import ServerProcess, wait_for
 
 BUCKET = "shared"
 M = "canary"

@@ -26,9 +26,9 @@ import tritonclient.grpc as triton_grpc
 from tritonclient.utils import InferenceServerException
 
 from inferd.app.repo_cli import pack
-from tests.e2e.lifecycle_support import HTTP, index, wait_for
+from tests.e2e.lifecycle_support import HTTP, index
 from tests.e2e.s3_support import CREDENTIALS, MotoServer
-from tests.support import ServerProcess
+from tests.support import ServerProcess, wait_for
 
 pytest.importorskip("joblib")
 

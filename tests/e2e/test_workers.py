@@ -25,8 +25,8 @@ import tritonclient.grpc as triton_grpc
 import tritonclient.utils.shared_memory as shm
 
 from inferd.workers.peers import Peers, WorkerRole
-from tests.e2e.lifecycle_support import HALF_PLUS_THREE, HALF_PLUS_TWO, wait_for, write_version
-from tests.support import ServerProcess
+from tests.e2e.lifecycle_support import HALF_PLUS_THREE, HALF_PLUS_TWO, write_version
+from tests.support import ServerProcess, wait_for
 
 M = "half_plus_two"
 CONNECTIONS = 40  # fresh connections per check: all on one worker has odds 2**-39

@@ -26,8 +26,8 @@ import httpx
 import pytest
 
 from inferd.workers.peers import Peers, WorkerRole
-from tests.e2e.lifecycle_support import HALF_PLUS_THREE, HALF_PLUS_TWO, wait_for, write_version
-from tests.support import ServerProcess
+from tests.e2e.lifecycle_support import HALF_PLUS_THREE, HALF_PLUS_TWO, write_version
+from tests.support import ServerProcess, wait_for
 
 BATCH = 16  # requests in the one batch; all through one worker has odds 2**-15
 PY_ACC = """
