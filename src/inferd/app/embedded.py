@@ -59,6 +59,8 @@ from inferd.scheduling.cache import ResponseCache
 
 if TYPE_CHECKING:
     from inferd.app.frontends import Frontends
+    from inferd.observability.residency_metrics import ResidencyCollector
+    from inferd.repository.residency import Residency
 
 log = logging.getLogger("inferd.server")
 
@@ -105,7 +107,10 @@ class Server:
         # The repository's status through the data plane: a frontend worker's is its host's.
         self.metrics = build_registry(self.registry, self.endpoints, self.plane.repository_status)
         self.metrics.register(self.model_metrics)
-        self.residency = lazy_serving(settings, self.manager, self.plane, self.metrics)
+        lazy = lazy_serving(settings, self.manager, self.plane, self.metrics)
+        # Lazy serving's budget and its metrics (a frontend worker's host has them instead).
+        self.residency: Residency | None = lazy[0] if lazy is not None else None
+        self.residency_metrics: ResidencyCollector | None = lazy[1] if lazy is not None else None
         self.tracer = (
             Tracer(settings.trace_exporter, settings.trace_endpoint, settings.server_name)
             if settings.trace_exporter

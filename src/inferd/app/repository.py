@@ -80,9 +80,10 @@ def model_manager(
 
 def lazy_serving(
     settings: Settings, manager: ModelManager, plane: DataPlane, metrics: CollectorRegistry
-) -> Residency | None:
+) -> tuple[Residency, ResidencyCollector] | None:
     """Lazy serving's budget, pins and loads on demand, wired to the data plane and the
-    metrics; None unless a budget is set."""
+    metrics (and the collector, which a frontend worker replaces); None unless a budget is
+    set."""
     if not settings.lazy_serving():
         if settings.pin_model:
             raise ConfigError("--pin-model needs lazy serving (--model-memory-budget or ...)")
@@ -99,5 +100,6 @@ def lazy_serving(
     budget = Budget(memory, settings.max_loaded_models, frozenset(settings.pin_model))
     residency = Residency(manager, budget)
     plane.on_demand = residency
-    metrics.register(ResidencyCollector(residency))
-    return residency
+    residency_metrics = ResidencyCollector(residency)
+    metrics.register(residency_metrics)
+    return residency, residency_metrics

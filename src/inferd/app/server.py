@@ -18,8 +18,11 @@ from inferd.app.embedded import Server
 from inferd.app.settings import Settings
 from inferd.core.errors import ConfigError
 from inferd.observability.logging import Logs
+from inferd.observability.residency_metrics import RequestCounts
 from inferd.repository.manager import ControlMode
 from inferd.workers.control import SharedControl
+from inferd.workers.demand_frontend import RemoteDemand
+from inferd.workers.demand_host import HostDemand
 from inferd.workers.forward import HostLink
 from inferd.workers.frontend import FrontendControl
 from inferd.workers.host import ModelHost
@@ -51,6 +54,7 @@ class NetworkServer:
             control = self._worker_control(worker)
             core.plane.repository = control
             self.node = WorkerNode(control.peers, control, core.plane, core.metrics)
+            self._share_budget(self.node)
             control.share_regions(core.plane.shared_memory)
             control.share_settings(core.trace_settings, core.log_settings)
             core.plane.total_statistics = self.node.statistics
@@ -91,7 +95,8 @@ class NetworkServer:
                 worker.run_dir,
                 core.manager.status,
                 lambda: core.plane.models_ready(),
-                settings.http_workers_copy_bytes,
+                # Lazy serving: no copies, every model lives within the host's budget.
+                0 if core.residency is not None else settings.http_workers_copy_bytes,
             )
             control = SharedControl(core.manager, core.registry, peers, settings.max_upload_bytes)
             control.published = host.sync
@@ -110,6 +115,24 @@ class NetworkServer:
         core.after_startup_loads = frontend.replay
         core.plane.models_ready = link.ready
         return frontend
+
+    def _share_budget(self, node: WorkerNode) -> None:
+        """Lazy serving: one budget for the server, the host's. A frontend asks the host to
+        load what its requests need (``workers.demand_frontend``) and exports only its hits
+        and misses; the host answers (``workers.demand_host``)."""
+        core = self.core
+        if core.residency is None:
+            return
+        if self.host is not None:
+            node.handlers.update(HostDemand(core.residency, self.host, node.peers).handlers())
+            return
+        assert self.link is not None and core.residency_metrics is not None
+        remote = RemoteDemand(node.peers, self.link, core.registry)
+        core.plane.on_demand = remote
+        core.metrics.unregister(core.residency_metrics)
+        core.metrics.register(RequestCounts(remote.counts))
+        core.residency = core.residency_metrics = None
+        node.handlers.update(remote.handlers())
 
     async def run(self) -> None:
         settings, core, frontends = self.settings, self.core, self.frontends

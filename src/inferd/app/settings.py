@@ -29,8 +29,8 @@ class Settings:
             "and runs every model (one copy, one batcher per model); the others decode and "
             "encode requests and forward each to it. A number, or auto: the usable CPU cores, "
             "fewer if the other workers (256 MiB each) would not fit in half the available "
-            "memory; 1 with lazy serving (--model-memory-budget), whose loads on first use "
-            "happen in the one serving process"
+            "memory. With lazy serving (--model-memory-budget) the budget is worker 0's, one "
+            "for the server: it loads the models the other workers' requests need"
         ),
     )
     http_workers_copy_bytes: int = field(
@@ -39,7 +39,8 @@ class Settings:
             "with several --http-workers: an ONNX Runtime or OpenVINO model of at most this "
             "many bytes on disk that runs on threads without batching (no dynamic or sequence "
             "batcher, no response cache) is also loaded by every other worker, since running "
-            "it costs less than forwarding it; 0: every model is loaded once"
+            "it costs less than forwarding it; 0: every model is loaded once (as with lazy "
+            "serving, whose budget counts the models once, in worker 0)"
         ),
     )
     allow_grpc: bool = field(default=True, metadata=_opt("serve gRPC (KServe v2 / Triton)"))

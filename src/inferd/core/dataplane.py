@@ -214,7 +214,7 @@ class DataPlane:
         entries: list[IndexEntry] = []
         loaded = set(self.registry.names())
         notes: dict[str, str] = {}
-        residency = self.on_demand.views() if self.on_demand is not None else {}
+        residency = await self.on_demand.survey() if self.on_demand is not None else {}
         if self.repository is not None:
             view = await self.repository.view()  # the last listing: never waits on a store
             notes = view.notes

@@ -4,18 +4,20 @@ With a memory budget (``--model-memory-budget`` / ``--max-loaded-models``) the r
 keeps only some models loaded; ``OnDemand`` is what the data plane asks when a request names a
 model that is not: whether it serves that name, to load it (the request waits, bounded by its
 ``timeout`` parameter), and for its config when metadata can answer without loading. The
-repository side implements it (``inferd.repository.residency``); the core never imports it.
+repository side implements it (``inferd.repository.residency``), and so does a frontend worker,
+which asks the model host (``inferd.workers.demand_frontend``); the core imports neither.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import build_spec
-from inferd.core.errors import InvalidInput, NotFound
+from inferd.core.errors import InvalidInput, NotFound, Unavailable
 from inferd.core.registry import unknown_model
 from inferd.core.types import InferRequest
 from inferd.core.views import ModelMetadata, ResidencyTotals, ResidencyView, TensorMetadata
@@ -50,12 +52,14 @@ class OnDemand(Protocol):
         """The model's config when it says enough for metadata (None: load it to know)."""
         ...
 
-    def views(self) -> Mapping[str, ResidencyView]:
-        """Every model of the repository and its residency."""
+    async def survey(self) -> Mapping[str, ResidencyView]:
+        """Every model of the repository and its residency (the server's: with several
+        serving processes, the model host's)."""
         ...
 
-    def totals(self) -> ResidencyTotals:
-        """The budget, what is loaded and the counters."""
+    async def summary(self) -> ResidencyTotals:
+        """The budget, what is loaded and the counters (hits and misses: every serving
+        process's)."""
         ...
 
 
@@ -68,6 +72,18 @@ def timeout_s(request: InferRequest) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInput(f"parameter 'timeout' must be a non-negative integer, got {value!r}")
     return value / 1e6 if value else None
+
+
+async def wait_load(load: asyncio.Task[None], name: str, timeout_s: float | None) -> None:
+    """Wait for a model's load (shared with other requests) at most ``timeout_s``; past it,
+    Unavailable, and the load goes on for the next request."""
+    try:
+        await asyncio.wait_for(asyncio.shield(load), timeout_s)
+    except TimeoutError:
+        raise Unavailable(
+            f"model '{name}' did not load within the request's timeout ({timeout_s:g} s); "
+            "its load goes on"
+        ) from None
 
 
 T = TypeVar("T")

@@ -57,6 +57,7 @@ class ResidencyView:
     last_used_unix_s: float | None = None
     evicted_unix_s: float | None = None
     reason: str = ""  # why the last load failed
+    in_flight: int = 0  # requests it is running now (what keeps it from being evicted)
 
 
 @dataclass(frozen=True, slots=True)

@@ -145,7 +145,7 @@ class Overview:
                 }
             )
         models.sort(key=lambda m: m["name"])
-        residency = self.on_demand.views() if self.on_demand is not None else {}
+        residency = await self.on_demand.survey() if self.on_demand is not None else {}
         for model in models:
             model["in_repository"] = model["name"] in in_repository
             where = residency.get(model["name"])
@@ -171,5 +171,5 @@ class Overview:
             "models": models,
         }
         if self.on_demand is not None:
-            found["server"]["residency"] = asdict(self.on_demand.totals())
+            found["server"]["residency"] = asdict(await self.on_demand.summary())
         return found

@@ -2,11 +2,14 @@
 
 Rendered at scrape time from the residency's own counters (``inferd.repository.residency``);
 nothing here runs on the request path. The per-model gauge is labelled only by loaded models.
+With several serving processes the model host exports them all, and each frontend only the
+hits and misses of the requests it received (``RequestCounts``): the merged scrape adds those
+up, and shows the budget and what is loaded once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -51,15 +54,34 @@ class ResidencyCollector(Collector):
             ("loads", "Models loaded on demand", counters.loads),
             ("load_failures", "Loads on demand that failed", counters.load_failures),
             ("evictions", "Models unloaded to make room", counters.evictions),
-            ("hits", "Requests that found their model loaded", residency.hits),
-            ("misses", "Requests that found their model not loaded", counters.misses),
         )
-        for suffix, text, value in counts:
-            counter = CounterMetricFamily(f"inferd_residency_{suffix}", text)
-            counter.add_metric([], value)
-            yield counter
+        yield from _counters(counts + _requests(residency.hits, counters.misses))
         latency = HistogramMetricFamily(
             "inferd_residency_load_duration_seconds", "Cold loads on demand, from start to ready"
         )
         add_histogram(latency, [], counters.load_duration)
         yield latency
+
+
+class RequestCounts(Collector):
+    """A frontend worker's hits and misses (``counts``: both, now)."""
+
+    def __init__(self, counts: Callable[[], tuple[int, int]]) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterable[Metric]:
+        yield from _counters(_requests(*self.counts()))
+
+
+def _requests(hits: int, misses: int) -> tuple[tuple[str, str, int], ...]:
+    return (
+        ("hits", "Requests that found their model loaded", hits),
+        ("misses", "Requests that found their model not loaded", misses),
+    )
+
+
+def _counters(counts: Iterable[tuple[str, str, int]]) -> Iterable[Metric]:
+    for suffix, text, value in counts:
+        counter = CounterMetricFamily(f"inferd_residency_{suffix}", text)
+        counter.add_metric([], value)
+        yield counter

@@ -120,6 +120,7 @@ _RESIDENCY: Schema = {  # lazy serving (--model-memory-budget): where each model
         "last_used_at": _TIME_OR_NULL,
         "evicted_at": _TIME_OR_NULL,
         "reason": {"type": "string"},
+        "in_flight": {"type": "integer", "minimum": 0},
     },
 }
 _INDEX: Schema = {

@@ -222,4 +222,5 @@ def residency_json(view: ResidencyView) -> dict[str, Any]:
         "last_used_at": at(view.last_used_unix_s),
         "evicted_at": at(view.evicted_unix_s),
         "reason": redact(view.reason),
+        "in_flight": view.in_flight,
     }

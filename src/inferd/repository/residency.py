@@ -9,7 +9,10 @@ each model's memory is measured as the growth of the process tree's resident set
 load (or taken from its ``memory_bytes`` parameter); that figure is what the budget counts.
 A load that fails answers 503 with its reason, for ``FAILED_RETRY_S``, and holds no budget.
 
-The budget belongs to the server (one ``Residency`` per model manager), not to a process.
+The budget belongs to the server (one ``Residency`` per model manager), not to a process: with
+several serving processes it is the model host's, which loads on behalf of the frontends
+(``inferd.workers.demand_host``); the requests they forward are held here (``hold``) while
+they run, so they count as use and keep their model loaded as the host's own requests do.
 """
 
 from __future__ import annotations
@@ -17,13 +20,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from inferd.backends import get_backend
 from inferd.backends.completion import bool_parameter
-from inferd.core.demand import Described
+from inferd.core.demand import Described, wait_load
 from inferd.core.errors import InferdError, NotFound, Unavailable
 from inferd.core.model import ModelState
 from inferd.core.registry import ModelRecord
@@ -101,6 +104,10 @@ class Residency:
         self.measure = measure
         self.hits = 0  # counted by the data plane
         self.counters = Counters()
+        # Hits and misses counted by the other serving processes (``summary`` adds them).
+        self.elsewhere: Callable[[], Awaitable[tuple[int, int]]] | None = None
+        self._held: dict[str, int] = {}  # requests run for another process, by model
+        self._used: dict[str, float] = {}  # when such a request last ended (unix time)
         self._residents: dict[str, _Resident] = {}
         self._loads: dict[str, asyncio.Task[None]] = {}
         self._changes = asyncio.Lock()  # one load or eviction at a time
@@ -126,25 +133,40 @@ class Residency:
             return None
         return failure.reason
 
-    async def ensure(self, name: str, timeout_s: float | None) -> None:
+    def failures(self) -> dict[str, str]:
+        """The models whose last load failed, with the reason requests are answered."""
+        found = ((name, self._failed(name)) for name in list(self._failures))
+        return {name: reason for name, reason in found if reason is not None}
+
+    def hold(self, name: str, requests: int = 1) -> None:
+        """Requests for ``name`` that another serving process forwarded are running (they
+        skip ``ModelVersion.infer``, which the in-flight count reads otherwise)."""
+        self._held[name] = self._held.get(name, 0) + requests
+
+    def release(self, name: str, requests: int = 1) -> None:
+        """Held requests are answered: their model was used now."""
+        left = self._held.get(name, 0) - requests
+        if left > 0:
+            self._held[name] = left
+        else:
+            self._held.pop(name, None)
+        self._used[name] = time.time()
+
+    async def ensure(self, name: str, timeout_s: float | None, *, miss: bool = True) -> None:
+        """As ``OnDemand.ensure``; ``miss``: count a miss (false: another serving process
+        counted it, and asks on behalf of its requests)."""
         if self.registry.is_ready(name):
             return
         reason = self._failed(name)
         if reason is not None:
             raise Unavailable(reason)
-        self.counters.misses += 1
+        self.counters.misses += miss
         task = self._loads.get(name)
         if task is None:
             task = asyncio.get_running_loop().create_task(self._bring_in(name))
             self._loads[name] = task
             task.add_done_callback(partial(self._done, name))
-        try:
-            await asyncio.wait_for(asyncio.shield(task), timeout_s)
-        except TimeoutError:
-            raise Unavailable(
-                f"model '{name}' did not load within the request's timeout ({timeout_s:g} s); "
-                "its load goes on"
-            ) from None
+        await wait_load(task, name, timeout_s)
 
     def _done(self, name: str, task: asyncio.Task[None]) -> None:
         if self._loads.get(name) is task:
@@ -335,16 +357,25 @@ class Residency:
             record = self.registry.record(name)
         except NotFound:  # gone already (a poll saw it leave)
             return False
-        if record.state is not ModelState.READY or any(
-            v.stats.pending for v in record.versions.values()
-        ):
+        if record.state is not ModelState.READY or self._in_flight(name, record):
             return True
         serving = self._residents.keys()
         return any(user in serving for user in self.manager.lifecycle.graph.users(name))
 
+    def _in_flight(self, name: str, record: ModelRecord) -> int:
+        """Requests running on the model: its own and those held for other processes."""
+        return self._held.get(name, 0) + sum(v.stats.pending for v in record.versions.values())
+
+    def _running(self, name: str) -> int:
+        try:
+            return self._in_flight(name, self.registry.record(name))
+        except NotFound:
+            return self._held.get(name, 0)
+
     def _last_used(self, name: str) -> float:
         resident = self._residents.get(name)
         loaded = resident.loaded_unix_s if resident is not None else 0.0
+        loaded = max(loaded, self._used.get(name, 0.0))
         try:
             versions = self.registry.record(name).versions.values()
         except NotFound:  # unloaded elsewhere (a poll saw it leave): _sync forgets it next
@@ -405,8 +436,19 @@ class Residency:
                 last_used_unix_s=self._last_used(name) if resident else None,
                 evicted_unix_s=self._evicted.get(name),
                 reason=failed or "",
+                in_flight=self._running(name) if resident else 0,
             )
         return found
+
+    async def survey(self) -> Mapping[str, ResidencyView]:
+        return self.views()
+
+    async def summary(self) -> ResidencyTotals:
+        totals = self.totals()
+        if self.elsewhere is None:
+            return totals
+        hits, misses = await self.elsewhere()
+        return replace(totals, hits=totals.hits + hits, misses=totals.misses + misses)
 
     def totals(self) -> ResidencyTotals:
         counters = self.counters

@@ -103,7 +103,10 @@ class HostLink:
         self.channel: Channel | None = None
         self.status = RepositoryStatus(None, (), (), 0)  # the host's, sent every second
         self.models_ready = False  # the host's own --strict-readiness verdict
+        self.extra: Any = None  # what else the host sends with its status (ModelHost.extra)
         self.has_table = asyncio.Event()  # the first full table of this connection came
+        self.applied = 0  # the number of the last table applied, on this connection
+        self._catching: list[asyncio.Future[None]] = []  # caught_up's waiters
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ids = itertools.count(1)
         self._calls: dict[int, _Call] = {}
@@ -173,6 +176,7 @@ class HostLink:
             self._detach(channel)
         self._fail_calls(Unavailable(f"worker {self.index} is stopping"))
         self._tables.clear()
+        self._wake_catching()
         if self._applying is not None:
             await asyncio.gather(self._applying, return_exceptions=True)
         await self.mirror.close()
@@ -193,6 +197,8 @@ class HostLink:
         self._outbox.clear()
         self._joined.clear()
         self._tables.clear()
+        self.applied = 0
+        self._wake_catching()
         self._detach(channel)
         error = host_gone(self.index)
         self._fail_calls(error)
@@ -414,12 +420,32 @@ class HostLink:
             self._send("ack", seq)
             if full:
                 self.has_table.set()
+            self.applied = seq
+            self._wake_catching()
 
     def _status(self, payload: tuple[Any, ...]) -> None:
-        doc, models_ready = payload
+        doc, models_ready, self.extra = payload
         with contextlib.suppress(Exception):
             self.status = status_from_doc(doc)
         self.models_ready = bool(models_ready)
+
+    async def caught_up(self, seq: int) -> None:
+        """Return once the host's table ``seq`` (``ModelHost.publish``) is applied here;
+        Unavailable when the link drops first."""
+        channel = self.channel
+        while self.applied < seq:
+            if channel is None or self.channel is not channel or self._closed:
+                raise host_gone(self.index)
+            assert self._loop is not None
+            waiter = self._loop.create_future()
+            self._catching.append(waiter)
+            await waiter
+
+    def _wake_catching(self) -> None:
+        waiters, self._catching = self._catching, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 def _chunks(members: list[_Out], most_rows: int) -> list[list[_Out]]:

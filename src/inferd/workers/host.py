@@ -10,6 +10,10 @@ The host also keeps every frontend's model table current: a frontend that connec
 record once startup loading is over, then the records that changed (checked every
 ``TICK_S``, and at once by ``sync`` after a repository change, which waits until every frontend
 has applied them). The repository's status and the host's readiness go out every ``STATUS_S``.
+
+With lazy serving (``workers.demand_host``) the host also tells ``uses`` of each forwarded
+request while it runs (the budget's in-flight count and last use), and sends what the frontends
+need of the budget with every status (``extra``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from inferd.core.errors import InferdError, InternalError, NotFound, Unavailable
 from inferd.core.model import ModelVersion
@@ -43,6 +47,18 @@ log = logging.getLogger("inferd.workers")
 TICK_S = 0.25  # how often the host looks for records that changed without a repository call
 STATUS_S = 1.0
 SYNC_TIMEOUT_S = 10.0  # a frontend that has not applied a change by then is left behind
+
+
+class Uses(Protocol):
+    """Who is told of forwarded requests while they run (lazy serving's residency)."""
+
+    def hold(self, name: str, requests: int = 1) -> None: ...
+
+    def release(self, name: str, requests: int = 1) -> None: ...
+
+
+def _nothing() -> None:
+    return None
 
 
 @dataclass(eq=False, slots=True)
@@ -82,6 +98,8 @@ class ModelHost:
         self.frontends: list[_Frontend] = []
         self.open = False  # startup loading is over: frontends get the table
         self.arrivals = 0  # requests the frontends forwarded
+        self.uses: Uses | None = None
+        self.extra: Callable[[], Any] = _nothing  # sent with the status (workers.demand_host)
         self._seq = 0
         self._waiters: list[asyncio.Future[None]] = []  # syncs waiting for acks
         self._listener: socket.socket | None = None
@@ -255,6 +273,9 @@ class ModelHost:
                 time.perf_counter_ns() - started
             )
             if hit is not None:
+                if self.uses is not None:
+                    self.uses.hold(name, requests)
+                    self.uses.release(name, requests)
                 self._answer(frontend, call_id, hit, Timings())
                 return
         task = run_eagerly(self._execute(frontend, call_id, version, work, key))
@@ -271,6 +292,9 @@ class ModelHost:
     ) -> None:
         timings = Timings()
         result: Result
+        uses, requests = self.uses, work.requests
+        if uses is not None:
+            uses.hold(version.name, requests)
         try:
             result = await version.scheduler.run(work, timings)
             if key is not None and version.cache is not None:
@@ -286,6 +310,9 @@ class ModelHost:
         except Exception as exc:
             log.exception("a forwarded request failed")
             result = InternalError(f"the request failed on the model host: {exc}")
+        finally:
+            if uses is not None:
+                uses.release(version.name, requests)
         frontend.tasks.pop(call_id, None)
         del work
         self._answer(frontend, call_id, result, timings)
@@ -368,7 +395,7 @@ class ModelHost:
     # ------------------------------------------------------------------ the table
 
     def _status_payload(self) -> tuple[Any, ...]:
-        return (status_doc(self.status()), self.models_ready())
+        return (status_doc(self.status()), self.models_ready(), self.extra())
 
     def _send_table(
         self, frontend: _Frontend, docs: list[dict[str, Any]], gone: list[str], full: bool
@@ -390,6 +417,11 @@ class ModelHost:
             if frontend.index >= 0:
                 self._send_table(frontend, docs, gone, False)
         return self._seq
+
+    def publish(self) -> int:
+        """Send every frontend what changed now (an empty table if nothing did, so that every
+        frontend gets this number): the table's number, for ``HostLink.caught_up``."""
+        return self._publish() if self.open else 0
 
     async def sync(self) -> None:
         """Publish what changed and wait until every frontend has applied it (a repository

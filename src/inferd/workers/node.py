@@ -26,7 +26,7 @@ from inferd.workers.merge import (
     statistics_document,
     statistics_from_document,
 )
-from inferd.workers.peers import FIGURES_TIMEOUT_S, Peers
+from inferd.workers.peers import FIGURES_TIMEOUT_S, Handler, Peers
 
 log = logging.getLogger("inferd.workers")
 
@@ -40,6 +40,8 @@ class WorkerNode:
         self.plane = plane
         self.metrics = metrics
         self.series: TrafficSeries | None = None  # the dashboard's, when it is on
+        # Messages answered by other parts of the worker, by op (lazy serving's).
+        self.handlers: dict[str, Handler] = {}
 
     async def start(self) -> None:
         await self.peers.serve(self.handle)
@@ -49,6 +51,9 @@ class WorkerNode:
 
     async def handle(self, message: dict[str, Any]) -> Any:
         op = message.get("op")
+        handler = self.handlers.get(op) if isinstance(op, str) else None
+        if handler is not None:
+            return await handler(message)
         if op == "metrics":
             return render(self.metrics).decode()
         if op == "statistics":

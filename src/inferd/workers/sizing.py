@@ -5,7 +5,8 @@ decodes and encodes requests and holds no model. So auto is the number of usable
 affinity mask, capped by a cgroup CPU quota), fewer when the frontends' own memory
 (``FRONTEND_BYTES`` each) would not fit in half the available memory (MemAvailable, capped by a
 cgroup memory limit); the models' size does not count, since it is paid once. Lazy serving (a
-memory budget) runs one process: its loads on first use are made where the request arrives.
+memory budget) counts the same way: its budget is the host's, which loads on behalf of every
+worker (``workers.demand_host``), so the models are within one budget whatever the count.
 """
 
 from __future__ import annotations
@@ -70,13 +71,6 @@ def auto_workers() -> tuple[int, str]:
 def worker_count(settings: Settings) -> tuple[int, str]:
     """``--http-workers``: a positive number, or auto (ConfigError otherwise)."""
     text = settings.http_workers.strip().lower()
-    if settings.lazy_serving() and text in ("auto", "1"):
-        return 1, "lazy serving: one memory budget for the server"
-    if settings.lazy_serving():
-        raise ConfigError(
-            f"--http-workers {text} with lazy serving would give each serving process a budget "
-            "and a copy of the models of its own: use 1 or auto"
-        )
     if text == "auto":
         return auto_workers()
     if not text.isdigit() or int(text) < 1:
