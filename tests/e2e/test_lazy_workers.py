@@ -174,6 +174,7 @@ def test_a_failing_model_answers_503_with_its_reason_at_either_worker(
 
 
 def test_the_index_and_metrics_show_one_budget(workers: ServerProcess) -> None:
+    assert _fresh(workers.http_url, "a").status_code == 200  # at least one model resident
     loads = metric(workers, "inferd_residency_loads_total")
     for _ in range(8):  # metadata from the config, at either worker, loads nothing
         meta = httpx.get(f"{workers.http_url}/v2/models/c", timeout=10).json()
@@ -183,9 +184,11 @@ def test_the_index_and_metrics_show_one_budget(workers: ServerProcess) -> None:
     assert metric(workers, "inferd_residency_max_models") == 2  # not one per worker
     resident = metric(workers, "inferd_residency_models")
     assert 1 <= resident <= 2
-    assert metric(workers, "inferd_residency_bytes") == 4096 * resident  # echo: its files
-    indexes = [_loaded(residency(workers)) for _ in range(8)]  # whichever worker answers
+    views = [residency(workers) for _ in range(8)]  # whichever worker answers
+    indexes = [_loaded(found) for found in views]
     assert all(found == indexes[0] for found in indexes) and len(indexes[0]) == resident
+    held = sum(views[0][name]["memory_bytes"] for name in indexes[0])  # each measured at its load
+    assert held > 0 and metric(workers, "inferd_residency_bytes") == held
     dashboard = httpx.get(f"{workers.http_url}/v2/dashboard/models", timeout=10).json()
     totals = dashboard["server"]["residency"]
     assert (totals["max_models"], totals["models"]) == (2, resident)

@@ -61,15 +61,16 @@ def test_auto_is_one_on_one_core(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert sizing.worker_count(Settings(model_repository=[str(tmp_path)]))[0] == 1
 
 
-def test_lazy_serving_takes_the_usual_count(
+def test_lazy_serving_auto_is_one_and_a_number_is_taken(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # One budget for the server, the model host's: a budget changes nothing in the count.
+    # Auto: one process (a warm hit skips the hop); a number: that many, sharing one budget.
     monkeypatch.setattr(sizing, "usable_cores", lambda: 4)
     monkeypatch.setattr(sizing, "available_memory_bytes", lambda: 8 << 30)
     repo = [str(tmp_path)]
     by_memory = Settings(model_repository=repo, model_memory_budget="1Gi")
     by_count = Settings(model_repository=repo, max_loaded_models=2, http_workers="3")
     assert by_memory.lazy_serving() and by_count.lazy_serving()
-    assert sizing.worker_count(by_memory)[0] == 4
+    count, reason = sizing.worker_count(by_memory)
+    assert count == 1 and "lazy serving" in reason
     assert sizing.worker_count(by_count) == (3, "--http-workers")

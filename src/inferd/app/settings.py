@@ -29,8 +29,8 @@ class Settings:
             "and runs every model (one copy, one batcher per model); the others decode and "
             "encode requests and forward each to it. A number, or auto: the usable CPU cores, "
             "fewer if the other workers (256 MiB each) would not fit in half the available "
-            "memory. With lazy serving (--model-memory-budget) the budget is worker 0's, one "
-            "for the server: it loads the models the other workers' requests need"
+            "memory; 1 with lazy serving (--model-memory-budget), where a number N shares the one "
+            "budget, worker 0's: it loads the models the other workers' requests need"
         ),
     )
     http_workers_copy_bytes: int = field(

@@ -4,9 +4,14 @@ The models load once, in worker 0 (the model host); every other worker is a fron
 decodes and encodes requests and holds no model. So auto is the number of usable CPU cores (the
 affinity mask, capped by a cgroup CPU quota), fewer when the frontends' own memory
 (``FRONTEND_BYTES`` each) would not fit in half the available memory (MemAvailable, capped by a
-cgroup memory limit); the models' size does not count, since it is paid once. Lazy serving (a
-memory budget) counts the same way: its budget is the host's, which loads on behalf of every
-worker (``workers.demand_host``), so the models are within one budget whatever the count.
+cgroup memory limit); the models' size does not count, since it is paid once.
+
+Lazy serving (a memory budget) makes auto one process. Its budget is the host's whatever the
+count (``workers.demand_host`` loads on behalf of every worker), but no model is copied into
+the frontends under a budget, so with several workers every request takes the hop to the host:
+a warm hit costs more CPU and latency than in one process, which is what a node of many lightly
+used models needs most. A number chooses several workers sharing the one budget, for traffic
+heavy enough to need the cores.
 """
 
 from __future__ import annotations
@@ -71,6 +76,8 @@ def auto_workers() -> tuple[int, str]:
 def worker_count(settings: Settings) -> tuple[int, str]:
     """``--http-workers``: a positive number, or auto (ConfigError otherwise)."""
     text = settings.http_workers.strip().lower()
+    if text == "auto" and settings.lazy_serving():
+        return 1, "lazy serving: a warm hit in one process skips the hop to the model host"
     if text == "auto":
         return auto_workers()
     if not text.isdigit() or int(text) < 1:
