@@ -158,6 +158,7 @@ def decompress(encoding: str, data: bytes | bytearray, limit: int) -> bytes:
     except zlib.error as exc:
         raise CallError(grpc.StatusCode.INTERNAL, f"cannot decompress the message: {exc}") from None
     if len(out) > limit or inflater.unconsumed_tail:
+        del out  # the error's traceback keeps this frame alive, not the inflated bytes
         raise CallError(
             grpc.StatusCode.RESOURCE_EXHAUSTED,
             f"Received message larger than max after decompression (limit {limit})",
