@@ -34,6 +34,9 @@ _FrameHd = nghttp2.FrameHd
 _bytes_at = nghttp2.bytes_at
 _NO_CALLS_PING_INTERVAL_S = 7200.0  # gRPC's: pings without calls, unless permitted
 _TIMED_OUT = "the request did not arrive within {:g} s (--grpc-body-timeout-s)"
+# Closing with bytes unread makes the kernel answer with a reset, which can make the client
+# lose the GOAWAY that says why: after one, the connection lingers half-closed this long at most.
+_LINGER_S = 2.0
 
 
 class Connection(CallRunner, asyncio.Protocol):
@@ -83,7 +86,7 @@ class Connection(CallRunner, asyncio.Protocol):
         self._provider = nghttp2.DataProvider(nghttp2.DataSource(0), self._read_callback)
         self._provider_address = ctypes.addressof(self._provider)
         self._parts: list[bytes] = []  # what nghttp2 serialized during one flush
-        self._new_session()
+        nghttp2.new_server_session(lib, self._session, self._callbacks)
         settings = [
             (nghttp2.SETTINGS_MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams),
             (nghttp2.SETTINGS_INITIAL_WINDOW_SIZE, limits.stream_window_bytes),
@@ -96,38 +99,6 @@ class Connection(CallRunner, asyncio.Protocol):
         lib.nghttp2_session_set_local_window_size(
             self._session, nghttp2.FLAG_NONE, 0, limits.connection_window_bytes
         )
-
-    def _new_session(self) -> None:
-        lib = self.lib
-        callbacks = ctypes.c_void_p()
-        options = ctypes.c_void_p()
-        lib.nghttp2_session_callbacks_new(ctypes.byref(callbacks))
-        lib.nghttp2_option_new(ctypes.byref(options))
-        try:
-            for name, callback in zip(
-                ("on_begin_headers", "on_header", "on_frame_recv", "on_data_chunk_recv"),
-                self._callbacks,
-                strict=False,
-            ):
-                setter = getattr(lib, f"nghttp2_session_callbacks_set_{name}_callback")
-                setter(callbacks, ctypes.cast(callback, ctypes.c_void_p))
-            lib.nghttp2_session_callbacks_set_on_stream_close_callback(
-                callbacks, ctypes.cast(self._callbacks[4], ctypes.c_void_p)
-            )
-            lib.nghttp2_session_callbacks_set_send_callback(
-                callbacks, ctypes.cast(self._callbacks[5], ctypes.c_void_p)
-            )
-            # Windows reopen as calls take their bytes (nghttp2_session_consume), not as
-            # nghttp2 parses them; closed streams are forgotten at once.
-            lib.nghttp2_option_set_no_auto_window_update(options, 1)
-            lib.nghttp2_option_set_no_closed_streams(options, 1)
-            if lib.nghttp2_session_server_new2(
-                ctypes.byref(self._session), callbacks, None, options
-            ):
-                raise MemoryError("nghttp2_session_server_new2 failed")
-        finally:
-            lib.nghttp2_option_del(options)
-            lib.nghttp2_session_callbacks_del(callbacks)
 
     # ------------------------------------------------------------------ transport events
 
@@ -162,7 +133,7 @@ class Connection(CallRunner, asyncio.Protocol):
         finally:
             self.flush()
         if done < 0:
-            self._close()
+            self._close(linger=True)
 
     def eof_received(self) -> bool | None:
         self._close()
@@ -216,7 +187,7 @@ class Connection(CallRunner, asyncio.Protocol):
         if failed or self._ending:
             if failed:
                 log.debug("gRPC connection from %s: %s", self.peer, self._strerror(failed))
-            self._close()
+            self._close(linger=not failed)
             return
         if self.unsent < self.limits.connection_unsent_bytes:
             for stream in self.streams.values():
@@ -244,10 +215,18 @@ class Connection(CallRunner, asyncio.Protocol):
         )
         self.flush()
 
-    def _close(self) -> None:
-        if not self._closed and self.transport is not None:
-            self._closed = True
-            self.transport.close()
+    def _close(self, linger: bool = False) -> None:
+        """Close; with ``linger``, once the client has had the GOAWAY just written: half-closed,
+        what still arrives dropped, until the client closes its end or ``_LINGER_S`` passed."""
+        transport = self.transport
+        if self._closed or transport is None:
+            return
+        self._closed = True  # no more is read into the session (data_received)
+        if linger and transport.can_write_eof():
+            transport.write_eof()
+            self.loop.call_later(_LINGER_S, transport.close)
+        else:
+            transport.close()
 
     def _strerror(self, code: int) -> str:
         text = self.lib.nghttp2_strerror(code)

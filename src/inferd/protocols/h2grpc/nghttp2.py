@@ -201,3 +201,26 @@ class Headers:
             self._keep += (n, v)
             self.array[i] = NV(ctypes.addressof(n), ctypes.addressof(v), len(name), len(value), 0)
         self.address = ctypes.addressof(self.array)
+
+
+def new_server_session(lib: Any, session: c_void_p, callbacks: tuple[Any, ...]) -> None:
+    """Create a server session in ``session`` with ``callbacks`` (on_begin_headers, on_header,
+    on_frame_recv, on_data_chunk_recv, on_stream_close, send: kept alive by the caller)."""
+    table = c_void_p()
+    options = c_void_p()
+    lib.nghttp2_session_callbacks_new(ctypes.byref(table))
+    lib.nghttp2_option_new(ctypes.byref(options))
+    try:
+        names = ("on_begin_headers", "on_header", "on_frame_recv", "on_data_chunk_recv")
+        for name, callback in zip((*names, "on_stream_close", "send"), callbacks, strict=True):
+            setter = getattr(lib, f"nghttp2_session_callbacks_set_{name}_callback")
+            setter(table, ctypes.cast(callback, c_void_p))
+        # Windows reopen as calls take their bytes (nghttp2_session_consume), not as nghttp2
+        # parses them; closed streams are forgotten at once.
+        lib.nghttp2_option_set_no_auto_window_update(options, 1)
+        lib.nghttp2_option_set_no_closed_streams(options, 1)
+        if lib.nghttp2_session_server_new2(ctypes.byref(session), table, None, options):
+            raise MemoryError("nghttp2_session_server_new2 failed")
+    finally:
+        lib.nghttp2_option_del(options)
+        lib.nghttp2_session_callbacks_del(table)
