@@ -266,10 +266,13 @@ class TorchServeModels:
         request = self._request(name, values, names, types, headers, request_id)
         if self.streams(model):
             return self._stream(model, request, version)
+        return await self._once(model, request, version)
+
+    async def _once(self, model: ModelVersion, request: InferRequest, version: str) -> Prediction:
         try:
             response = await self.plane.run(model, request)
         except Unavailable:
-            raise no_worker(name, version) from None
+            raise no_worker(model.name, version) from None
         return _prediction(response.outputs)
 
     async def _stream(
@@ -294,11 +297,7 @@ class TorchServeModels:
         """Run one TorchServe request (its parameters' values, names, content types)."""
         model = self.version(name, version, request_id)
         request = self._request(name, values, names, types, headers, request_id)
-        try:
-            response = await self.plane.run(model, request)
-        except Unavailable:
-            raise no_worker(name, version) from None
-        return _prediction(response.outputs)
+        return await self._once(model, request, version)
 
 
 def _prediction(outputs: dict[str, Any]) -> Prediction:
