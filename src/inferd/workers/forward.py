@@ -63,6 +63,7 @@ class _Call:
     future: asyncio.Future[Result]
     timings: Timings
     responses: Callable[[Result, bool], None] | None
+    table: int = 0  # the host retired the version: the table that says so, to apply first
 
 
 @dataclass(eq=False, slots=True)
@@ -228,7 +229,7 @@ class HostLink:
         assert loop is not None
         call_id = next(self._ids)
         future: asyncio.Future[Result] = loop.create_future()
-        self._calls[call_id] = _Call(future, timings, work.responses)
+        call = self._calls[call_id] = _Call(future, timings, work.responses)
         self._queue(_Out(call_id, scheduler, work))
         try:
             result = await future
@@ -240,6 +241,11 @@ class HostLink:
             return result
         if result is CANCELLED:
             raise Unavailable("the request was cancelled on the model host")
+        if call.table:
+            # The host retired the version since this frontend routed the request to it (a
+            # swap): once the host's table that says so is applied here, the stand-in is
+            # retired too and the data plane routes the request again (``DataPlane.run``).
+            await self.caught_up(call.table)
         raise result
 
     def _queue(self, item: _Out | tuple[Any, ...]) -> None:
@@ -359,7 +365,7 @@ class HostLink:
         calls = self._calls
         for item in items:
             tag, call_id = item[0], item[1]
-            if tag == "d":  # done: (call id, result, timings)
+            if tag == "d" or tag == "m":  # done: (call id, result, timings[, table])
                 parts = self._joined.pop(call_id, None)
                 if parts is None and call_id not in calls:
                     continue
@@ -367,8 +373,9 @@ class HostLink:
                     result = decode_result(channel, item[2])
                 except Exception as exc:
                     result = InternalError(f"an answer of the model host could not be read: {exc}")
+                table = item[4] if tag == "m" else 0  # "m": the version moved on (retired)
                 if parts is None:
-                    self._done(calls.pop(call_id), result, item[3])
+                    self._done(calls.pop(call_id), result, item[3], table)
                     continue
                 shares = (
                     rows.split(result, [n for _, n in parts]) if isinstance(result, dict) else None
@@ -376,7 +383,7 @@ class HostLink:
                 for i, (part_id, _) in enumerate(parts):
                     call = calls.pop(part_id, None)
                     if call is not None:
-                        self._done(call, result if shares is None else shares[i], item[3])
+                        self._done(call, result if shares is None else shares[i], item[3], table)
             elif tag == "p":
                 call = calls.get(call_id)
                 if call is not None and call.responses is not None:
@@ -387,9 +394,10 @@ class HostLink:
             self._loop.call_later(IDLE_FLUSH_S, self._flush_idle, channel)
 
     @staticmethod
-    def _done(call: _Call, result: Result, times: tuple[int, int, int]) -> None:
+    def _done(call: _Call, result: Result, times: tuple[int, int, int], table: int = 0) -> None:
         timings = call.timings
         timings.queue_start_ns, timings.compute_start_ns, timings.compute_end_ns = times
+        call.table = table
         if not call.future.done():
             call.future.set_result(result)
 
