@@ -11,8 +11,11 @@ Each model version here is a stand-in (``workers.table``) whose scheduler is a
 ``RemoteScheduler``: the frontend validates a request and keeps the request's statistics; the
 host runs it through the version's own scheduler (its dynamic batcher sees the requests of
 every worker), answers it from its response cache when the model has one, and keeps the
-execution statistics. A client that leaves cancels its request on the host too. Both ends are
-processes of the same server, so messages are unpickled as they come.
+execution statistics. A client that leaves cancels its request on the host too. A request for a
+version the host retired since the frontend routed it (a swap) comes back with the number of the
+host's table that says so, and fails here only once that table is applied: the stand-in is then
+retired too, and the data plane routes the request again. Both ends are processes of the same
+server, so messages are unpickled as they come.
 
 When the host goes away (it died and is being restarted), requests fail at once with
 ``Unavailable``, the frontend reports not ready, and the link reconnects; the host's first
