@@ -1,12 +1,23 @@
-"""Version swaps under load: closed-loop clients on half_plus_two while poll mode swaps versions.
+"""Version swaps under load: closed-loop clients infer, naming no version, while versions swap.
 
-A server in poll mode (1 s) serves a model whose version is replaced every --swap-every-s
-seconds (a new version folder is added, the previous one removed). Prints requests, errors,
-the versions seen, and latency percentiles in windows with and without a swap in progress.
-Also times the routing step in-process (Registry.get vs Registry.route with a split).
-Usage:
+Version N of the model computes ``0.5 * x + N``, so every answer is checked against the version
+that gave it. Two ways to swap:
+
+- ``--via poll`` (default): a server in poll mode (1 s) serves a model whose version is replaced
+  every --swap-every-s seconds (a new version folder is added, the previous one removed).
+  Prints latency percentiles in windows with and without a swap in progress too.
+- ``--via upload``: a server in explicit mode whose model's only version is replaced by an
+  upload (``PUT /v2/repository/models/swap``: folder 2, then 3, ...) every --swap-every-s
+  seconds, each upload started as soon as that time has passed since the last began.
+
+Both print requests, failed requests (an error, or a wrong answer) with the first few, and the
+versions seen; ``--workers`` is the server's ``--http-workers`` (default: auto, as ``inferd
+serve`` runs). Also times the routing step in-process (Registry.get vs Registry.route with a
+split). Usage:
 
     .venv/bin/python benchmarks/version_swap.py [--clients 4] [--swaps 5] [--swap-every-s 2]
+    .venv/bin/python benchmarks/version_swap.py --via upload --clients 8 --swaps 60 \\
+        --swap-every-s 0.3
 """
 
 from __future__ import annotations
@@ -32,46 +43,104 @@ from inferd.core.routing import RoutingPolicy
 from inferd.core.stats import ModelStats
 from inferd.core.types import Tensors
 from inferd.scheduling.batcher import DirectScheduler
-from inferd.scheduling.instances import InstancePool
-from tests.e2e.lifecycle_support import remove_version, write_version, x_body
+from inferd.scheduling.instances import ThreadInstances
+from inferd.scheduling.work import BatchExecutor
+from tests.e2e.lifecycle_support import (
+    numbered_onnx,
+    remove_version,
+    right_for_version,
+    version_archive,
+    write_version,
+    x_body,
+)
 from tests.support import ServerProcess
 
+Entry = tuple[float, float, int, str]  # started, ended, status (0: a wrong answer), version
 
-async def _client(url: str, stop: asyncio.Event, log: list[tuple[float, float, int, str]]) -> None:
+
+async def _client(url: str, stop: asyncio.Event, log: list[Entry], failures: list[str]) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         body = x_body([1.0])
         while not stop.is_set():
             started = time.perf_counter()
             r = await client.post("/v2/models/swap/infer", json=body)
             ended = time.perf_counter()
-            log.append((started, ended, r.status_code, str(r.json().get("model_version", ""))))
+            status = r.status_code
+            why = r.text if status != 200 else right_for_version(r)
+            log.append((started, ended, 0 if why else status, r.json().get("model_version", "")))
+            if why and len(failures) < 5:
+                failures.append(f"{status} {why}")
+
+
+async def _poll_swaps(root: Path, args: argparse.Namespace, log: list[Entry]) -> list[float]:
+    """Add version N+1, wait for its first answer, remove version N; the seconds each took."""
+    waits: list[float] = []
+    for version in range(2, args.swaps + 2):
+        written = time.perf_counter()
+        write_version(root / "swap", version, numbered_onnx(version))
+        while not any(v == str(version) for _, _, _, v in log[-args.clients :]):
+            await asyncio.sleep(0.01)
+        waits.append(time.perf_counter() - written)
+        remove_version(root / "swap", version - 1)
+        await asyncio.sleep(args.swap_every_s)
+    return waits
+
+
+async def _upload_swaps(url: str, args: argparse.Namespace) -> list[float]:
+    """Upload versions 2, 3, ... one every --swap-every-s; the seconds each upload took."""
+    took: list[float] = []
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        for version in range(2, args.swaps + 2):
+            body = version_archive(version)
+            started = time.perf_counter()
+            r = await client.put("/v2/repository/models/swap", content=body)
+            took.append(time.perf_counter() - started)
+            if r.status_code != 200:
+                print(f"upload of version {version}: {r.status_code} {r.text}")
+            await asyncio.sleep(max(0.0, args.swap_every_s - took[-1]))
+    return took
 
 
 async def _run(server: ServerProcess, root: Path, args: argparse.Namespace) -> None:
     stop = asyncio.Event()
-    log: list[tuple[float, float, int, str]] = []
+    log: list[Entry] = []
+    failures: list[str] = []
     clients = [
-        asyncio.create_task(_client(server.http_url, stop, log)) for _ in range(args.clients)
+        asyncio.create_task(_client(server.http_url, stop, log, failures))
+        for _ in range(args.clients)
     ]
-    swaps: list[tuple[float, float]] = []  # (folder written, first answer of the new version)
     await asyncio.sleep(args.swap_every_s)
-    for version in range(2, args.swaps + 2):
-        written = time.perf_counter()
-        write_version(root / "swap", version)
-        while not any(v == str(version) for _, _, _, v in log[-args.clients :]):
-            await asyncio.sleep(0.01)
-        switched = time.perf_counter()
-        swaps.append((written, switched))
-        remove_version(root / "swap", version - 1)
-        await asyncio.sleep(args.swap_every_s)
+    started = time.perf_counter()
+    if args.via == "upload":
+        took = await _upload_swaps(server.http_url, args)
+    else:
+        took = await _poll_swaps(root, args, log)
+    ended = time.perf_counter()
+    await asyncio.sleep(args.swap_every_s)
     stop.set()
     await asyncio.gather(*clients)
 
-    errors = [entry for entry in log if entry[2] != 200]
-    print(f"clients {args.clients}, swaps {args.swaps}: {len(log)} requests, {len(errors)} errors")
-    print(f"versions seen: {sorted({v for *_, v in log}, key=int)}")
+    failed = [entry for entry in log if entry[2] != 200]
+    print(
+        f"{args.via}, workers {args.workers}, clients {args.clients}, swaps {args.swaps} every "
+        f"{args.swap_every_s} s: {len(log)} requests, {len(failed)} failed"
+    )
+    for line in failures:
+        print(f"  e.g. {line[:200]}")
+    print(f"versions seen: {sorted({v for *_, v in log if v}, key=int)}")
     duration = log[-1][1] - log[0][0]
     print(f"throughput: {len(log) / duration:.0f} req/s over {duration:.1f} s")
+
+    if args.via == "upload":
+        print(
+            f"uploads: {len(took)} in {ended - started:.1f} s, each took median "
+            f"{statistics.median(took):.2f} s, max {max(took):.2f} s"
+        )
+        return
+    swaps = []  # (folder written, first answer of the new version), as logged
+    for i, wait in enumerate(took):
+        first = min((e[0] for e in log if e[3] == str(i + 2)), default=ended)
+        swaps.append((first - wait, first))
 
     def in_swap(started: float) -> bool:
         return any(w - 0.05 <= started <= s + 1.0 for w, s in swaps)
@@ -88,8 +157,7 @@ async def _run(server: ServerProcess, root: Path, args: argparse.Namespace) -> N
             f"{label:>14}: {len(ms)} requests, p50 {cuts[49]:.2f} ms, p99 {cuts[98]:.2f} ms, "
             f"max {ms[-1]:.2f} ms"
         )
-    poll_wait = [s - w for w, s in swaps]
-    print(f"folder written -> new version answering: median {statistics.median(poll_wait):.2f} s")
+    print(f"folder written -> new version answering: median {statistics.median(took):.2f} s")
 
 
 def _routing_cost() -> None:
@@ -114,6 +182,8 @@ def _registry_with(versions: tuple[int, ...]) -> Registry:
     )
 
     class Echo:
+        inline = False
+
         def execute(self, inputs: Tensors, output_names: Sequence[str]) -> Tensors:
             return {"y": inputs["x"]}
 
@@ -123,7 +193,8 @@ def _registry_with(versions: tuple[int, ...]) -> Registry:
     loaded = {}
     for v in versions:
         stats = ModelStats()
-        scheduler = DirectScheduler(InstancePool(f"m/{v}", [Echo()]), stats)
+        pool = ThreadInstances(f"m/{v}", [BatchExecutor(f"m/{v}", Echo())])
+        scheduler = DirectScheduler(pool, stats)
         loaded[v] = ModelVersion("m", v, config, build_spec(config), scheduler, stats)
     registry = Registry()
     status = {v: VersionStatus(v, ModelState.READY) for v in versions}
@@ -136,20 +207,19 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--swaps", type=int, default=5)
     parser.add_argument("--swap-every-s", type=float, default=2.0)
+    parser.add_argument("--via", choices=("poll", "upload"), default="poll")
+    parser.add_argument("--workers", default="auto", help="the server's --http-workers")
     args = parser.parse_args()
     _routing_cost()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "models"
-        write_version(root / "swap", 1)
+        write_version(root / "swap", 1, numbered_onnx(1))
+        if args.via == "upload":
+            mode = ["--model-control-mode", "explicit", "--load-model", "swap"]
+        else:
+            mode = ["--model-control-mode", "poll", "--repository-poll-secs", "1"]
         server = ServerProcess(
-            root,
-            extra_args=[
-                "--allow-grpc=false",
-                "--model-control-mode",
-                "poll",
-                "--repository-poll-secs",
-                "1",
-            ],
+            root, extra_args=["--allow-grpc=false", "--http-workers", args.workers, *mode]
         ).start()
         try:
             asyncio.run(_run(server, root, args))

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import shutil
+import tarfile
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,6 +50,37 @@ def affine_onnx(scale: float, offset: float) -> bytes:
 
 HALF_PLUS_TWO = affine_onnx(0.5, 2.0)
 HALF_PLUS_THREE = affine_onnx(0.5, 3.0)
+
+
+def numbered_onnx(version: int) -> bytes:
+    """The model a version swap serves as version N: y = 0.5 * x + N, so each answer shows
+    which version gave it (``right_for_version``)."""
+    return affine_onnx(0.5, float(version))
+
+
+def right_for_version(response: httpx.Response) -> str:
+    """Why an answer to ``x_body([1.0])`` is not what ``numbered_onnx`` of the version that
+    answered computes ('' when it is)."""
+    doc = response.json()
+    version = str(doc.get("model_version", ""))
+    try:
+        value = doc["outputs"][0]["data"][0]
+    except (KeyError, IndexError, TypeError):
+        return f"no output in {doc}"
+    if not version.isdecimal() or value != 0.5 + int(version):
+        return f"version '{version}' answered {value}"
+    return ""
+
+
+def version_archive(version: int) -> bytes:
+    """A .tar.gz of a model folder holding version ``version`` alone (``numbered_onnx``)."""
+    data = numbered_onnx(version)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo(f"{version}/model.onnx")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
 
 
 def write_version(model_dir: Path, version: int, onnx_bytes: bytes = HALF_PLUS_TWO) -> None:
@@ -94,12 +128,21 @@ def infer(
 class Traffic:
     """Inference requests from ``clients`` connections in a background thread until ``stop``:
     ``answers`` counts them by HTTP status (0: no answer), ``failures`` keeps the first few
-    that were not 200."""
+    that were not 200. ``check`` (e.g. ``right_for_version``) says what is wrong with a 200
+    answer ('' when nothing is): ``wrong`` counts those."""
 
-    def __init__(self, server: ServerProcess, models: list[str], clients: int = 4) -> None:
+    def __init__(
+        self,
+        server: ServerProcess,
+        models: list[str],
+        clients: int = 4,
+        check: Callable[[httpx.Response], str] | None = None,
+    ) -> None:
         self.server = server
         self.models = models
         self.clients = clients
+        self.check = check
+        self.wrong = 0
         self.answers: Counter[int] = Counter()
         self.failures: list[str] = []
         self._stop = threading.Event()
@@ -127,6 +170,11 @@ class Traffic:
                         status, text = 0, repr(exc)
                     else:
                         status, text = r.status_code, r.text
+                        why = self.check(r) if self.check and status == 200 else ""
+                        if why:
+                            self.wrong += 1
+                            if len(self.failures) < 5:
+                                self.failures.append(f"{model}: {why}")
                     self.answers[status] += 1
                     if status != 200 and len(self.failures) < 5:
                         self.failures.append(f"{model}: {status} {text}")

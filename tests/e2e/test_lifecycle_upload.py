@@ -1,7 +1,8 @@
 """Uploads: PUT /v2/repository/models/{m} with a .tar.gz or .zip, and ``inferd repo push``.
 
 A good archive is written into the repository and serves; a bad one answers 4xx naming the
-problem and leaves the repository exactly as it was.
+problem and leaves the repository exactly as it was. Uploads that replace a model under traffic
+fail no request, in the layout ``inferd serve`` runs (frontends beside the model host).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,11 +24,15 @@ from tests.e2e.lifecycle_support import (
     HALF_PLUS_TWO,
     HPT,
     HTTP,
+    Traffic,
     infer,
+    numbered_onnx,
+    right_for_version,
     states,
+    version_archive,
     write_version,
 )
-from tests.support import ServerProcess
+from tests.support import ServerProcess, wait_for
 
 MAX_UPLOAD_BYTES = 100_000
 
@@ -168,3 +174,36 @@ def test_bad_uploads_are_4xx_and_write_nothing(
     assert not (root.parent / "escape").exists() and not Path("/tmp/escape").exists()
     assert states(server, "evil") == {}
     assert infer(server, HPT, [1.0]).json()["outputs"][0]["data"] == [2.5]
+
+
+SWAP_UPLOADS = 15
+SWAP_EVERY_S = 0.3  # how often an upload starts: the pace of the load, not a bound
+
+
+def test_uploads_that_replace_the_only_version_fail_no_request(tmp_path: Path) -> None:
+    """An upload loop replaces a model's only version (folder 1, then 2, then 3...) while 8
+    clients infer naming no version, with frontends beside the model host: each request goes
+    to a version that serves (a frontend that routed one to a version the host has just
+    retired routes it again), and every answer is the one its version computes."""
+    root = tmp_path / "models"
+    write_version(root / "swap", 1, numbered_onnx(1))
+    args = ["--model-control-mode", "explicit", "--load-model", "swap", "--http-workers", "3"]
+    server = ServerProcess(root, extra_args=args).start()
+    try:
+        traffic = Traffic(server, ["swap"], clients=8, check=right_for_version).start()
+        before = wait_for(lambda: sum(traffic.answers.values()), "the clients' first answers")
+        for version in range(2, SWAP_UPLOADS + 2):
+            started = time.monotonic()
+            status, doc = _put(server, "swap", version_archive(version))
+            assert status == 200, doc
+            time.sleep(max(0.0, SWAP_EVERY_S - (time.monotonic() - started)))
+        during = sum(traffic.answers.values()) - before
+        answers = traffic.stop()
+        last = infer(server, "swap", [1.0]).json()  # the upload answered once every worker has it
+        assert last["model_version"] == str(SWAP_UPLOADS + 1), last
+        assert last["outputs"][0]["data"] == [0.5 + SWAP_UPLOADS + 1]
+    finally:
+        server.stop()
+    assert dict(answers) == {200: answers[200]}, traffic.failures
+    assert traffic.wrong == 0, traffic.failures
+    assert during >= SWAP_UPLOADS  # the clients were answered all along the uploads

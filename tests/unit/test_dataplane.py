@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +15,10 @@ import pytest
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InvalidInput, NotFound, Unavailable, Unimplemented
 from inferd.core.model import ModelState, ModelVersion
+from inferd.core.registry import Registry
 from inferd.core.routing import RoutingPolicy, ShadowCounts, ShadowPolicy
 from inferd.core.stats import ModelStatistics, StatDuration
-from inferd.core.types import InferRequest
+from inferd.core.types import InferRequest, Tensors, Timings
 from inferd.core.views import (
     ModelMetadata,
     ModelStatus,
@@ -24,6 +26,7 @@ from inferd.core.views import (
     TensorMetadata,
     VersionState,
 )
+from inferd.scheduling.work import Work
 from inferd.version import __version__
 from tests.echo_support import echo_version, registry_with, request, rows
 
@@ -201,3 +204,49 @@ def test_a_retired_version_is_routed_again(tmp_path: Path) -> None:
     assert old.state is ModelState.UNAVAILABLE
     with pytest.raises(Unavailable, match="no ready version"):
         asyncio.run(DataPlane(registry_with(old)).model_metadata("swap"))
+
+
+class _RetiredOnTheHost:
+    """The scheduler of a frontend's stand-in whose version the model host retired, with its
+    folder, since the frontend routed a request to it: the host's table that says so is applied
+    (``swap_in``: the stand-in retired, the next version put in), then the host's NotFound."""
+
+    def __init__(self, swap_in: list[ModelVersion], registry: Registry) -> None:
+        self.swap_in = swap_in
+        self.registry = registry
+        self.stand_in: ModelVersion | None = None
+
+    async def run(self, work: Work, timings: Timings) -> Tensors:
+        assert self.stand_in is not None
+        self.stand_in.state = ModelState.UNAVAILABLE
+        self.registry.put(registry_with(self.swap_in.pop(0)).record("swap"))
+        raise NotFound(f"Request for unknown model: 'swap' version {self.stand_in.version} ...")
+
+    async def close(self) -> None:
+        return None
+
+
+def test_versions_retired_one_after_another_are_routed_again(tmp_path: Path) -> None:
+    """A request that names no version follows quick swaps, the host's NotFound included, as
+    long as each version it reaches was retired; one that names a retired version fails."""
+    echo = echo_version(tmp_path, UNBATCHED, name="swap", version=9)
+    registry = Registry()
+    last = echo_version(tmp_path, UNBATCHED, name="swap", version=3)
+    versions = [last]
+    for number in (2, 1):
+        scheduler = _RetiredOnTheHost(versions[:1], registry)
+        stand_in = replace(echo, version=number, scheduler=scheduler)
+        scheduler.stand_in = stand_in
+        versions.insert(0, stand_in)
+    registry.put(registry_with(versions[0]).record("swap"))
+    plane = DataPlane(registry)
+    body = {"INPUT0": np.ones(2, np.float32)}
+
+    async def run(version: str = "") -> str:
+        answer = await plane.infer(InferRequest("swap", body, model_version=version))
+        return answer.model_version
+
+    assert asyncio.run(run()) == "3"  # 1 retired on the host, then 2, then 3 answers
+    with pytest.raises(NotFound, match="'swap' version 1 is not found"):
+        asyncio.run(run("1"))
+    asyncio.run(_close([echo, last]))

@@ -54,6 +54,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("inferd.dataplane")
 
+# How many times a request is routed again when the version it was routed to retires first.
+REROUTES = 3
+
 # Triton's server extensions that inferd implements, in Triton's order; GET /v2 and gRPC
 # ServerMetadata list them (tests check each one listed works and each one left out is absent).
 LEADING_EXTENSIONS: tuple[str, ...] = ("classification",)  # before the repository's, as Triton
@@ -354,17 +357,31 @@ class DataPlane:
         """Run a request on the version routing chose for it, then mirror it if asked."""
         try:
             response = await model.infer(request, signature)
-        except Unavailable:
+        except (Unavailable, NotFound):
             if model.state is ModelState.READY:
                 raise
-            # Retired between routing and running (a version swap, an eviction): route once
-            # more (loading the model again if it was evicted).
-            model = await self._route(request, label, False)
-            response = await model.infer(request, signature)
+            model, response = await self._rerun(request, label, signature)
         routing = self.registry.shadowing(model.name)
         if routing is not None and not signature:
             self.shadows.mirror(routing, model, request, response)
         return response
+
+    async def _rerun(
+        self, request: InferRequest, label: str, signature: str
+    ) -> tuple[ModelVersion, InferResponse]:
+        """A request whose version was retired between routing and running (a version swap,
+        an eviction; in a frontend worker, on the model host): route it again, loading the
+        model again if it was evicted, while each version it is routed to retires under it
+        (uploads in quick succession), at most ``REROUTES`` times."""
+        tries = 0
+        while True:
+            tries += 1
+            model = await self._route(request, label, False)
+            try:
+                return model, await model.infer(request, signature)
+            except (Unavailable, NotFound):
+                if model.state is ModelState.READY or tries >= REROUTES:
+                    raise
 
     # ------------------------------------------------------------------ repository API
 

@@ -11,8 +11,11 @@ Each model version here is a stand-in (``workers.table``) whose scheduler is a
 ``RemoteScheduler``: the frontend validates a request and keeps the request's statistics; the
 host runs it through the version's own scheduler (its dynamic batcher sees the requests of
 every worker), answers it from its response cache when the model has one, and keeps the
-execution statistics. A client that leaves cancels its request on the host too. Both ends are
-processes of the same server, so messages are unpickled as they come.
+execution statistics. A client that leaves cancels its request on the host too. A request for a
+version the host retired since the frontend routed it (a swap) comes back with the number of the
+host's table that says so, and fails here only once that table is applied: the stand-in is then
+retired too, and the data plane routes the request again. Both ends are processes of the same
+server, so messages are unpickled as they come.
 
 When the host goes away (it died and is being restarted), requests fail at once with
 ``Unavailable``, the frontend reports not ready, and the link reconnects; the host's first
@@ -63,6 +66,7 @@ class _Call:
     future: asyncio.Future[Result]
     timings: Timings
     responses: Callable[[Result, bool], None] | None
+    table: int = 0  # the host retired the version: the table that says so, to apply first
 
 
 @dataclass(eq=False, slots=True)
@@ -228,7 +232,7 @@ class HostLink:
         assert loop is not None
         call_id = next(self._ids)
         future: asyncio.Future[Result] = loop.create_future()
-        self._calls[call_id] = _Call(future, timings, work.responses)
+        call = self._calls[call_id] = _Call(future, timings, work.responses)
         self._queue(_Out(call_id, scheduler, work))
         try:
             result = await future
@@ -240,6 +244,11 @@ class HostLink:
             return result
         if result is CANCELLED:
             raise Unavailable("the request was cancelled on the model host")
+        if call.table:
+            # The host retired the version since this frontend routed the request to it (a
+            # swap): once the host's table that says so is applied here, the stand-in is
+            # retired too and the data plane routes the request again (``DataPlane.run``).
+            await self.caught_up(call.table)
         raise result
 
     def _queue(self, item: _Out | tuple[Any, ...]) -> None:
@@ -359,7 +368,7 @@ class HostLink:
         calls = self._calls
         for item in items:
             tag, call_id = item[0], item[1]
-            if tag == "d":  # done: (call id, result, timings)
+            if tag == "d" or tag == "m":  # done: (call id, result, timings[, table])
                 parts = self._joined.pop(call_id, None)
                 if parts is None and call_id not in calls:
                     continue
@@ -367,8 +376,9 @@ class HostLink:
                     result = decode_result(channel, item[2])
                 except Exception as exc:
                     result = InternalError(f"an answer of the model host could not be read: {exc}")
+                table = item[4] if tag == "m" else 0  # "m": the version moved on (retired)
                 if parts is None:
-                    self._done(calls.pop(call_id), result, item[3])
+                    self._done(calls.pop(call_id), result, item[3], table)
                     continue
                 shares = (
                     rows.split(result, [n for _, n in parts]) if isinstance(result, dict) else None
@@ -376,7 +386,7 @@ class HostLink:
                 for i, (part_id, _) in enumerate(parts):
                     call = calls.pop(part_id, None)
                     if call is not None:
-                        self._done(call, result if shares is None else shares[i], item[3])
+                        self._done(call, result if shares is None else shares[i], item[3], table)
             elif tag == "p":
                 call = calls.get(call_id)
                 if call is not None and call.responses is not None:
@@ -387,9 +397,10 @@ class HostLink:
             self._loop.call_later(IDLE_FLUSH_S, self._flush_idle, channel)
 
     @staticmethod
-    def _done(call: _Call, result: Result, times: tuple[int, int, int]) -> None:
+    def _done(call: _Call, result: Result, times: tuple[int, int, int], table: int = 0) -> None:
         timings = call.timings
         timings.queue_start_ns, timings.compute_start_ns, timings.compute_end_ns = times
+        call.table = table
         if not call.future.done():
             call.future.set_result(result)
 

@@ -68,6 +68,7 @@ class _Frontend:
     channel: Channel
     index: int = -1  # -1 until it said hello
     acked: int = 0  # the last table it applied
+    table: int = 0  # the last table sent to it
     tasks: dict[int, tuple[Work, asyncio.Task[None]]] = field(default_factory=dict)
     running: int = 0  # its calls not answered yet
     outbox: list[tuple[Any, ...]] = field(default_factory=list)
@@ -245,9 +246,11 @@ class ModelHost:
         version = self.registry.ready_version(name, number)
         if version is None:
             # Retired since the frontend routed it (a swap): the record that says so goes out
-            # before the answer, so that the frontend routes the request again.
+            # before the answer, which names that table, so that the frontend applies it and
+            # then routes the request again (``HostLink.run``).
             self._publish(only_changes=True, names=(name,))
-            self._answer(frontend, call_id, _missing(self.registry, name, number), Timings())
+            error = _missing(self.registry, name, number)
+            self._answer(frontend, call_id, error, Timings(), frontend.table)
             return
         try:
             tensors = decode_tensors(frontend.channel, inputs)
@@ -324,12 +327,19 @@ class ModelHost:
             work.cancelled = True  # an instance that has it skips it
             task.cancel()
 
-    def _answer(self, frontend: _Frontend, call_id: int, result: Result, timings: Timings) -> None:
+    def _answer(
+        self, frontend: _Frontend, call_id: int, result: Result, timings: Timings, table: int = 0
+    ) -> None:
+        """``table``: the request's version was retired, as that table (sent before) says."""
         frontend.running -= 1
         if frontend.closed:
             return
         times = (timings.queue_start_ns, timings.compute_start_ns, timings.compute_end_ns)
-        self._queue(frontend, ("d", call_id, self._encode(frontend, result), times))
+        encoded = self._encode(frontend, result)
+        self._queue(
+            frontend,
+            ("m", call_id, encoded, times, table) if table else ("d", call_id, encoded, times),
+        )
 
     def _part(self, frontend: _Frontend, call_id: int, result: Result, final: bool) -> None:
         """One response of a decoupled model, as the model sends it."""
@@ -400,6 +410,7 @@ class ModelHost:
     def _send_table(
         self, frontend: _Frontend, docs: list[dict[str, Any]], gone: list[str], full: bool
     ) -> None:
+        frontend.table = self._seq
         self._send(frontend, "table", (self._seq, full, docs, gone, self._status_payload()))
 
     def activity(self) -> tuple[int, int]:
