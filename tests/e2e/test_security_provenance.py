@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from tests.e2e.lifecycle_support import HALF_PLUS_TWO, HTTP, infer
+from tests.e2e.s3_support import CREDENTIALS, MotoServer
 from tests.e2e.test_security_code import evil_pickle, python_model
 from tests.support import ServerProcess
 
@@ -45,6 +46,8 @@ AS_SKLEARN = {
     "max_batch_size": 8,
     "version_policy": {"specific": {"versions": [1]}},
 }
+# The same in a model process: the grants travel with the worker's recipe.
+IN_PROCESS = {**AS_SKLEARN, "parameters": {"process_instances": {"string_value": "true"}}}
 # Long enough for a load with three serving processes on a busy host.
 LONG = httpx.Timeout(120.0)
 
@@ -128,6 +131,7 @@ def test_a_config_override_does_not_run_uploaded_code(tmp_path: Path) -> None:
         no_marker(markers)
         refused_python(load(srv, "trojan", AS_PYTHON))
         refused_pickle(load(srv, "trojan", AS_SKLEARN))
+        refused_pickle(load(srv, "trojan", IN_PROCESS))
         no_marker(markers)
         still_onnx(srv, "trojan")  # the refused loads left the serving version alone
         record = json.loads((root / "trojan" / PROVENANCE_FILE).read_text())
@@ -209,6 +213,45 @@ def test_an_admin_may_still_send_code(tmp_path: Path) -> None:
         assert r.json()["outputs"][0]["data"] == [3.0]
     finally:
         srv.stop()
+
+
+def test_the_origin_travels_through_an_s3_bucket(tmp_path: Path) -> None:
+    """Uploaded into a bucket, the record goes with the files: a server started later on the
+    bucket (a replica, a restart, another cache) refuses to run them."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    moto = MotoServer().start()
+    servers: list[ServerProcess] = []
+    try:
+        moto.client().create_bucket(Bucket="models")
+        for cache in ("cache-a", "cache-b"):
+            srv = ServerProcess(
+                Path("unused"),
+                extra_args=[
+                    *LAYOUT,
+                    *ALWAYS,
+                    "--s3-endpoint-url",
+                    moto.url,
+                    "--model-cache-dir",
+                    str(tmp_path / cache),
+                ],
+                env=dict(CREDENTIALS),
+                log_path=tmp_path / f"{cache}.log",
+            )
+            srv.repository = "s3://models/m"  # type: ignore[assignment]  # a URI, not a folder
+            servers.append(srv.start(timeout_s=180))
+        first, second = servers
+        upload(first, "trojan", markers)
+        keys = moto.client().list_objects_v2(Bucket="models", Prefix="m/trojan/")["Contents"]
+        assert f"m/trojan/{PROVENANCE_FILE}" in [k["Key"] for k in keys]
+        refused_pickle(load(first, "trojan", AS_SKLEARN))
+        refused_python(load(second, "trojan", AS_PYTHON))
+        refused_pickle(load(second, "trojan", AS_SKLEARN))
+        no_marker(markers)
+    finally:
+        for srv in servers:
+            srv.stop()
+        moto.stop()
 
 
 def test_the_record_comes_from_the_server_only(tmp_path: Path) -> None:

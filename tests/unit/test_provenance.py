@@ -10,7 +10,7 @@ import pytest
 
 from inferd.core.errors import ConfigError
 from inferd.repository.local import LocalStorage
-from inferd.repository.provenance import network_files, record
+from inferd.repository.provenance import added, network_files, record
 from inferd.repository.storage import PROVENANCE_FILE
 from inferd.security.trust import (
     Capability,
@@ -100,3 +100,18 @@ def test_a_file_of_the_network_needs_what_code_sent_through_the_api_needs(tmp_pa
     with granted(grants):
         require(Capability.PICKLE, "model.joblib is a pickle", [sent])
         require(Capability.PYTHON_MODELS, "model.py is a Python model")
+
+
+def test_files_written_one_by_one_are_added_and_judged_by_contents(tmp_path: Path) -> None:
+    folder = _model(tmp_path)
+    record(folder, "an upload")
+    (folder / "2").mkdir()
+    (folder / "2" / "model.mar").write_bytes(b"archive")
+    existing = (folder / PROVENANCE_FILE).read_bytes()
+    data = added(existing, {"2/model.mar": b"archive"}, "a TorchServe registration")
+    (folder / PROVENANCE_FILE).write_bytes(data)
+    assert "2/model.mar" in network_files(folder) and "1/model.py" in network_files(folder)
+    (folder / "2" / "model.mar").write_bytes(b"ARCHIVE")
+    assert "2/model.mar" not in network_files(folder)
+    with pytest.raises(ConfigError):
+        added(b"[]", {"x": b""}, "a TorchServe registration")

@@ -21,6 +21,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,18 @@ def record(folder: Path, source: str) -> int:
     return len(files)
 
 
+def added(existing: bytes | None, files: Mapping[str, bytes], source: str) -> bytes:
+    """A record (``existing``, None: none yet) with ``files`` ({path in the model folder:
+    contents}) added, for files the server writes one by one into a store (a TorchServe
+    archive downloaded from a URL): their time is unknown, so their contents decide."""
+    entries = _parse(existing) if existing is not None else {}
+    for rel, data in files.items():
+        digest = hashlib.sha256(data).hexdigest()
+        entries[rel] = {"size": len(data), "mtime_ns": -1, "sha256": digest}
+    doc = {"format": FORMAT, "source": source, "recorded_unix_s": int(time.time())}
+    return json.dumps({**doc, "files": entries}, indent=1, sort_keys=True).encode()
+
+
 def _entries(folder: Path) -> dict[str, dict[str, Any]]:
     path = folder / PROVENANCE_FILE
     try:
@@ -76,6 +89,10 @@ def _entries(folder: Path) -> dict[str, dict[str, Any]]:
         return {}
     except OSError as exc:
         raise ConfigError(f"cannot read {PROVENANCE_FILE}: {exc}") from None
+    return _parse(data)
+
+
+def _parse(data: bytes) -> dict[str, dict[str, Any]]:
     try:
         doc = json.loads(data)
         files = doc["files"]
