@@ -6,24 +6,32 @@ nothing of it runs. A later load call whose ``config`` parameter turns the model
 or scikit-learn model must not run those files either, even with ``--allow-python-models
 always`` and ``--allow-pickle always``: running code sent through the API needs an admin token.
 The origin is kept in the model folder (``.inferd-provenance.json``), so it holds after a
-restart of the server; a file the operator rewrites on disk is the operator's again. Servers
+restart of the server, through an S3 bucket to another server, and for a TorchServe archive
+downloaded from a URL; a file the operator rewrites on disk is the operator's again. Servers
 run the default layout (a model host and two frontends: ``--http-workers 3``).
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import json
+import re
 import tarfile
+import threading
+from http.server import HTTPServer, SimpleHTTPRequestHandler
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.lifecycle_support import HALF_PLUS_TWO, HTTP, infer
+from tests.e2e.lifecycle_support import HALF_PLUS_TWO, HTTP, index, infer
 from tests.e2e.s3_support import CREDENTIALS, MotoServer
 from tests.e2e.test_security_code import evil_pickle, python_model
+from tests.e2e.torchserve_support import Ports, torchserve_store
 from tests.support import ServerProcess
+
+__all__ = ["torchserve_store"]
 
 pytest.importorskip("joblib")
 
@@ -279,5 +287,50 @@ def test_the_record_comes_from_the_server_only(tmp_path: Path) -> None:
         assert r.status_code == 200, r.text
         refused_pickle(load(srv, "forged", AS_SKLEARN))
         no_marker(markers)
+    finally:
+        srv.stop()
+
+
+def test_a_torchserve_archive_downloaded_from_a_url_stays_the_networks(
+    tmp_path: Path, torchserve_store: Path
+) -> None:
+    """Registered from a URL by an admin, the archive is the network's after a restart too:
+    a server without an admin token does not run its handler."""
+    pytest.importorskip("torch")
+    files = HTTPServer(
+        ("127.0.0.1", 0), functools.partial(SimpleHTTPRequestHandler, directory=torchserve_store)
+    )
+    threading.Thread(target=files.serve_forever, daemon=True).start()
+    root = tmp_path / "models"
+    root.mkdir()
+    url = f"http://127.0.0.1:{files.server_port}/echo.mar"
+    ports = Ports()
+    admin = [*LAYOUT, *ALWAYS, "--model-store", str(tmp_path), "--enable-model-api"]
+    admin += ["--admin-token", "root-secret"]
+    srv = ServerProcess(
+        root,
+        extra_args=[*admin, "--allowed-urls", re.escape(url), *ports.args()],
+        token="Bearer root-secret",
+    ).start(timeout_s=180)
+    try:
+        r = HTTP.post(
+            f"{ports.management_url}/models",
+            params={"url": url, "model_name": "fetched", "synchronous": "true"},
+            headers={"authorization": "Bearer root-secret"},
+            timeout=LONG,
+        )
+        assert r.status_code == 200, r.text
+    finally:
+        srv.stop()
+        files.shutdown()
+    record = json.loads((root / "fetched" / PROVENANCE_FILE).read_text())
+    assert list(record["files"]) == ["1/echo.mar"]
+    args = [*LAYOUT, *ALWAYS, "--load-model", "fetched", "--strict-readiness=false"]
+    srv = ServerProcess(root, extra_args=args).start(timeout_s=180)
+    try:
+        (entry,) = [e for e in index(srv) if e["name"] == "fetched"]
+        assert entry["state"] == "UNAVAILABLE", entry
+        assert "echo.mar holds a TorchServe handler" in entry["reason"], entry
+        assert "sent through the repository API" in entry["reason"], entry
     finally:
         srv.stop()
