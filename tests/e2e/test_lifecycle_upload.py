@@ -100,7 +100,8 @@ def test_a_zip_with_a_top_folder_replaces_the_model(uploads: tuple[ServerProcess
     assert states(server, "zipped") == {"1": "READY", "2": "READY"}
     status, doc = _put(server, "zipped", _zip({"1/model.onnx": HALF_PLUS_THREE}))
     assert status == 200, doc
-    assert _tree(root / "zipped") == ["1", "1/model.onnx"]  # PUT replaces the whole folder
+    # PUT replaces the whole folder; the server records what it received.
+    assert _tree(root / "zipped") == [".inferd-provenance.json", "1", "1/model.onnx"]
     assert infer(server, "zipped", [1.0]).json()["outputs"][0]["data"] == [3.5]
     assert states(server, "zipped") == {"1": "READY"}
 
@@ -128,7 +129,8 @@ def test_repo_push_packs_and_uploads_a_folder(
     assert done.returncode == 0, done.stderr
     assert '"state": "READY"' in done.stdout
     assert infer(server, "pushed", [1.0]).json()["model_version"] == "2"
-    assert _tree(root / "pushed") == ["1", "1/model.onnx", "2", "2/model.onnx"]
+    expected = [".inferd-provenance.json", "1", "1/model.onnx", "2", "2/model.onnx"]
+    assert _tree(root / "pushed") == expected
     missing = subprocess.run(
         [sys.executable, "-m", "inferd", "repo", "push", str(tmp_path / "nope")],
         capture_output=True,

@@ -90,7 +90,7 @@ def test_an_upload_through_one_node_serves_on_the_other(
     assert r.status_code == 200, r.text
     assert infer(a, "pushed", [1.0]).json()["outputs"][0]["data"] == [3.5]
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="pushed/")["Contents"]]
-    assert keys == ["pushed/1/model.onnx"]
+    assert keys == ["pushed/.inferd-provenance.json", "pushed/1/model.onnx"]
     wait_for(lambda: states(b, "pushed") == {"1": "READY"}, "the upload on the other node")
     assert infer(b, "pushed", [1.0]).json()["outputs"][0]["data"] == [3.5]
     bad = HTTP.put(f"{a.http_url}/v2/repository/models/broken", content=_tar_of(b"not onnx"))

@@ -49,7 +49,7 @@ def read_model(version_dir: Path, config: ModelConfig, threads: int = 1) -> Tabu
             "--allow-pickle decides",
             config.name,
         )
-    require(Capability.PICKLE, f"{path.name} is a pickle")
+    require(Capability.PICKLE, f"{path.name} is a pickle", [path])
     try:
         import joblib
         import sklearn  # noqa: F401  (the estimator's classes live there)

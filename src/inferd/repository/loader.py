@@ -7,6 +7,7 @@ worker threads and decides what to swap in or retire.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from inferd.core.stats import ModelStats
 from inferd.core.types import ModelCaller
 from inferd.repository.config import read_config
 from inferd.repository.layout import select_versions, version_dirs
+from inferd.repository.provenance import network_files
 from inferd.repository.routing_file import read_policy
 from inferd.repository.storage import check_relative
 from inferd.repository.warmup import run_warmup
@@ -63,7 +65,8 @@ class LoadOptions:
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What a model folder asks for: its config, the versions to serve, backend, routing
-    (config parameters with ``routing.json`` on top), and the models it needs loaded first."""
+    (config parameters with ``routing.json`` on top), the models it needs loaded first, and
+    its files that arrived through the network (``inferd.repository.provenance``)."""
 
     folder: Path
     config: ModelConfig
@@ -72,6 +75,12 @@ class Plan:
     backend: Backend
     routing: RoutingPolicy
     dependencies: tuple[str, ...] = ()
+    network: frozenset[str] = frozenset()  # paths in the folder
+
+
+# Files of the network that no backend runs as code (the config is read, never run): they do
+# not make a whole model the network's.
+NOT_CODE = frozenset({"config.pbtxt", "routing.json"})
 
 
 def plan(name: str, folder: Path, override: ModelConfig | None = None) -> Plan:
@@ -97,7 +106,17 @@ def plan(name: str, folder: Path, override: ModelConfig | None = None) -> Plan:
     needs = tuple(declared(config)) if declared is not None else ()
     if name in needs:
         raise ConfigError(f"model '{name}' depends on itself")
-    return Plan(folder, config, dirs, selected, backend, routing, needs)
+    network = network_files(folder)
+    return Plan(folder, config, dirs, selected, backend, routing, needs, network)
+
+
+def grants_for(model_plan: Plan, policy: CodePolicy, origin: Origin) -> Grants:
+    """What a version of ``model_plan`` may run: by its origin, but its files that arrived
+    through the network count as sent through the API, whatever the origin."""
+    folder = model_plan.folder
+    network = {os.path.realpath(folder / rel): rel for rel in model_plan.network}
+    code = tuple(sorted(rel for rel in model_plan.network if rel not in NOT_CODE))
+    return policy.grants(origin, network, code)
 
 
 def check_config_paths(config: ModelConfig) -> None:
@@ -135,7 +154,7 @@ def load_version(
     backend may run while it completes the config and builds instances
     (``inferd.security.trust``)."""
     started = time.perf_counter()
-    grants = options.code_policy.grants(origin)
+    grants = grants_for(model_plan, options.code_policy, origin)
     backend = model_plan.backend
     version_dir = model_plan.dirs[version]
     config = ModelConfig()

@@ -13,7 +13,13 @@ import shutil
 import uuid
 from pathlib import Path
 
-from inferd.repository.storage import ModelFiles, StorageError, check_relative, is_hidden
+from inferd.repository.storage import (
+    PROVENANCE_FILE,
+    ModelFiles,
+    StorageError,
+    check_relative,
+    is_hidden,
+)
 from inferd.repository.upload import STAGING_PREFIX, install, remove_tree
 
 
@@ -117,13 +123,14 @@ class LocalStorage:
 
 
 def _walk(folder: Path) -> ModelFiles:
-    """Stamps of every file under ``folder`` (hidden names skipped; links followed)."""
+    """Stamps of every file under ``folder`` (hidden names skipped, but the provenance record
+    at the top; links followed)."""
     files: ModelFiles = {}
     for top, dirs, names in os.walk(folder, followlinks=True):
         dirs[:] = sorted(d for d in dirs if not is_hidden(d))
         rel_top = os.path.relpath(top, folder)
         for name in sorted(names):
-            if is_hidden(name):
+            if is_hidden(name) and not (rel_top == "." and name == PROVENANCE_FILE):
                 continue
             path = os.path.join(top, name)
             try:

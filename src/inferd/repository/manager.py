@@ -24,7 +24,7 @@ from typing import Any
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.errors import ConfigError, InferdError, InvalidInput, NotFound
 from inferd.core.registry import ModelRecord, Registry
-from inferd.repository import records, routing_file
+from inferd.repository import provenance, records, routing_file
 from inferd.repository.catalog import Catalog, Listing, StoreState
 from inferd.repository.guard import Held, UnloadGuard
 from inferd.repository.lifecycle import Lifecycle, Outcome
@@ -360,6 +360,7 @@ class ModelManager:
             folder = owned / name
             try:
                 await asyncio.to_thread(write_files, files, folder, max_bytes)
+                await asyncio.to_thread(provenance.record, folder, "a load call")
                 stamps = await asyncio.to_thread(LocalStorage(owned).scan_model, name) or {}
                 outcome = await self._reload(
                     name, folder, stamps, f"call:{owned}", Origin.API, config
@@ -378,12 +379,15 @@ class ModelManager:
     async def publish(self, name: str, storage: Storage, staged: Path) -> Outcome:
         """An upload (hold ``locked(name)``): load the staged folder, all versions or none,
         and only then write it into ``storage``, so a store never holds a model that did not
-        load here. The model's ``routing.json`` is kept unless the upload brings one."""
+        load here. The model's ``routing.json`` is kept unless the upload brings one. Every
+        file of the upload is recorded as the network's (``provenance``), whatever the archive
+        held under that record's name, and keeps that origin in the store."""
         routing = staged / routing_file.ROUTING_FILE
         if not await asyncio.to_thread(routing.exists):
             data = await asyncio.to_thread(storage.read, f"{name}/{routing_file.ROUTING_FILE}")
             if data is not None:
                 await asyncio.to_thread(routing.write_bytes, data)
+        await asyncio.to_thread(provenance.record, staged, "an upload")
         stamps = await asyncio.to_thread(LocalStorage(staged.parent).scan_model, name) or {}
         origin = f"upload:{staged}"
         outcome = await self._reload(

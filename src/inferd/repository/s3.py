@@ -28,14 +28,16 @@ from botocore.config import Config
 
 from inferd.core.errors import ConfigError, InferdError
 from inferd.repository.cache_bound import CacheBound
-from inferd.repository.storage import WRITING_MARKER as _WRITING
 from inferd.repository.storage import (
+    PROVENANCE_FILE,
     ModelFiles,
     StorageError,
     StorageOptions,
     check_relative,
     is_hidden,
+    is_listed,
 )
+from inferd.repository.storage import WRITING_MARKER as _WRITING
 
 log = logging.getLogger("inferd.repository")
 
@@ -143,7 +145,7 @@ class S3Storage:
             return None  # a file beside the models, a "folder" marker, or a hidden name
         if rel == _WRITING:
             return (name, rel) if _fresh(obj) else None
-        if any(is_hidden(part) for part in rel.split("/")):
+        if not is_listed(rel):
             return None
         try:
             return name, check_relative(rel, "object key")
@@ -239,7 +241,8 @@ class S3Storage:
         local = _local_files(folder)
         try:
             self._client.put_object(Bucket=self.bucket, Key=prefix + _WRITING, Body=b"")
-            for rel in sorted(local, key=lambda r: ("/" not in r, r)):
+            # The provenance record first: no reader sees a file of the network without it.
+            for rel in sorted(local, key=lambda r: (r != PROVENANCE_FILE, "/" not in r, r)):
                 self._client.upload_file(str(folder / rel), self.bucket, prefix + rel)
             for obj in self._list(prefix):
                 rel = obj["Key"][len(prefix) :]
@@ -303,11 +306,12 @@ def _fresh(obj: dict[str, Any]) -> bool:
 
 
 def _local_files(folder: Path) -> dict[str, Path]:
-    """The files under a local model folder, by relative path (hidden names skipped)."""
+    """The files under a local model folder, by relative path (hidden names skipped, but the
+    provenance record)."""
     found: dict[str, Path] = {}
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder).as_posix()
-        if path.is_file() and not any(is_hidden(p) for p in rel.split("/")):
+        if path.is_file() and is_listed(rel):
             found[rel] = path
     return found
 

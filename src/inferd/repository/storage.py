@@ -26,6 +26,9 @@ ModelFiles = dict[str, Stamp]
 # A model folder holding this file is being written by another server (an upload to a store
 # that cannot rename folders): readers leave the model as it is until the file goes away.
 WRITING_MARKER = ".inferd-writing"
+# The record of the model's files the server received from the network
+# (``inferd.repository.provenance``): a hidden name, yet listed and copied like the model's files.
+PROVENANCE_FILE = ".inferd-provenance.json"
 
 
 class StorageError(Unavailable):
@@ -94,6 +97,12 @@ class StorageOptions:
 
 def is_hidden(name: str) -> bool:
     return name.startswith(".")
+
+
+def is_listed(rel: str) -> bool:
+    """Whether a path in a model folder is one of the model's files: no hidden part, or the
+    provenance record at the folder's top."""
+    return rel == PROVENANCE_FILE or not any(is_hidden(p) for p in rel.split("/"))
 
 
 def version_files(files: ModelFiles) -> tuple[dict[int, ModelFiles], ModelFiles]:

@@ -33,8 +33,9 @@ from inferd.backends.torchserve.settings import REGISTRATION_FILE
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import parse_config_text
 from inferd.core.errors import ConfigError, InferdError, InvalidInput, NotFound
+from inferd.repository import provenance
 from inferd.repository.manager import ModelManager
-from inferd.repository.storage import ModelFiles, Storage, version_files
+from inferd.repository.storage import PROVENANCE_FILE, ModelFiles, Storage, version_files
 from inferd.repository.upload import check_model_name
 from inferd.security.trust import Origin
 from inferd.torchserve.errors import (
@@ -241,6 +242,12 @@ class Management:
         self, storage: Storage, name: str, number: int, source: Source, doc: dict[str, Any]
     ) -> None:
         files = await asyncio.to_thread(source.files)
+        if source.origin is Origin.API:  # downloaded: recorded before any file is written
+            rel = f"{name}/{PROVENANCE_FILE}"
+            existing = await asyncio.to_thread(storage.read, rel)
+            sent = {f"{number}/{r}": data for r, data in files.items()}
+            recorded = provenance.added(existing, sent, "a TorchServe registration")
+            await asyncio.to_thread(storage.write, rel, recorded)
         for rel, data in files.items():
             await asyncio.to_thread(storage.write, f"{name}/{number}/{rel}", data)
         registration = json.dumps(doc, indent=2).encode()
