@@ -1,7 +1,9 @@
 """inferd started as deploy/kserve's ClusterServingRuntime starts it, on a folder laid out as
 KServe's storage initializer lays out /mnt/models (the storageUri's objects under it, paths
 kept): the probes' routes answer, and the models answer on every protocol the runtime lists
-(v1, v2, grpc-v2), a joblib pickle included (present at start, so allowed by default)."""
+(v1, v2, grpc-v2), a joblib pickle included (present at start, so allowed by default). And with
+an example InferenceService's args after the runtime's, as KServe appends them: one model's
+files directly in /mnt/models, as KServe's scikit-learn server takes them."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from sklearn.datasets import load_iris
 from sklearn.linear_model import LogisticRegression
 
 RUNTIME = DEPLOY / "kserve" / "inferd-runtime.yaml"
+EXAMPLES = DEPLOY / "kserve" / "examples"
 TIMEOUT_S = 60.0
 
 
@@ -114,3 +117,40 @@ def test_grpc_v2_answers(pod: ServerProcess) -> None:
         assert result.as_numpy("y").tolist() == [[3.5]]
     finally:
         client.close()
+
+
+@pytest.fixture(scope="module")
+def single(
+    tmp_path_factory: pytest.TempPathFactory, iris: tuple[np.ndarray, LogisticRegression]
+) -> Iterator[ServerProcess]:
+    # s3://models/sklearn/iris/model.joblib, the storageUri of examples/sklearn.yaml
+    mnt_models = tmp_path_factory.mktemp("kserve-single") / "mnt" / "models"
+    mnt_models.mkdir(parents=True)
+    joblib.dump(iris[1], mnt_models / "model.joblib")
+    (isvc,) = [d for d in yaml.safe_load_all((EXAMPLES / "sklearn.yaml").read_text()) if d]
+    args = [
+        *runtime_args(mnt_models, "iris-predictor-0"),
+        *isvc["spec"]["predictor"]["model"]["args"],
+    ]
+    server = ServerProcess(mnt_models, [*args, "--http-workers", "3"], repository_flag=False)
+    server.start(timeout_s=120)
+    yield server
+    server.stop()
+
+
+def test_one_models_files_serve_under_the_inference_services_name(
+    single: ServerProcess, iris: tuple[np.ndarray, LogisticRegression]
+) -> None:
+    index = httpx.post(f"{single.http_url}/v2/repository/index", timeout=TIMEOUT_S).json()
+    assert index == [{"name": "iris", "version": "1", "state": "READY", "reason": ""}]
+    x, model = iris
+    rows = x[[0, 60, 120]]
+    predicted = httpx.post(
+        f"{single.http_url}/v1/models/iris:predict",
+        json={"instances": rows.tolist()},
+        timeout=TIMEOUT_S,
+    )
+    assert predicted.status_code == 200, predicted.text
+    assert [p["label"] for p in predicted.json()["predictions"]] == model.predict(rows).tolist()
+    missing = httpx.get(f"{single.http_url}/v2/models/model", timeout=TIMEOUT_S)
+    assert missing.status_code == 404

@@ -18,6 +18,8 @@ from tests.manifests import DEPLOY, KUBECTL, check_kserve, load, render
 
 KSERVE = DEPLOY / "kserve"
 EXAMPLES = sorted((KSERVE / "examples").glob("*.yaml"))
+# The examples whose storageUri holds one model's files (KServe's and TF Serving's layout).
+SINGLE_MODEL = {"sklearn", "xgboost", "lightgbm", "tensorflow"}
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl (for kubectl kustomize) absent")
 # A KServe model format -> the inferd backends that serve it (a Triton repository: any).
 FORMATS: dict[str, tuple[str, ...]] = {
@@ -144,6 +146,10 @@ def test_every_example_runs_on_the_runtime(runtime: dict[str, Any], path: Path) 
         assert model["livenessProbe"]["grpc"] == {"port": settings.grpc_port}
     else:
         assert "ports" not in model  # the runtime's HTTP port, 8080
+    # One model's files under the storageUri: named as KServe's runtimes name it.
+    assert bool(settings.model_name) == (path.stem in SINGLE_MODEL)
+    if settings.model_name:
+        assert settings.model_name == isvc["metadata"]["name"]
     if path.stem == "many-models":
         assert settings.lazy_serving()
         budget = parse_size(settings.model_memory_budget, "budget")
