@@ -18,6 +18,7 @@ from tests.manifests import DEPLOY, KUBECTL, check_kserve, load, render
 
 KSERVE = DEPLOY / "kserve"
 EXAMPLES = sorted((KSERVE / "examples").glob("*.yaml"))
+HANDLERS = {"httpGet", "grpc", "tcpSocket", "exec"}  # a probe has one of these
 # The examples whose storageUri holds one model's files (KServe's and TF Serving's layout).
 SINGLE_MODEL = {"sklearn", "xgboost", "lightgbm", "tensorflow"}
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl (for kubectl kustomize) absent")
@@ -70,13 +71,13 @@ def test_a_wrong_field_is_caught(runtime: dict[str, Any]) -> None:
     (isvc,) = load(KSERVE / "examples" / "triton-grpc.yaml")
     model = isvc["spec"]["predictor"]["model"]
     model["storageURI"] = model.pop("storageUri")  # a KServe model field
-    model["readinessProbe"]["grpc"]["prot"] = 9000  # a Kubernetes field inside it
+    model["ports"][0]["containerPorts"] = 9000  # a Kubernetes field inside it
     isvc["spec"]["predictor"]["minReplicas"] = "1"  # a type
     del model["modelFormat"]  # a required field
     assert check_kserve(isvc) == [
         ".spec.predictor.model.storageURI: not a field of V1beta1ModelSpec",
-        ".spec.predictor.model.readinessProbe.grpc: Additional properties are not allowed "
-        "('prot' was unexpected)",
+        ".spec.predictor.model.ports[0]: Additional properties are not allowed "
+        "('containerPorts' was unexpected)",
         ".spec.predictor.model: Invalid value for `model_format`, must not be `None`",
         ".spec.predictor.minReplicas: int expected, not '1'",
     ]
@@ -138,14 +139,18 @@ def test_every_example_runs_on_the_runtime(runtime: dict[str, Any], path: Path) 
     settings = _settings(runtime, model.get("args", []))  # KServe appends them
     limit = parse_size(model["resources"]["limits"]["memory"], "limit")
     if model["protocolVersion"].startswith("grpc-"):
-        # Knative routes one port: the gRPC one, named h2c, probed over gRPC's health service.
+        # Knative routes one port: the gRPC one, named h2c.
         assert model["ports"] == [
             {"name": "h2c", "containerPort": settings.grpc_port, "protocol": "TCP"}
         ]
-        assert model["readinessProbe"]["grpc"] == {"port": settings.grpc_port}
-        assert model["livenessProbe"]["grpc"] == {"port": settings.grpc_port}
     else:
         assert "ports" not in model  # the runtime's HTTP port, 8080
+    # KServe merges the model's container into the runtime's field by field (args appended):
+    # a probe there must not add a second handler to the runtime's.
+    container = _container(runtime)
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        merged = {**container.get(probe, {}), **model.get(probe, {})}
+        assert len(HANDLERS & set(merged)) <= 1, (probe, merged)
     # One model's files under the storageUri: named as KServe's runtimes name it.
     assert bool(settings.model_name) == (path.stem in SINGLE_MODEL)
     if settings.model_name:
