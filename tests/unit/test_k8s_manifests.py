@@ -11,11 +11,9 @@ settings names, the drain and the grace period, metric names, the generated Envo
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,23 +26,19 @@ from inferd.app.settings import Settings
 from inferd.core.registry import ModelRecord, Registry
 from inferd.observability.metrics import EndpointStats, build_registry, render
 from tests.echo_support import echo_version
+from tests.manifests import DEPLOY, KUBECTL, cloudcoil_problems
+from tests.manifests import render as render_manifests
 
 if TYPE_CHECKING:
     from cloudcoil.resources import Resource
 
-K8S = Path(__file__).parents[2] / "deploy" / "k8s"
+K8S = DEPLOY / "k8s"
 OVERLAYS = ["base", "overlays/hpa", "overlays/keda", "overlays/many-models"]
-KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl (for kubectl kustomize) absent")
 
 
 def _render(overlay: str) -> list[dict[str, Any]]:
-    assert KUBECTL is not None
-    done = subprocess.run(
-        [KUBECTL, "kustomize", str(K8S / overlay)], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+    return render_manifests(K8S / overlay)
 
 
 @pytest.fixture(scope="module")
@@ -55,19 +49,6 @@ def rendered() -> dict[str, list[dict[str, Any]]]:
 def _one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     (found,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
     return found
-
-
-def _unknown_fields(given: Any, kept: Any, path: str = "") -> Iterator[str]:
-    """Paths in ``given`` that a model dropped (fields its schema does not know)."""
-    if isinstance(given, dict):
-        for key, value in given.items():
-            if not isinstance(kept, dict) or key not in kept:
-                yield f"{path}.{key}"
-            else:
-                yield from _unknown_fields(value, kept[key], f"{path}.{key}")
-    elif isinstance(given, list) and isinstance(kept, list):
-        for i, (a, b) in enumerate(zip(given, kept, strict=False)):
-            yield from _unknown_fields(a, b, f"{path}[{i}]")
 
 
 def _check_custom(obj: dict[str, Any]) -> None:
@@ -82,9 +63,7 @@ def _check_custom(obj: dict[str, Any]) -> None:
         model = PodMonitor
     else:
         raise AssertionError(f"no schema for {obj['kind']}")
-    parsed = model.model_validate(obj)  # types, enums and required fields
-    kept = parsed.model_dump(by_alias=True, exclude_unset=True, mode="json")
-    assert list(_unknown_fields(obj, kept)) == [], obj["kind"]
+    assert cloudcoil_problems(model, obj) == []
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -11,14 +11,16 @@ from prometheus_client import CollectorRegistry
 from inferd.app.flags import parse_size
 from inferd.app.settings import Settings
 from inferd.core.dataplane import DataPlane
-from inferd.core.errors import ConfigError
+from inferd.core.errors import ConfigError, InvalidInput
 from inferd.core.registry import Registry
 from inferd.observability.residency_metrics import ResidencyCollector
 from inferd.repository.manager import ControlMode, ModelManager
 from inferd.repository.memory import return_freed
 from inferd.repository.residency import Budget, Residency
 from inferd.repository.schemes import open_storage
-from inferd.repository.storage import StorageOptions
+from inferd.repository.single import SingleModelStorage
+from inferd.repository.storage import Storage, StorageOptions
+from inferd.repository.upload import check_model_name
 from inferd.scheduling.cache import ResponseCache
 from inferd.security.trust import CodePolicy
 
@@ -36,6 +38,21 @@ def storage_options(settings: Settings, cache_max_bytes: int = 0) -> StorageOpti
     )
 
 
+def single_model_storage(settings: Settings) -> Storage:
+    """``--model-name``: the one local folder of ``--model-repository`` as that model."""
+    try:
+        check_model_name(settings.model_name)
+    except InvalidInput as exc:
+        raise ConfigError(f"--model-name: {exc.message}") from None
+    if len(settings.model_repository) != 1:
+        raise ConfigError("--model-name serves one folder: give exactly one --model-repository")
+    (uri,) = settings.model_repository
+    scheme, sep, path = uri.partition("://")
+    if sep and scheme != "file":
+        raise ConfigError(f"--model-name serves a local folder, not '{uri}'")
+    return SingleModelStorage(Path(path if sep else uri), settings.model_name)
+
+
 def model_manager(
     settings: Settings,
     registry: Registry,
@@ -51,7 +68,11 @@ def model_manager(
                 "--model-memory-budget or --max-loaded-models too"
             )
     options = storage_options(settings, cache_max_bytes)
-    storages = [open_storage(uri, options) for uri in settings.model_repository]
+    storages = (
+        [single_model_storage(settings)]
+        if settings.model_name
+        else [open_storage(uri, options) for uri in settings.model_repository]
+    )
     mode = ControlMode.parse(settings.model_control_mode)
     if settings.repository_poll_secs < 1:
         raise ConfigError("--repository-poll-secs must be at least 1")

@@ -20,6 +20,14 @@ class Settings:
             "model repository: a folder or s3://bucket/prefix; repeat for several", repeat=True
         ),
     )
+    model_name: str = field(
+        default="",
+        metadata=_opt(
+            "serve the --model-repository folder as one model of this name: its numbered version "
+            "folders, or its files as version 1 (a single model as KServe's storage initializer "
+            "and TF Serving's --model_base_path lay it out); a local folder"
+        ),
+    )
     http_address: str = field(default="0.0.0.0", metadata=_opt("address the HTTP server binds"))
     http_port: int = field(default=8080, metadata=_opt("HTTP port (KServe v2 and TF Serving REST)"))
     http_workers: str = field(

@@ -35,7 +35,9 @@ class LocalStorage:
             raise StorageError(f"model repository '{self.root}' is not a directory")
         try:
             entries = sorted(self.root.iterdir())
-            return {e.name: _walk(e) for e in entries if not is_hidden(e.name) and e.is_dir()}
+            return {
+                e.name: folder_files(e) for e in entries if not is_hidden(e.name) and e.is_dir()
+            }
         except OSError as exc:
             raise StorageError(f"cannot read model repository '{self.root}': {exc}") from None
 
@@ -52,7 +54,7 @@ class LocalStorage:
                 raise StorageError(f"model repository '{self.root}' is not a directory")
             return None
         try:
-            return _walk(folder)
+            return folder_files(folder)
         except OSError as exc:
             raise StorageError(f"cannot read model folder '{folder}': {exc}") from None
 
@@ -115,14 +117,14 @@ class LocalStorage:
                     raise
                 shutil.copytree(folder, staged)  # staged on another file system
             install(staged, target)  # the old folder moves into staging, then goes
-            return _walk(target)
+            return folder_files(target)
         except OSError as exc:
             raise StorageError(f"cannot write model folder '{target}': {exc}") from None
         finally:
             remove_tree(staging)
 
 
-def _walk(folder: Path) -> ModelFiles:
+def folder_files(folder: Path) -> ModelFiles:
     """Stamps of every file under ``folder`` (hidden names skipped, but the provenance record
     at the top; links followed)."""
     files: ModelFiles = {}
