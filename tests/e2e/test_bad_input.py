@@ -133,7 +133,8 @@ def test_index_ready_must_be_a_boolean(limited_server: ServerProcess) -> None:
     url = limited_server.http_url
     ready = httpx.post(f"{url}/v2/repository/index", json={"ready": True}, timeout=30)
     assert [e["name"] for e in ready.json()] == ["half_plus_two"]
-    for value in ("yes", 1, {}):  # once read as true, whatever it was
+    values: list[object] = ["yes", 1, {}]
+    for value in values:  # once read as true, whatever it was
         r = httpx.post(f"{url}/v2/repository/index", json={"ready": value}, timeout=30)
         assert r.status_code == 400
         assert r.json() == {"error": "'ready' must be a boolean"}

@@ -26,20 +26,28 @@ from hypothesis.errors import Unsatisfiable  # noqa: E402
 from tests.e2e.lifecycle_support import write_version  # noqa: E402
 from tests.support import ServerProcess  # noqa: E402
 
-CASES_PER_MODE = 15  # per operation, valid and invalid each: about two minutes in all
+CASES_PER_MODE = 12  # per operation, valid and invalid each: about two minutes in all
 MODELS = ["half_plus_two", "strings", "nope"]
 STRINGS = """backend: "echo"
 max_batch_size: 4
 input [{ name: "INPUT0" data_type: TYPE_STRING dims: [1] }]
 """
 # Where a schema-valid request may still be answered 400: its body must fit what is served (a
-# model's inputs, a model archive, a model config, label names and ready versions), or 400 is
-# the answer itself (KServe v2's model readiness: 200 ready, 400 not).
+# model's inputs, a model archive, a model config, label names and ready versions, an existing
+# shared memory key, the trace exporter the server was started with), or 400 is the answer
+# itself (KServe v2's model readiness: 200 ready, 400 not).
 VALID_MAY_FAIL = re.compile(
-    r"POST /v2/models/.*/infer|POST /v1/models/.*:(predict|classify|regress)"
+    r"POST /v2/models/.*/(infer|generate|generate_stream)$"
+    r"|POST /v1/models/.*:(predict|classify|regress)$"
     r"|PUT /v2/repository/models/\{model\}$|POST /v2/repository/models/\{model\}/"
-    r"(load|labels|routing)$|GET /v2/models/.*/ready$"
+    r"(load|labels|routing)$|GET /v2/models/.*/ready$|POST /v2/.*/register$"
+    r"|POST /v2/(models/\{model\}/)?trace/setting$"
 )
+# Where the documented answer is a 5xx: CUDA shared memory needs a GPU (501, as Triton).
+SERVER_ERROR_DOCUMENTED = {"POST /v2/cudasharedmemory/region/{name}/register"}
+# Not fuzzed: a log file the request names is opened and written (the fuzzer would scatter
+# files, and could turn the log off that the test reads).
+NOT_FUZZED = {"POST /v2/logging"}
 
 
 @pytest.fixture(scope="module")
@@ -136,16 +144,20 @@ def test_every_operation_under_generated_requests(api_schema: Any, fuzzed: Serve
     failures: list[str] = []
     for result in api_schema.get_all_operations():
         operation = result.ok()
+        if operation.label in NOT_FUZZED:
+            continue
         selected = every
         if VALID_MAY_FAIL.search(operation.label):
-            selected = [c for c in every if c is not checks.positive_data_acceptance]
+            selected = [c for c in selected if c is not checks.positive_data_acceptance]
+        if operation.label in SERVER_ERROR_DOCUMENTED:
+            selected = [c for c in selected if c is not not_a_server_error]
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             failures += _fuzz(operation, mode, selected, counted)
     total = sum(counted.values())
     print(f"\nschemathesis: {total} cases over {len(counted)} operations, {len(failures)} failed")
     assert not failures, "\n".join(sorted(set(failures))[:40])
     doc = httpx.get(f"{fuzzed.http_url}/v2/openapi.json").json()
-    assert len(counted) == sum(len(ops) for ops in doc["paths"].values())
+    assert len(counted) + len(NOT_FUZZED) == sum(len(ops) for ops in doc["paths"].values())
     assert total >= 1000
     assert httpx.get(f"{fuzzed.http_url}/v2/health/ready").status_code == 200
     assert "Traceback" not in Path(fuzzed.log_path or "").read_text()

@@ -24,7 +24,7 @@ _WHY: dict[int, str] = {
     400: "a malformed request: its JSON, a field, its Content-Length (the error names it)",
     401: "a token is needed (Authorization: Bearer), or the token is not valid",
     403: "refused: the token's scope, the Host or Origin, or the admin API is off",
-    404: "no such model, version, label or file",
+    404: "no such model, version, label, file or shared memory region",
     408: "the request body arrived too slowly (--http-body-timeout-s)",
     413: "the request body is over the limit (--http-max-body-bytes, --max-upload-bytes)",
     415: "a browser form's Content-Type, which the admin API refuses",
@@ -85,15 +85,21 @@ def _op(
     return op
 
 
-def _model_paths(prefix: str, suffix: str, method: str, op: Schema) -> dict[str, Schema]:
+def _model_paths(
+    prefix: str, suffix: str, method: str, op: Schema, labels: bool = True
+) -> dict[str, Schema]:
     """The route by model, by model and version, and by model and version label (a version
     that is no number, or a label no version carries, is a 404 too)."""
     model = _path_parameter("model")
     variants = {
         f"{prefix}/{{model}}{suffix}": [model],
         f"{prefix}/{{model}}/versions/{{version}}{suffix}": [model, _path_parameter("version")],
-        f"{prefix}/{{model}}/labels/{{label}}{suffix}": [model, _path_parameter("label")],
     }
+    if labels:
+        variants[f"{prefix}/{{model}}/labels/{{label}}{suffix}"] = [
+            model,
+            _path_parameter("label"),
+        ]
     extra = list(op.get("parameters", []))
     return {
         path: {method: {**op, "parameters": [*params, *extra]}} for path, params in variants.items()
@@ -342,6 +348,76 @@ def _tfserving_paths() -> dict[str, Schema]:
     return paths
 
 
+def _extension_paths() -> dict[str, Schema]:
+    """Triton's shared memory, trace and log settings, and generate extensions."""
+    admin = Access.ADMIN
+    paths: dict[str, Schema] = {}
+    region = [_path_parameter("name")]
+    for kind, root in (("system", "/v2/systemsharedmemory"), ("CUDA", "/v2/cudasharedmemory")):
+        status = _op(f"the registered {kind} shared memory regions", ref("RegionStatus"))
+        one = _op(
+            f"one {kind} shared memory region",
+            ref("RegionStatus"),
+            errors=(404,),
+            parameters=region,
+        )
+        register = _op(
+            f"register a {kind} shared memory region",
+            ref("Object"),
+            body=ref("RegisterRegion"),
+            body_required=True,
+            errors=(501,) if kind == "CUDA" else (),
+            parameters=region,
+        )
+        gone = _op(f"unregister every {kind} shared memory region", ref("Object"))
+        paths[f"{root}/status"] = {"get": status}
+        paths[f"{root}/region/{{name}}/status"] = {"get": one}
+        paths[f"{root}/region/{{name}}/register"] = {"post": register}
+        paths[f"{root}/unregister"] = {"post": gone}
+        paths[f"{root}/region/{{name}}/unregister"] = {
+            "post": _op(f"unregister a {kind} region", ref("Object"), parameters=region)
+        }
+    trace = ref("TraceSettings")
+    for path, parameters, errors in (
+        ("/v2/trace/setting", [], ()),
+        ("/v2/models/{model}/trace/setting", [_path_parameter("model")], (404,)),
+    ):
+        paths[path] = {
+            "get": _op("trace settings", trace, access=admin, errors=errors, parameters=parameters),
+            "post": _op(
+                "change trace settings; answers those in effect",
+                trace,
+                access=admin,
+                body=trace,
+                errors=errors,
+                parameters=parameters,
+            ),
+        }
+    logs = ref("LogSettings")
+    paths["/v2/logging"] = {
+        "get": _op("log settings", logs, access=admin),
+        "post": _op("change log settings; answers those in effect", logs, access=admin, body=logs),
+    }
+    generate = _op(
+        "one inference as flat JSON: each input by name",
+        ref("GenerateResponse"),
+        body=ref("GenerateRequest"),
+        body_required=True,
+        errors=_INFER_ERRORS,
+    )
+    stream = _op(
+        "a decoupled model's responses as server-sent events (data: GenerateResponse)",
+        {"type": "string"},
+        ok_type="text/event-stream",
+        body=ref("GenerateRequest"),
+        body_required=True,
+        errors=_INFER_ERRORS,
+    )
+    _merge(paths, _model_paths("/v2/models", "/generate", "post", generate, labels=False))
+    _merge(paths, _model_paths("/v2/models", "/generate_stream", "post", stream, labels=False))
+    return paths
+
+
 def describe(dashboard: bool = True, page: bool = True, metrics: bool = True) -> Schema:
     """The whole OpenAPI document; ``dashboard``: with the dashboard's routes, ``page``: its
     page on this port too; ``metrics``: with ``/metrics``."""
@@ -359,6 +435,7 @@ def describe(dashboard: bool = True, page: bool = True, metrics: bool = True) ->
     if dashboard:
         _merge(paths, _dashboard_paths(page))
     _merge(paths, _tfserving_paths())
+    _merge(paths, _extension_paths())
     return {
         "openapi": "3.0.3",
         "info": {

@@ -26,6 +26,23 @@ _TIME_OR_NULL: Schema = {"type": "string", "nullable": True}
 _NULLABLE_OBJECT: Schema = {"type": "object", "nullable": True, "additionalProperties": True}
 _STRING: Schema = {"type": "string"}
 
+_LEVEL: Schema = {"type": "string", "enum": ["OFF", "TIMESTAMPS"]}
+
+
+def _setting(pattern: str, minimum: int) -> Schema:
+    """A number setting: Triton's string (an integer, or a list of one, are read too)."""
+    one: Schema = {
+        "anyOf": [
+            {"type": "string", "pattern": pattern},
+            {"type": "integer", "minimum": minimum},
+        ]
+    }
+    return {
+        "anyOf": [*one["anyOf"], {"type": "array", "minItems": 1, "maxItems": 1, "items": one}],
+        "nullable": True,
+    }
+
+
 SCHEMAS: dict[str, Schema] = {
     "Error": {
         "type": "object",
@@ -215,6 +232,69 @@ SCHEMAS: dict[str, Schema] = {
         },
     },
     "Object": {"type": "object"},
+    "RegionStatus": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "required": ["name", "key", "offset", "byte_size"],
+            "properties": {
+                "name": _STRING,
+                "key": _STRING,
+                "offset": {"type": "integer", "minimum": 0},
+                "byte_size": {"type": "integer", "minimum": 0},
+            },
+        },
+    },
+    "RegisterRegion": {
+        "type": "object",
+        "required": ["key", "byte_size"],
+        "properties": {
+            "key": {"type": "string", "description": "a POSIX shared memory name, /name"},
+            "offset": {"type": "integer", "minimum": 0},
+            "byte_size": {"type": "integer", "minimum": 0},
+        },
+    },
+    "TraceSettings": {
+        "type": "object",
+        "description": "Triton's trace settings; null restores a setting's default. Tracing on "
+        "(TIMESTAMPS) needs --trace-exporter; the file, mode and frequency stay as they are.",
+        "additionalProperties": False,
+        "properties": {
+            "trace_level": {
+                "anyOf": [_LEVEL, {"type": "array", "minItems": 1, "items": _LEVEL}],
+                "nullable": True,
+            },
+            "trace_rate": _setting("^0*[1-9][0-9]*$", 1),
+            "trace_count": _setting("^(-1|[0-9]+)$", -1),
+            "log_frequency": {"type": "string", "enum": ["0", None], "nullable": True},
+            "trace_file": {"type": "string", "enum": ["", None], "nullable": True},
+            "trace_mode": {"type": "string", "enum": ["opentelemetry", None], "nullable": True},
+        },
+    },
+    "LogSettings": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "log_file": {"type": "string", "description": "a file the server opens and writes"},
+            "log_info": {"type": "boolean"},
+            "log_warning": {"type": "boolean"},
+            "log_error": {"type": "boolean"},
+            "log_verbose_level": {"type": "integer"},
+            "log_format": {"type": "string"},
+        },
+    },
+    "GenerateRequest": {
+        "type": "object",
+        "description": "each other key names an input: a value, or a flat list of values",
+        "additionalProperties": True,
+        "properties": {"id": _STRING, "parameters": _PARAMETERS},
+    },
+    "GenerateResponse": {
+        "type": "object",
+        "required": ["model_name", "model_version"],
+        "additionalProperties": True,
+        "properties": {"model_name": _STRING, "model_version": _STRING, "id": _STRING},
+    },
     "TfPredictRequest": {
         "type": "object",
         "description": "exactly one of instances (rows) or inputs (columns)",
