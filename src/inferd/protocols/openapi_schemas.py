@@ -29,18 +29,17 @@ _STRING: Schema = {"type": "string"}
 _LEVEL: Schema = {"type": "string", "enum": ["OFF", "TIMESTAMPS"]}
 
 
-def _setting(pattern: str, minimum: int) -> Schema:
-    """A number setting: Triton's string (an integer, or a list of one, are read too)."""
-    one: Schema = {
-        "anyOf": [
-            {"type": "string", "pattern": pattern},
-            {"type": "integer", "minimum": minimum},
-        ]
-    }
+def _setting(*forms: Schema) -> Schema:
+    """A trace setting: Triton's string (an integer, or a list of one value, are read too)."""
+    one: Schema = {"anyOf": list(forms)}
     return {
-        "anyOf": [*one["anyOf"], {"type": "array", "minItems": 1, "maxItems": 1, "items": one}],
+        "anyOf": [*forms, {"type": "array", "minItems": 1, "maxItems": 1, "items": one}],
         "nullable": True,
     }
+
+
+def _number(pattern: str, minimum: int) -> Schema:
+    return _setting({"type": "string", "pattern": pattern}, {"type": "integer", "minimum": minimum})
 
 
 SCHEMAS: dict[str, Schema] = {
@@ -80,8 +79,11 @@ SCHEMAS: dict[str, Schema] = {
             # data (parameters.binary_data_size) or in a shared memory region.
             "data": {},
         },
-        "anyOf": [
-            {"required": ["data"]},
+        "oneOf": [  # one way to carry the values
+            {  # BF16 travels as binary data only
+                "required": ["data"],
+                "properties": {"datatype": {"enum": [n for n in datatypes.BY_NAME if n != "BF16"]}},
+            },
             {
                 "required": ["parameters"],
                 "properties": {"parameters": {"required": ["binary_data_size"]}},
@@ -103,7 +105,12 @@ SCHEMAS: dict[str, Schema] = {
         "properties": {
             "id": _STRING,
             "parameters": _PARAMETERS,
-            "inputs": {"type": "array", "minItems": 1, "items": ref("InferInputTensor")},
+            "inputs": {
+                "type": "array",
+                "minItems": 1,
+                "description": "each name once",
+                "items": ref("InferInputTensor"),
+            },
             "outputs": {"type": "array", "items": ref("InferRequestedOutput")},
         },
     },
@@ -249,7 +256,11 @@ SCHEMAS: dict[str, Schema] = {
         "type": "object",
         "required": ["key", "byte_size"],
         "properties": {
-            "key": {"type": "string", "description": "a POSIX shared memory name, /name"},
+            "key": {
+                "type": "string",
+                "pattern": "^/[^/]+$",
+                "description": "a POSIX shared memory name",
+            },
             "offset": {"type": "integer", "minimum": 0},
             "byte_size": {"type": "integer", "minimum": 0},
         },
@@ -264,11 +275,14 @@ SCHEMAS: dict[str, Schema] = {
                 "anyOf": [_LEVEL, {"type": "array", "minItems": 1, "items": _LEVEL}],
                 "nullable": True,
             },
-            "trace_rate": _setting("^0*[1-9][0-9]*$", 1),
-            "trace_count": _setting("^(-1|[0-9]+)$", -1),
-            "log_frequency": {"type": "string", "enum": ["0", None], "nullable": True},
-            "trace_file": {"type": "string", "enum": ["", None], "nullable": True},
-            "trace_mode": {"type": "string", "enum": ["opentelemetry", None], "nullable": True},
+            "trace_rate": _number("^0*[1-9][0-9]*$", 1),
+            "trace_count": _number("^(-1|[0-9]+)$", -1),
+            # fixed: OpenTelemetry exports the traces (--trace-exporter)
+            "log_frequency": _setting(
+                {"type": "string", "enum": ["0"]}, {"type": "integer", "enum": [0]}
+            ),
+            "trace_file": _setting({"type": "string", "enum": [""]}),
+            "trace_mode": _setting({"type": "string", "enum": ["opentelemetry"]}),
         },
     },
     "LogSettings": {
