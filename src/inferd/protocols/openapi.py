@@ -36,6 +36,21 @@ _WHY: dict[int, str] = {
 # What the HTTP layer may answer on any route, before a handler runs: a malformed or slow
 # request, a body over the limit, a Host or Origin refused, a bug.
 _ANY_ROUTE = (400, 403, 408, 413, 500)
+_HEADERS: dict[int, Schema] = {
+    401: {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}},
+    503: {
+        "Retry-After": {
+            "schema": {"type": "integer"},
+            "description": "seconds to wait (sent with the in-flight limit and a full queue)",
+        }
+    },
+}
+_BINARY: Schema = {"type": "string", "format": "binary"}
+_HEADER_LENGTH: Schema = {
+    "schema": {"type": "integer", "minimum": 0},
+    "description": "binary tensors: the length of the JSON part, which the tensors' bytes "
+    "follow in the body",
+}
 _MODEL_ERRORS = (404,)  # a route naming a model, version or label
 _INFER_ERRORS = (404, 503, 504)
 
@@ -77,6 +92,8 @@ def _op(
     for code in sorted(codes):
         schema = (special or {}).get(code, ref("Error"))
         responses[str(code)] = {"description": _WHY[code], "content": {JSON: {"schema": schema}}}
+        if code in _HEADERS:
+            responses[str(code)]["headers"] = _HEADERS[code]
     op: Schema = {"summary": summary, "x-inferd-access": access.value, "responses": responses}
     if body is not None:
         op["requestBody"] = {"required": body_required, "content": {body_type: {"schema": body}}}
@@ -137,7 +154,7 @@ def _dashboard_paths(page: bool) -> dict[str, Schema]:
         "/v2/repository/models/{model}/files/{path}": {
             "get": _op(
                 "one file of a model folder",
-                {"type": "string", "format": "binary"},
+                _BINARY,
                 ok_type="application/octet-stream",
                 access=Access.ADMIN,
                 errors=(404, 501),
@@ -160,7 +177,7 @@ def _dashboard_paths(page: bool) -> dict[str, Schema]:
         del paths["/dashboard"]["get"]["responses"]["200"]
         asset = _op(
             "a file of the dashboard page",
-            {"type": "string", "format": "binary"},
+            _BINARY,
             ok_type="*/*",
             access=Access.PUBLIC,
             errors=(404,),
@@ -235,7 +252,7 @@ def _v2_paths() -> dict[str, Schema]:
                 "upload a model folder (.tar.gz, .tar or .zip) and load it",
                 ref("RepositoryIndex"),
                 access=admin,
-                body={"type": "string", "format": "binary"},
+                body=_BINARY,
                 body_required=True,
                 body_type="application/octet-stream",
                 errors=(404, 501),
@@ -286,9 +303,12 @@ def _v2_paths() -> dict[str, Schema]:
         body_required=True,
         errors=_INFER_ERRORS,
     )
-    infer["responses"]["200"]["content"]["application/octet-stream"] = {
-        "schema": {"type": "string", "format": "binary"}
-    }
+    # Binary tensors: the JSON part, then the tensors' bytes (Triton's binary data extension).
+    header = {"name": "Inference-Header-Content-Length", "in": "header", **_HEADER_LENGTH}
+    infer["parameters"] = [header]
+    infer["requestBody"]["content"]["application/octet-stream"] = {"schema": _BINARY}
+    infer["responses"]["200"]["content"]["application/octet-stream"] = {"schema": _BINARY}
+    infer["responses"]["200"]["headers"] = {"Inference-Header-Content-Length": _HEADER_LENGTH}
     _merge(
         paths,
         _model_paths(
