@@ -129,6 +129,17 @@ def test_failed_models_are_unavailable_with_reason(limited_server: ServerProcess
     assert r.json()["outputs"][0]["data"] == [2.5]
 
 
+def test_index_ready_must_be_a_boolean(limited_server: ServerProcess) -> None:
+    url = limited_server.http_url
+    ready = httpx.post(f"{url}/v2/repository/index", json={"ready": True}, timeout=30)
+    assert [e["name"] for e in ready.json()] == ["half_plus_two"]
+    values: list[object] = ["yes", 1, {}]
+    for value in values:  # once read as true, whatever it was
+        r = httpx.post(f"{url}/v2/repository/index", json={"ready": value}, timeout=30)
+        assert r.status_code == 400
+        assert r.json() == {"error": "'ready' must be a boolean"}
+
+
 def test_body_over_limit(limited_server: ServerProcess) -> None:
     big = {"inputs": [{"name": "x", "shape": [64, 1], "datatype": "FP32", "data": [1.123456] * 64}]}
     r = httpx.post(f"{limited_server.http_url}/v2/models/half_plus_two/infer", json=big)

@@ -136,6 +136,10 @@ def test_series_follow_traffic(server: ServerProcess) -> None:
     bad = HTTP.get(f"{server.http_url}/v2/dashboard/series", params={"after": "soon"})
     assert bad.status_code == 400
     assert bad.json() == {"error": "after must be a number of seconds, got 'soon'"}
+    for text in ("", "nan", "inf"):  # not numbers to the API description either
+        bad = HTTP.get(f"{server.http_url}/v2/dashboard/series", params={"after": text})
+        assert bad.status_code == 400
+        assert bad.json() == {"error": f"after must be a number of seconds, got '{text}'"}
 
 
 def test_model_files_listing_and_download(server: ServerProcess) -> None:
@@ -183,6 +187,10 @@ def test_logs_after_a_sequence_number(server: ServerProcess) -> None:
     bad = HTTP.get(f"{server.http_url}/v2/logs", params={"kind": "access", "after": "x"})
     assert bad.status_code == 400
     assert bad.json() == {"error": "after must be a non-negative integer, got 'x'"}
+    for name, why in (("kind", "kind must be engine or access"), ("lines", "lines must be a ")):
+        bad = HTTP.get(f"{server.http_url}/v2/logs", params={name: ""})  # blank: no default
+        assert bad.status_code == 400 and bad.json()["error"].startswith(why)
+    assert HTTP.get(f"{server.http_url}/v2/logs", params={"after": ""}).status_code == 400
 
 
 def test_cluster_from_the_envoy_admin(server: ServerProcess) -> None:

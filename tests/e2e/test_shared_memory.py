@@ -115,6 +115,13 @@ def test_status_lists_the_registered_regions(client: Any, regions: tuple[Any, An
         client.infer(M, [_input(client)])
 
 
+def test_an_unknown_cuda_region_is_not_found(client: Any) -> None:
+    """As an unknown system region: 404 / NOT_FOUND (no GPU here: none is ever registered)."""
+    with pytest.raises(InferenceServerException, match="Unable to find cuda shared memory") as e:
+        client.get_cuda_shared_memory_status("nothing")
+    assert e.value.status() in ("404", "StatusCode.NOT_FOUND")
+
+
 @pytest.mark.parametrize(
     ("offset", "byte_size", "output_size", "fragment"),
     [

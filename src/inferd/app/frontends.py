@@ -129,7 +129,9 @@ class Frontends:
         SettingsHttp(core.trace_settings, core.log_settings).register(router)
         SharedMemoryHttp(self.plane.shared_memory).register(router)
         GenerateHttp(self.plane).register(router)
-        OpenApi(settings.allow_dashboard, not settings.dashboard_port).register(router)
+        OpenApi(
+            settings.allow_dashboard, not settings.dashboard_port, settings.allow_metrics
+        ).register(router)
         self.granian_options = edge.granian_options(settings)
         self.grpc_tls = edge.grpc_tls(settings)
         http_access = edge.access_policy(settings, core.tokens, settings.http_address)

@@ -40,18 +40,19 @@ class AdminHttp:
         return HttpResponse(text, content_type=CONTENT_TYPE)
 
     async def tail(self, request: HttpRequest) -> HttpResponse:
-        query = parse_qs(request.query)
+        # A parameter given blank is refused, as the description's types say (not defaulted).
+        query = parse_qs(request.query, keep_blank_values=True)
         kind = query.get("kind", ["engine"])[0]
         if kind not in ("engine", "access"):
-            raise InvalidInput(f"kind must be engine or access, got '{kind}'")
+            raise InvalidInput(f"kind must be engine or access, got '{kind[:100]}'")
         text = query.get("lines", ["100"])[0]
         if not (text.isascii() and text.isdigit()):
-            raise InvalidInput(f"lines must be a non-negative integer, got '{text}'")
+            raise InvalidInput(f"lines must be a non-negative integer, got '{text[:100]}'")
         count = min(int(text), TAIL_LINES)
-        after = query.get("after", [""])[0]
-        if not after:
+        if "after" not in query:
             return json_response({"kind": kind, "lines": self.logs.tail(kind, count)})
+        after = query["after"][0]
         if not (after.isascii() and after.isdigit()):
-            raise InvalidInput(f"after must be a non-negative integer, got '{after}'")
+            raise InvalidInput(f"after must be a non-negative integer, got '{after[:100]}'")
         lines, newest = self.logs.since(kind, int(after), count)
         return json_response({"kind": kind, "lines": lines, "next": newest})

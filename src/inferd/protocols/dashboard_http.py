@@ -15,6 +15,7 @@ so the page there reaches the same APIs under the same rules, Host checks and TL
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -50,7 +51,7 @@ _TEXT_SUFFIXES = (".pbtxt", ".txt", ".json", ".py", ".yaml", ".yml", ".md", ".cs
 
 
 def _query(request: HttpRequest) -> dict[str, str]:
-    return {k: v[-1] for k, v in parse_qs(request.query).items()}
+    return {k: v[-1] for k, v in parse_qs(request.query, keep_blank_values=True).items()}
 
 
 def _redirect(location: str, status: int = 302) -> HttpResponse:
@@ -186,11 +187,13 @@ class Dashboard:
 
     async def traffic(self, request: HttpRequest) -> HttpResponse:
         query = _query(request)
-        text = query.get("after", "0") or "0"
+        text = query.get("after", "0")
         try:
             after = float(text)
         except ValueError:
-            raise InvalidInput(f"after must be a number of seconds, got '{text}'") from None
+            after = math.nan
+        if not math.isfinite(after):
+            raise InvalidInput(f"after must be a number of seconds, got '{text[:100]}'")
         model = query.get("model", "")
         if self.traffic_totals is not None:
             return json_response(await self.traffic_totals(after, model))

@@ -13,140 +13,54 @@ from typing import Any
 import orjson
 
 from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router
+from inferd.protocols.openapi_schemas import SCHEMAS, Schema, ref
 from inferd.security.access import Access
 from inferd.version import __version__
 
 JSON = "application/json"
-Schema = dict[str, Any]
 
-_ERROR: Schema = {
-    "type": "object",
-    "required": ["error"],
-    "properties": {"error": {"type": "string"}},
+# Why each status is answered; every error carries the Error body.
+_WHY: dict[int, str] = {
+    400: "a malformed request: its JSON, a field, its Content-Length (the error names it)",
+    401: "a token is needed (Authorization: Bearer), or the token is not valid",
+    403: "refused: the token's scope, the Host or Origin, or the admin API is off",
+    404: "no such model, version, label, file or shared memory region",
+    408: "the request body arrived too slowly (--http-body-timeout-s)",
+    413: "the request body is over the limit (--http-max-body-bytes, --max-upload-bytes)",
+    415: "a browser form's Content-Type, which the admin API refuses",
+    500: "an internal error; the message carries the request id of the server log's entry",
+    501: "not offered by this server",
+    503: "busy or not ready (a full queue, the in-flight limit, a model not ready): retry",
+    504: "the request waited in the model's queue past its timeout",
 }
-_PARAMETERS: Schema = {"type": "object", "additionalProperties": True}
-_SHAPE: Schema = {"type": "array", "items": {"type": "integer", "minimum": 0}}
-_DATATYPE: Schema = {
-    "type": "string",
-    "enum": [
-        "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
-        "FP16", "FP32", "FP64", "BF16", "BYTES",
-    ],
-}  # fmt: skip
-_TENSOR_IN: Schema = {
-    "type": "object",
-    "required": ["name", "shape", "datatype"],
-    "properties": {
-        "name": {"type": "string"},
-        "shape": _SHAPE,
-        "datatype": _DATATYPE,
-        "parameters": _PARAMETERS,
-        "data": {},
+# What the HTTP layer may answer on any route, before a handler runs: a malformed or slow
+# request, a body over the limit, a Host or Origin refused, a bug.
+_ANY_ROUTE = (400, 403, 408, 413, 500)
+_HEADERS: dict[int, Schema] = {
+    401: {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}},
+    503: {
+        "Retry-After": {
+            "schema": {"type": "integer"},
+            "description": "seconds to wait (sent with the in-flight limit and a full queue)",
+        }
     },
 }
-_TENSOR_OUT: Schema = {
-    "type": "object",
-    "required": ["name", "shape", "datatype"],
-    "properties": {
-        "name": {"type": "string"},
-        "shape": _SHAPE,
-        "datatype": {"type": "string"},
-        "parameters": _PARAMETERS,
-        "data": {"type": "array"},
-    },
+_BINARY: Schema = {"type": "string", "format": "binary"}
+_HEADER_LENGTH: Schema = {
+    "schema": {"type": "integer", "minimum": 0},
+    "description": "binary tensors: the length of the JSON part, which the tensors' bytes "
+    "follow in the body",
 }
-_LIVE: Schema = {
-    "type": "object",
-    "required": ["status"],
-    "properties": {"status": {"type": "string", "enum": ["alive"]}},
-}
-_INFER_REQUEST: Schema = {
-    "type": "object",
-    "required": ["inputs"],
-    "properties": {
-        "id": {"type": "string"},
-        "parameters": _PARAMETERS,
-        "inputs": {"type": "array", "items": _TENSOR_IN},
-        "outputs": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["name"],
-                "properties": {"name": {"type": "string"}, "parameters": _PARAMETERS},
-            },
-        },
-    },
-}
-_INFER_RESPONSE: Schema = {
-    "type": "object",
-    "required": ["model_name", "outputs"],
-    "properties": {
-        "model_name": {"type": "string"},
-        "model_version": {"type": "string"},
-        "id": {"type": "string"},
-        "parameters": _PARAMETERS,
-        "outputs": {"type": "array", "items": _TENSOR_OUT},
-    },
-}
-_META_TENSOR: Schema = {
-    "type": "object",
-    "required": ["name", "datatype", "shape"],
-    "properties": {
-        "name": {"type": "string"},
-        "datatype": {"type": "string"},
-        "shape": {"type": "array", "items": {"type": "integer"}},
-    },
-}
-_MODEL_METADATA: Schema = {
-    "type": "object",
-    "required": ["name", "versions", "platform", "inputs", "outputs"],
-    "properties": {
-        "name": {"type": "string"},
-        "versions": {"type": "array", "items": {"type": "string"}},
-        "platform": {"type": "string"},
-        "inputs": {"type": "array", "items": _META_TENSOR},
-        "outputs": {"type": "array", "items": _META_TENSOR},
-    },
-}
-_TIME_OR_NULL: Schema = {"type": ["string", "null"]}
-_RESIDENCY: Schema = {  # lazy serving (--model-memory-budget): where each model stands
-    "type": "object",
-    "properties": {
-        "state": {"enum": ["available", "loading", "loaded", "evicted", "failed"]},
-        "memory_bytes": {"type": "integer", "minimum": 0},
-        "pinned": {"type": "boolean"},
-        "loads": {"type": "integer", "minimum": 0},
-        "loaded_at": _TIME_OR_NULL,
-        "last_used_at": _TIME_OR_NULL,
-        "evicted_at": _TIME_OR_NULL,
-        "reason": {"type": "string"},
-        "in_flight": {"type": "integer", "minimum": 0},
-    },
-}
-_INDEX: Schema = {
-    "type": "array",
-    "items": {
-        "type": "object",
-        "required": ["name", "version", "state", "reason"],
-        "properties": {
-            **{k: {"type": "string"} for k in ("name", "version", "state", "reason")},
-            "residency": _RESIDENCY,
-        },
-    },
-}
-_OBJECT: Schema = {"type": "object"}
-_ROUTING_BODY: Schema = {
-    "type": "object",
-    "properties": {
-        "labels": {"type": ["object", "null"]},
-        "traffic_split": {"type": ["object", "null"]},
-        "shadow": {"type": ["object", "null"]},
-    },
-}
+_MODEL_ERRORS = (404,)  # a route naming a model, version or label
+_INFER_ERRORS = (404, 503, 504)
 
 
 def _path_parameter(name: str) -> Schema:
     return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _query(name: str, schema: Schema, description: str) -> Schema:
+    return {"name": name, "in": "query", "schema": schema, "description": description}
 
 
 def _op(
@@ -155,39 +69,58 @@ def _op(
     *,
     access: Access = Access.INFERENCE,
     body: Schema | None = None,
+    body_required: bool = False,
     body_type: str = JSON,
     ok_type: str = JSON,
-    extra: dict[str, Schema] | None = None,
+    errors: tuple[int, ...] = (),
+    special: dict[int, Schema] | None = None,
     parameters: list[Schema] | None = None,
 ) -> Schema:
-    responses: dict[str, Any] = {
-        "200": {"description": "OK"},
-        "default": {
-            "description": "an error, with a one-line reason",
-            "content": {JSON: {"schema": _ERROR}},
-        },
-    }
+    """One operation; ``errors``: the statuses its handler answers beyond what any route may
+    (``_ANY_ROUTE``, 401 where a token may be needed, 503 where the in-flight limit applies,
+    415 on the admin API's bodies); ``special``: a status whose body is not the Error."""
+    responses: dict[str, Any] = {"200": {"description": "OK"}}
     if ok is not None:
         responses["200"]["content"] = {ok_type: {"schema": ok}}
-    for status, schema in (extra or {}).items():
-        responses[status] = {"description": status, "content": {JSON: {"schema": schema}}}
+    codes = set(_ANY_ROUTE) | set(errors)
+    if access is not Access.PUBLIC:
+        codes.add(401)
+    if access in (Access.INFERENCE, Access.ADMIN):
+        codes.add(503)  # the in-flight limit (Retry-After)
+    if access is Access.ADMIN and body is not None:
+        codes.add(415)
+    for code in sorted(codes):
+        schema = (special or {}).get(code, ref("Error"))
+        responses[str(code)] = {"description": _WHY[code], "content": {JSON: {"schema": schema}}}
+        if code in _HEADERS:
+            responses[str(code)]["headers"] = _HEADERS[code]
     op: Schema = {"summary": summary, "x-inferd-access": access.value, "responses": responses}
     if body is not None:
-        op["requestBody"] = {"required": False, "content": {body_type: {"schema": body}}}
+        op["requestBody"] = {"required": body_required, "content": {body_type: {"schema": body}}}
     if parameters:
         op["parameters"] = parameters
     return op
 
 
-def _model_paths(prefix: str, suffix: str, method: str, op: Schema) -> dict[str, Schema]:
-    """The route by model, by model and version, and by model and version label."""
+def _model_paths(
+    prefix: str, suffix: str, method: str, op: Schema, labels: bool = True
+) -> dict[str, Schema]:
+    """The route by model, by model and version, and by model and version label (a version
+    that is no number, or a label no version carries, is a 404 too)."""
     model = _path_parameter("model")
     variants = {
         f"{prefix}/{{model}}{suffix}": [model],
         f"{prefix}/{{model}}/versions/{{version}}{suffix}": [model, _path_parameter("version")],
-        f"{prefix}/{{model}}/labels/{{label}}{suffix}": [model, _path_parameter("label")],
     }
-    return {path: {method: {**op, "parameters": params}} for path, params in variants.items()}
+    if labels:
+        variants[f"{prefix}/{{model}}/labels/{{label}}{suffix}"] = [
+            model,
+            _path_parameter("label"),
+        ]
+    extra = list(op.get("parameters", []))
+    return {
+        path: {method: {**op, "parameters": [*params, *extra]}} for path, params in variants.items()
+    }
 
 
 def _merge(paths: dict[str, Schema], more: dict[str, Schema]) -> None:
@@ -198,29 +131,33 @@ def _merge(paths: dict[str, Schema], more: dict[str, Schema]) -> None:
 def _dashboard_paths(page: bool) -> dict[str, Schema]:
     """The dashboard's JSON routes, a model's files, and (when served on this port) its page."""
     model = [_path_parameter("model")]
+    object_ = ref("Object")
     query = [
-        {"name": "after", "in": "query", "schema": {"type": "string"}},
-        {"name": "model", "in": "query", "schema": {"type": "string"}},
+        _query("after", {"type": "number"}, "only the samples after this time (Unix seconds)"),
+        _query("model", {"type": "string"}, "one model's traffic"),
     ]
     paths: dict[str, Schema] = {
-        "/v2/dashboard/models": {"get": _op("the dashboard's models table", _OBJECT)},
+        "/v2/dashboard/models": {"get": _op("the dashboard's models table", object_)},
         "/v2/dashboard/series": {
-            "get": _op("recent traffic, sampled once a second", _OBJECT, parameters=query)
+            "get": _op("recent traffic, sampled once a second", object_, parameters=query)
         },
-        "/v2/dashboard/cluster": {"get": _op("Envoy's view of the nodes", _OBJECT)},
+        "/v2/dashboard/cluster": {"get": _op("Envoy's view of the nodes", object_)},
         "/v2/repository/models/{model}/files": {
             "get": _op(
                 "a model folder's files, versions and config",
-                _OBJECT,
+                object_,
                 access=Access.ADMIN,
+                errors=(404, 501),
                 parameters=model,
             )
         },
         "/v2/repository/models/{model}/files/{path}": {
             "get": _op(
                 "one file of a model folder",
-                None,
+                _BINARY,
+                ok_type="application/octet-stream",
                 access=Access.ADMIN,
+                errors=(404, 501),
                 parameters=[*model, _path_parameter("path")],
             )
         },
@@ -230,17 +167,20 @@ def _dashboard_paths(page: bool) -> dict[str, Schema]:
         paths["/"] = {
             "get": _op(
                 "a browser (Accept: text/html) to the dashboard; else KServe v1's liveness",
-                _LIVE,
+                ref("Live"),
                 access=Access.PUBLIC,
             )
         }
         paths["/dashboard"] = {"get": _op("to the dashboard", None, access=Access.PUBLIC)}
         for path in ("/", "/dashboard"):
             paths[path]["get"]["responses"].update(to_page)
+        del paths["/dashboard"]["get"]["responses"]["200"]
         asset = _op(
             "a file of the dashboard page",
-            None,
+            _BINARY,
+            ok_type="*/*",
             access=Access.PUBLIC,
+            errors=(404,),
             parameters=[_path_parameter("asset")],
         )
         asset["responses"]["304"] = {"description": "not modified (If-None-Match)"}
@@ -248,20 +188,14 @@ def _dashboard_paths(page: bool) -> dict[str, Schema]:
     return paths
 
 
-def describe(dashboard: bool = True, page: bool = True) -> Schema:
-    """The whole OpenAPI document; ``dashboard``: with the dashboard's routes, ``page``: its
-    page on this port too."""
+def _v2_paths() -> dict[str, Schema]:
+    """KServe v2's routes (Triton's extensions), the repository API and the operator's."""
     admin = Access.ADMIN
     model = [_path_parameter("model")]
-    ready_schema: Schema = {
-        "type": "object",
-        "required": ["ready"],
-        "properties": {"ready": {"type": "boolean"}, "name": {"type": "string"}},
-    }
-    # 400: not ready, or a version string that is no number (Triton's words, an error)
-    not_ready: Schema = {"anyOf": [ready_schema, _ERROR]}
+    object_ = ref("Object")
+    routing = ref("Routing")
     paths: dict[str, Schema] = {
-        "/v2": {"get": _op("server metadata", _OBJECT)},
+        "/v2": {"get": _op("server metadata", object_)},
         "/v2/health/live": {
             "get": _op(
                 "liveness",
@@ -270,126 +204,269 @@ def describe(dashboard: bool = True, page: bool = True) -> Schema:
             )
         },
         "/v2/health/ready": {
-            "get": _op("readiness", _OBJECT, access=Access.HEALTH, extra={"503": ready_schema})
+            "get": _op(
+                "readiness (503: not ready)",
+                ref("Ready"),
+                access=Access.HEALTH,
+                errors=(503,),
+                special={503: ref("Ready")},
+            )
         },
-        "/v2/models/stats": {"get": _op("statistics of every model", _OBJECT)},
-        "/v2/openapi.json": {"get": _op("this description", _OBJECT)},
+        "/v2/models/stats": {"get": _op("statistics of every model", object_)},
+        "/v2/openapi.json": {"get": _op("this description", object_)},
         "/v2/repository/index": {
-            "post": _op("the repository's models and their states", _INDEX, body=_OBJECT)
+            "post": _op(
+                "the repository's models and their states",
+                ref("RepositoryIndex"),
+                body=ref("IndexRequest"),
+                errors=(501,),
+            )
         },
         "/v2/repository/status": {
-            "get": _op("when each store was last listed, held models", _OBJECT, access=admin)
+            "get": _op(
+                "when each store was last listed, held models", object_, access=admin, errors=(501,)
+            )
         },
         "/v2/repository/models/{model}/load": {
-            "post": _op("load a model", None, access=admin, body=_OBJECT, parameters=model)
+            "post": _op(
+                "load a model (optionally with its config and files)",
+                None,
+                access=admin,
+                body=ref("LoadRequest"),
+                errors=(404, 501),
+                parameters=model,
+            )
         },
         "/v2/repository/models/{model}/unload": {
-            "post": _op("unload a model", None, access=admin, body=_OBJECT, parameters=model)
+            "post": _op(
+                "unload a model",
+                None,
+                access=admin,
+                body=ref("UnloadRequest"),
+                errors=(404, 501),
+                parameters=model,
+            )
         },
         "/v2/repository/models/{model}": {
             "put": _op(
-                "upload a model folder (.tar.gz or .zip) and load it",
-                _INDEX,
+                "upload a model folder (.tar.gz, .tar or .zip) and load it",
+                ref("RepositoryIndex"),
                 access=admin,
-                body={"type": "string", "format": "binary"},
+                body=_BINARY,
+                body_required=True,
                 body_type="application/octet-stream",
+                errors=(404, 501),
                 parameters=model,
             )
         },
         "/v2/repository/models/{model}/labels": {
-            "post": _op("set version labels", _OBJECT, access=admin, body=_OBJECT, parameters=model)
+            "post": _op(
+                "set version labels",
+                routing,
+                access=admin,
+                body=ref("LabelsRequest"),
+                body_required=True,
+                errors=(404,),
+                parameters=model,
+            )
         },
         "/v2/repository/models/{model}/routing": {
             "post": _op(
                 "set labels, traffic split, shadow",
-                _OBJECT,
+                routing,
                 access=admin,
-                body=_ROUTING_BODY,
+                body=ref("RoutingRequest"),
+                errors=(404,),
                 parameters=model,
             )
         },
         "/v2/models/{model}/routing": {
-            "get": _op("labels, traffic split, shadow", _OBJECT, parameters=model)
+            "get": _op("labels, traffic split, shadow", routing, errors=(404,), parameters=model)
         },
         "/v2/logs": {
             "get": _op(
                 "the last lines of the engine or access log",
-                _OBJECT,
+                object_,
                 access=admin,
                 parameters=[
-                    {"name": "kind", "in": "query", "schema": {"type": "string"}},
-                    {"name": "lines", "in": "query", "schema": {"type": "string"}},
+                    _query("kind", {"type": "string", "enum": ["engine", "access"]}, "the log"),
+                    _query("lines", {"type": "integer", "minimum": 0}, "at most this many"),
+                    _query("after", {"type": "integer", "minimum": 0}, "lines after this one"),
                 ],
             )
         },
-        "/metrics": {
+    }
+    infer = _op(
+        "inference (JSON; binary tensors with Inference-Header-Content-Length)",
+        ref("InferResponse"),
+        body=ref("InferRequest"),
+        body_required=True,
+        errors=_INFER_ERRORS,
+    )
+    # Binary tensors: the JSON part, then the tensors' bytes (Triton's binary data extension).
+    header = {"name": "Inference-Header-Content-Length", "in": "header", **_HEADER_LENGTH}
+    infer["parameters"] = [header]
+    infer["requestBody"]["content"]["application/octet-stream"] = {"schema": _BINARY}
+    infer["responses"]["200"]["content"]["application/octet-stream"] = {"schema": _BINARY}
+    infer["responses"]["200"]["headers"] = {"Inference-Header-Content-Length": _HEADER_LENGTH}
+    _merge(
+        paths,
+        _model_paths(
+            "/v2/models",
+            "",
+            "get",
+            _op("model metadata", ref("ModelMetadata"), errors=_INFER_ERRORS),
+        ),
+    )
+    ready = _op(
+        "model readiness (400: not ready)",
+        ref("Ready"),
+        errors=_MODEL_ERRORS,
+        special={400: {"anyOf": [ref("Ready"), ref("Error")]}},
+    )
+    _merge(paths, _model_paths("/v2/models", "/ready", "get", ready))
+    _merge(
+        paths,
+        _model_paths(
+            "/v2/models", "/config", "get", _op("model config", object_, errors=_INFER_ERRORS)
+        ),
+    )
+    _merge(
+        paths,
+        _model_paths(
+            "/v2/models", "/stats", "get", _op("model statistics", object_, errors=_MODEL_ERRORS)
+        ),
+    )
+    _merge(paths, _model_paths("/v2/models", "/infer", "post", infer))
+    return paths
+
+
+def _tfserving_paths() -> dict[str, Schema]:
+    """TF Serving's REST API (``/v1``), with KServe v1's name and ready in a model's status."""
+    paths: dict[str, Schema] = {}
+    status = _op(
+        "TF Serving model status, with KServe v1's name and ready",
+        ref("TfModelStatus"),
+        errors=_MODEL_ERRORS,
+    )
+    _merge(paths, _model_paths("/v1/models", "", "get", status))
+    metadata = _op("TF Serving metadata", ref("Object"), errors=_INFER_ERRORS)
+    _merge(paths, _model_paths("/v1/models", "/metadata", "get", metadata))
+    for verb, body, ok in (
+        ("predict", "TfPredictRequest", "TfPredictResponse"),
+        ("classify", "TfExamplesRequest", "TfResultsResponse"),
+        ("regress", "TfExamplesRequest", "TfResultsResponse"),
+    ):
+        op = _op(
+            f"TF Serving {verb}",
+            ref(ok),
+            body=ref(body),
+            body_required=True,
+            errors=_INFER_ERRORS,
+        )
+        _merge(paths, _model_paths("/v1/models", f":{verb}", "post", op))
+    return paths
+
+
+def _extension_paths() -> dict[str, Schema]:
+    """Triton's shared memory, trace and log settings, and generate extensions."""
+    admin = Access.ADMIN
+    paths: dict[str, Schema] = {}
+    region = [_path_parameter("name")]
+    for kind, root in (("system", "/v2/systemsharedmemory"), ("CUDA", "/v2/cudasharedmemory")):
+        status = _op(f"the registered {kind} shared memory regions", ref("RegionStatus"))
+        one = _op(
+            f"one {kind} shared memory region",
+            ref("RegionStatus"),
+            errors=(404,),
+            parameters=region,
+        )
+        register = _op(
+            f"register a {kind} shared memory region",
+            ref("Object"),
+            body=ref("RegisterRegion"),
+            body_required=True,
+            errors=(501,) if kind == "CUDA" else (),
+            parameters=region,
+        )
+        gone = _op(f"unregister every {kind} shared memory region", ref("Object"))
+        paths[f"{root}/status"] = {"get": status}
+        paths[f"{root}/region/{{name}}/status"] = {"get": one}
+        paths[f"{root}/region/{{name}}/register"] = {"post": register}
+        paths[f"{root}/unregister"] = {"post": gone}
+        paths[f"{root}/region/{{name}}/unregister"] = {
+            "post": _op(f"unregister a {kind} region", ref("Object"), parameters=region)
+        }
+    trace = ref("TraceSettings")
+    for path, parameters, errors in (
+        ("/v2/trace/setting", [], ()),
+        ("/v2/models/{model}/trace/setting", [_path_parameter("model")], (404,)),
+    ):
+        paths[path] = {
+            "get": _op("trace settings", trace, access=admin, errors=errors, parameters=parameters),
+            "post": _op(
+                "change trace settings; answers those in effect",
+                trace,
+                access=admin,
+                body=trace,
+                errors=errors,
+                parameters=parameters,
+            ),
+        }
+    logs = ref("LogSettings")
+    paths["/v2/logging"] = {
+        "get": _op("log settings", logs, access=admin),
+        "post": _op("change log settings; answers those in effect", logs, access=admin, body=logs),
+    }
+    generate = _op(
+        "one inference as flat JSON: each input by name",
+        ref("GenerateResponse"),
+        body=ref("GenerateRequest"),
+        body_required=True,
+        errors=_INFER_ERRORS,
+    )
+    stream = _op(
+        "a decoupled model's responses as server-sent events (data: GenerateResponse)",
+        {"type": "string"},
+        ok_type="text/event-stream",
+        body=ref("GenerateRequest"),
+        body_required=True,
+        errors=_INFER_ERRORS,
+    )
+    _merge(paths, _model_paths("/v2/models", "/generate", "post", generate, labels=False))
+    _merge(paths, _model_paths("/v2/models", "/generate_stream", "post", stream, labels=False))
+    return paths
+
+
+def describe(dashboard: bool = True, page: bool = True, metrics: bool = True) -> Schema:
+    """The whole OpenAPI document; ``dashboard``: with the dashboard's routes, ``page``: its
+    page on this port too; ``metrics``: with ``/metrics``."""
+    paths = _v2_paths()
+    if metrics:
+        paths["/metrics"] = {
             "get": _op(
                 "Prometheus metrics",
                 {"type": "string"},
                 access=Access.METRICS,
                 ok_type="text/plain",
             )
-        },
-    }
-    infer = _op(
-        "inference (JSON; binary tensors with Inference-Header-Content-Length)",
-        _INFER_RESPONSE,
-        body=_INFER_REQUEST,
-    )
-    paths["/"] = {"get": _op("KServe v1 server liveness", _LIVE, access=Access.HEALTH)}
+        }
+    paths["/"] = {"get": _op("KServe v1 server liveness", ref("Live"), access=Access.HEALTH)}
     if dashboard:
         _merge(paths, _dashboard_paths(page))
-    _merge(paths, _model_paths("/v2/models", "", "get", _op("model metadata", _MODEL_METADATA)))
-    _merge(
-        paths,
-        _model_paths(
-            "/v2/models", "/ready", "get", _op("model readiness", ready_schema,
-                                               extra={"400": not_ready})
-        ),
-    )  # fmt: skip
-    _merge(paths, _model_paths("/v2/models", "/config", "get", _op("model config", _OBJECT)))
-    _merge(paths, _model_paths("/v2/models", "/stats", "get", _op("model statistics", _OBJECT)))
-    _merge(paths, _model_paths("/v2/models", "/infer", "post", infer))
-    tf_body: Schema = {
-        "type": "object",
-        "properties": {
-            "signature_name": {"type": "string"},
-            "instances": {},
-            "inputs": {},
-            "examples": {"type": "array"},
-        },
-    }
-    tf_status: Schema = {
-        "type": "object",
-        "required": ["name", "ready", "model_version_status"],
-        "properties": {
-            "name": {"type": "string"},
-            "ready": {"type": "boolean"},
-            "model_version_status": {"type": "array"},
-        },
-    }
-    status_op = _op("TF Serving model status, with KServe v1's name and ready", tf_status)
-    _merge(paths, _model_paths("/v1/models", "", "get", status_op))
-    _merge(
-        paths,
-        _model_paths("/v1/models", "/metadata", "get", _op("TF Serving metadata", _OBJECT)),
-    )
-    for verb in ("predict", "classify", "regress"):
-        _merge(
-            paths,
-            _model_paths(
-                "/v1/models", f":{verb}", "post", _op(f"TF Serving {verb}", _OBJECT, body=tf_body)
-            ),
-        )
+    _merge(paths, _tfserving_paths())
+    _merge(paths, _extension_paths())
     return {
         "openapi": "3.0.3",
         "info": {
             "title": "inferd",
             "version": __version__,
             "description": "KServe v2 / Triton and TensorFlow Serving REST, plus inferd's "
-            "repository, routing and operator routes. x-inferd-access names the token scope.",
+            "repository, routing and operator routes. x-inferd-access names the token scope. "
+            "Every error answers the Error body with its status.",
         },
         "components": {
+            "schemas": SCHEMAS,
             "securitySchemes": {"token": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{}, {"token": []}],
@@ -398,8 +475,8 @@ def describe(dashboard: bool = True, page: bool = True) -> Schema:
 
 
 class OpenApi:
-    def __init__(self, dashboard: bool = True, page: bool = True) -> None:
-        self._body = orjson.dumps(describe(dashboard, page))
+    def __init__(self, dashboard: bool = True, page: bool = True, metrics: bool = True) -> None:
+        self._body = orjson.dumps(describe(dashboard, page, metrics))
 
     def register(self, router: Router) -> None:
         router.add("GET", "/v2/openapi.json", self.document)

@@ -96,7 +96,9 @@ class RepositoryHttp:
         router.add("GET", r"/v2/models/(?P<model>[^/]+)/routing", self.routing)
 
     async def index(self, request: HttpRequest) -> HttpResponse:
-        ready_only = bool(_body(request).get("ready", False))
+        ready_only = _body(request).get("ready", False)
+        if not isinstance(ready_only, bool):
+            raise InvalidInput("'ready' must be a boolean")
         entries = await self.plane.index(ready_only)
         response = json_response(_entries(entries))
         if self.plane.repository is not None:

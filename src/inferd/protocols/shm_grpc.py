@@ -3,7 +3,7 @@ and listed as over ``/v2/systemsharedmemory``; CUDA regions refused (no GPU)."""
 
 from __future__ import annotations
 
-from inferd.core.errors import InvalidInput, Unimplemented
+from inferd.core.errors import NotFound, Unimplemented
 from inferd.core.shared_memory import SystemSharedMemory
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols.shm_http import NO_GPU
@@ -41,7 +41,7 @@ class SharedMemoryGrpc:
         self, request: pb.CudaSharedMemoryStatusRequest
     ) -> pb.CudaSharedMemoryStatusResponse:
         if request.name:
-            raise InvalidInput(f"Unable to find cuda shared memory region: '{request.name}'")
+            raise NotFound(f"Unable to find cuda shared memory region: '{request.name}'")
         return pb.CudaSharedMemoryStatusResponse()
 
     async def cuda_register(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from inferd.core.errors import InvalidInput, Unimplemented
+from inferd.core.errors import InvalidInput, NotFound, Unimplemented
 from inferd.core.shared_memory import SystemSharedMemory
 from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2_http import parse_json
@@ -52,9 +52,7 @@ class SharedMemoryHttp:
 
     async def cuda_status(self, request: HttpRequest) -> HttpResponse:
         if "name" in request.params:
-            raise InvalidInput(
-                f"Unable to find cuda shared memory region: '{request.params['name']}'"
-            )
+            raise NotFound(f"Unable to find cuda shared memory region: '{request.params['name']}'")
         return json_response([])
 
     async def cuda_register(self, request: HttpRequest) -> HttpResponse:
