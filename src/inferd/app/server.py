@@ -53,7 +53,7 @@ class NetworkServer:
         if worker is not None:
             control = self._worker_control(worker)
             core.plane.repository = control
-            self.node = WorkerNode(control.peers, control, core.plane, core.metrics)
+            self.node = WorkerNode(control.peers, control, core.plane, core.metrics, core.logs)
             self._share_budget(self.node)
             control.share_regions(core.plane.shared_memory)
             control.share_settings(core.trace_settings, core.log_settings)
@@ -63,6 +63,8 @@ class NetworkServer:
             workers=worker.count if worker is not None else 1,
         )
         self.http_app = self.frontends.http_app
+        if self.node is not None:
+            self.frontends.admin.log_lines = self.node.log_lines
         dashboard = self.frontends.dashboard
         if dashboard is not None and self.node is not None:
             self.node.series = dashboard.series
