@@ -128,10 +128,12 @@ def test_the_access_log_holds_every_workers_lines_in_order(server: ServerProcess
 
 
 def test_the_engine_log_holds_every_workers_lines(server: ServerProcess) -> None:
-    # Each worker logs once that it listens; the host alone loads the models.
+    # The supervisor starts each worker; each listens; the host alone loads the models.
     for _ in range(10):
         lines = _json(server, "GET", "/v2/logs", params={"kind": "engine", "lines": 1000})["lines"]
         text = "\n".join(lines)
+        assert f"starting {WORKERS} workers on one port" in text, text
+        assert len(re.findall(r"worker \d started: pid", text)) == WORKERS, text
         assert text.count("listening: HTTP") == WORKERS, text
         assert text.count(f"loaded model '{M}' version 1") == 1, text
         assert text.count(f"copied model '{M}' version 1") == WORKERS - 1, text

@@ -29,6 +29,7 @@ from inferd.workers.merge import (
     statistics_from_document,
 )
 from inferd.workers.peers import FIGURES_TIMEOUT_S, Handler, Peers
+from inferd.workers.supervisor_log import read_entries
 
 log = logging.getLogger("inferd.workers")
 
@@ -100,16 +101,25 @@ class WorkerNode:
         return merge_statistics(own, (statistics_from_document(a) for a in answers.values()))
 
     async def log_lines(self, kind: str, after: int, upto: int | None, count: int) -> list[str]:
-        """The last ``count`` lines of every worker's log ``kind`` in (``after``, ``upto``], in
-        the order they were kept (a worker that does not answer in time is left out)."""
+        """The last ``count`` lines of every worker's log ``kind`` in (``after``, ``upto``], and
+        of the supervisor's engine log, in the order they were kept (a worker that does not
+        answer in time is left out)."""
         own = self.logs.entries(kind, after, upto, count)
         message = {"op": "logs", "kind": kind, "after": after, "upto": upto, "count": count}
-        answers = await self.peers.ask_all(message, FIGURES_TIMEOUT_S)
+        supervisor: list[Entry] = []
+        if kind == "engine":  # the supervisor's lines too (workers started, exited)
+            run_dir = self.peers.role.run_dir
+            supervisor, answers = await asyncio.gather(
+                asyncio.to_thread(read_entries, run_dir, after, upto, count),
+                self.peers.ask_all(message, FIGURES_TIMEOUT_S),
+            )
+        else:
+            answers = await self.peers.ask_all(message, FIGURES_TIMEOUT_S)
         theirs: list[list[Entry]] = [
             [(int(position), str(line)) for position, line in answers[index]]
             for index in sorted(answers)
         ]
-        return merge_entries([own, *theirs], count)
+        return merge_entries([supervisor, own, *theirs], count)
 
     async def traffic(self, after: float, model: str) -> dict[str, Any]:
         """The dashboard's traffic rows for the whole server."""
