@@ -182,6 +182,10 @@ def test_statistics_and_metrics_are_totals(server: ServerProcess) -> None:
     ran = [int(stats[0]["inference_stats"]["success"]["count"]) if stats else 0 for stats in own]
     assert sum(1 for n in ran if n) >= 2, ran  # several workers ran some (copies and host)
     assert {count() for _ in range(10)} == {before + FRESH}
+    for _ in range(5):  # every model's statistics at once: the same totals
+        every = _json(server, "GET", "/v2/models/stats")["model_stats"]
+        mine = [s for s in every if s["name"] == M]
+        assert [s["inference_stats"]["success"]["count"] for s in mine] == [before + FRESH]
     assert {metric() for _ in range(10)} == {before_metric + FRESH}
     for _ in range(5):  # gRPC: a new client is a new connection
         client = triton_grpc.InferenceServerClient(server.grpc_address)
