@@ -6,7 +6,7 @@ helpers ask one worker over its socket for what it alone holds, to show the requ
 on several): the engine and access logs (the last lines, and a follower's ``after`` positions),
 statistics and Prometheus metrics, trace and log settings, shared-memory regions (registered
 through one connection, used through others, over HTTP and gRPC), sequences (correlation IDs),
-the response cache, model control and the repository index.
+the response cache, model control, the repository index, and the dashboard's uptime.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -347,3 +349,17 @@ def test_model_control_and_the_index_are_the_servers(server: ServerProcess) -> N
     assert ready() == {400}
     unloaded = {e for index in indexes() for e in index if e[0] == "other"}
     assert unloaded == {("other", "1", "UNAVAILABLE")}, unloaded
+
+
+def test_the_servers_uptime_survives_a_workers_restart(server: ServerProcess) -> None:
+    # Last in the module: a frontend is killed and replaced.
+    pids = {int(i): int(p) for i, p in re.findall(r"worker (\d+) started: pid (\d+)", server.log())}
+    starts = server.log().count("worker 2 started")
+    killed_s = time.time()
+    os.kill(pids[2], signal.SIGKILL)
+    wait_for(lambda: server.log().count("worker 2 started") > starts, "worker 2 restarted")
+    wait_for(lambda: server.log().count("listening: HTTP") > WORKERS, "worker 2 listening")
+    for _ in range(FRESH):
+        uptime_s = _json(server, "GET", "/v2/dashboard/models")["server"]["uptime_s"]
+        # The server started before the kill, whichever worker answers (the replacement too).
+        assert time.time() - uptime_s <= killed_s, uptime_s

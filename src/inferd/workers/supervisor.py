@@ -99,6 +99,7 @@ class Supervisor:
         self.entry = entry
         self.count = count
         self.run_dir = Path(tempfile.mkdtemp(prefix="inferd-workers-"))
+        self.started_unix_s = time.time()  # the server's start, whichever worker tells it
         # Forked: a worker starts with the server's modules already imported (the supervisor
         # imported them to run ``entry``, and holds no thread), sharing their pages until
         # written; a spawned one would import them again, half a second of CPU per worker.
@@ -112,7 +113,13 @@ class Supervisor:
 
     def _start(self, index: int) -> None:
         starts = self.starts.get(index, 0)
-        role = WorkerRole(index, self.count, self.run_dir, restarted=starts > 0)
+        role = WorkerRole(
+            index,
+            self.count,
+            self.run_dir,
+            restarted=starts > 0,
+            started_unix_s=self.started_unix_s,
+        )
         proc = self.context.Process(
             target=_worker_main,
             args=(self.entry, worker_settings(self.settings, index), role),
