@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from inferd.core.errors import InvalidInput, NotFound
 from inferd.observability.trace_settings import TraceSettings
+from inferd.workers.counts import SharedCounts
 
 
 def _known(name: str) -> None:
@@ -58,3 +61,21 @@ def test_no_exporter_cannot_turn_tracing_on() -> None:
 def test_bad_values_are_refused(changes: dict[str, object], fragment: str) -> None:
     with pytest.raises(InvalidInput, match=fragment):
         TraceSettings(exporter=True).update(changes)
+
+
+def test_a_limited_count_is_shared_by_the_workers(tmp_path: Path) -> None:
+    # Two workers' settings over one run folder: the worker that receives the change sets the
+    # count, the other applies it as received from a peer; traces taken by either count once.
+    received, peer = TraceSettings(exporter=True), TraceSettings(exporter=True)
+    received.counts, peer.counts = SharedCounts(tmp_path), SharedCounts(tmp_path)
+    changes = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "5"}
+    received.update(changes, "m")
+    peer.update(changes, "m", received=False)
+    taken = [settings.sample("m") for _ in range(4) for settings in (received, peer)]
+    assert taken == [True] * 5 + [False] * 3
+    assert received.get("m")["trace_count"] == peer.get("m")["trace_count"] == "0"
+    received.update({"trace_count": "2"}, "m")  # a new count, for both
+    peer.update({"trace_count": "2"}, "m", received=False)
+    assert peer.get("m")["trace_count"] == "2"
+    assert [peer.sample("m"), received.sample("m"), peer.sample("m")] == [True, True, False]
+    assert peer.sample("other") and received.sample("")  # unlimited scopes: no count

@@ -123,9 +123,11 @@ class Frontends:
         RepositoryHttp(
             self.plane, settings.max_upload_bytes, settings.max_concurrent_uploads
         ).register(router)
-        AdminHttp(
+        # Several workers: ``log_lines`` is set to theirs (``NetworkServer``).
+        self.admin = AdminHttp(
             core.metrics if settings.allow_metrics else None, core.logs, metrics_text
-        ).register(router)
+        )
+        self.admin.register(router)
         SettingsHttp(core.trace_settings, core.log_settings).register(router)
         SharedMemoryHttp(self.plane.shared_memory).register(router)
         GenerateHttp(self.plane).register(router)

@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import sys
+from dataclasses import replace
 
 from inferd.app import edge, torchserve_ports
 from inferd.app.drain import STOP_GRACE_S, Drain
@@ -53,7 +54,7 @@ class NetworkServer:
         if worker is not None:
             control = self._worker_control(worker)
             core.plane.repository = control
-            self.node = WorkerNode(control.peers, control, core.plane, core.metrics)
+            self.node = WorkerNode(control.peers, control, core.plane, core.metrics, core.logs)
             self._share_budget(self.node)
             control.share_regions(core.plane.shared_memory)
             control.share_settings(core.trace_settings, core.log_settings)
@@ -63,10 +64,15 @@ class NetworkServer:
             workers=worker.count if worker is not None else 1,
         )
         self.http_app = self.frontends.http_app
+        if self.node is not None:
+            self.frontends.admin.log_lines = self.node.log_lines
         dashboard = self.frontends.dashboard
-        if dashboard is not None and self.node is not None:
+        if dashboard is not None and self.node is not None and worker is not None:
             self.node.series = dashboard.series
             dashboard.traffic_totals = self.node.traffic
+            if worker.started_unix_s:  # the server's uptime, a replaced worker's too
+                facts = dashboard.overview.facts
+                dashboard.overview.facts = replace(facts, started_s=worker.started_unix_s)
         # TorchServe's inference, management and gRPC APIs on ports of their own.
         self.torchserve = (
             torchserve_ports.TorchServePorts(

@@ -7,11 +7,13 @@ The access log writes one line per request and costs nothing when it is off.
 from __future__ import annotations
 
 import collections
+import heapq
 import logging
 import logging.handlers
 import sys
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -40,32 +42,69 @@ ACCESS_FIELDS = (
 )
 
 
+def log_clock_us() -> int:
+    """The clock that orders log lines: microseconds of CLOCK_MONOTONIC, one clock for every
+    process of the machine, so the lines of several serving processes interleave in order."""
+    return time.monotonic_ns() // 1000
+
+
+Entry = tuple[int, str]  # a kept line's position (``log_clock_us`` when kept) and its text
+
+
 class TailHandler(logging.Handler):
-    """Keeps the last formatted lines of a log in memory."""
+    """Keeps the last formatted lines of a log in memory, each with its position: the time it
+    was kept, made unique and increasing in this process. A line kept after a reader took
+    ``log_clock_us()`` has a greater position than that reading, whichever process keeps it,
+    so "the lines up to position P" stays the same answer once P has passed (``cursor``)."""
 
     def __init__(self, capacity: int = TAIL_LINES) -> None:
         super().__init__()
-        self.lines: collections.deque[str] = collections.deque(maxlen=capacity)
-        self.total = 0  # lines ever kept: the sequence number of the newest line
+        self.lines: collections.deque[Entry] = collections.deque(maxlen=capacity)
+        self._last = 0  # the newest line's position
         self._lines_lock = threading.Lock()
 
     def emit(self, record: logging.LogRecord) -> None:
         line = self.format(record)
         with self._lines_lock:
-            self.lines.append(line)
-            self.total += 1
+            self._last = max(self._last + 1, log_clock_us())
+            self.lines.append((self._last, line))
 
     def tail(self, count: int) -> list[str]:
+        return [line for _, line in self.entries(0, None, count)]
+
+    def entries(self, after: int, upto: int | None, count: int) -> list[Entry]:
+        """At most the last ``count`` lines whose position is above ``after`` and at most
+        ``upto`` (None: any), oldest first."""
+        if count <= 0:
+            return []
+        found: list[Entry] = []
         with self._lines_lock:
-            return list(self.lines)[-count:] if count > 0 else []
+            for entry in reversed(self.lines):
+                if entry[0] <= after or len(found) == count:
+                    break
+                if upto is None or entry[0] <= upto:
+                    found.append(entry)
+        found.reverse()
+        return found
 
     def since(self, after: int, count: int) -> tuple[list[str], int]:
-        """At most the last ``count`` lines newer than sequence number ``after``, and the
-        newest sequence number (pass it back as ``after`` to get only what follows)."""
-        with self._lines_lock:
-            new = min(self.total - after, len(self.lines), count) if after < self.total else 0
-            lines = [self.lines[i] for i in range(len(self.lines) - new, len(self.lines))]
-            return lines, self.total
+        """At most the last ``count`` lines kept after position ``after``, and the position to
+        pass back as ``after`` to get only what follows."""
+        upto = cursor()
+        return [line for _, line in self.entries(after, upto, count)], upto
+
+
+def cursor() -> int:
+    """A position every line kept from now on, in any process, will be above: lines up to it
+    are all kept already (their answer is final), and lines above it are the next answer's."""
+    return log_clock_us() - 1
+
+
+def merge_entries(parts: Iterable[Sequence[Entry]], count: int) -> list[str]:
+    """The last ``count`` lines of several processes' ``entries``, in order of position (the
+    same position in two processes: the first part's line first)."""
+    merged = heapq.merge(*parts, key=lambda entry: entry[0])
+    return [line for _, line in collections.deque(merged, maxlen=count)] if count > 0 else []
 
 
 class JsonFormatter(logging.Formatter):
@@ -227,10 +266,17 @@ class Logs:
         self._access.info("", extra={"fields": fields})
 
     def tail(self, kind: str, count: int) -> list[str]:
-        return (self.engine_tail if kind == "engine" else self.access_tail).tail(count)
+        return self.kept(kind).tail(count)
 
     def since(self, kind: str, after: int, count: int) -> tuple[list[str], int]:
-        return (self.engine_tail if kind == "engine" else self.access_tail).since(after, count)
+        return self.kept(kind).since(after, count)
+
+    def entries(self, kind: str, after: int, upto: int | None, count: int) -> list[Entry]:
+        return self.kept(kind).entries(after, upto, count)
+
+    def kept(self, kind: str) -> TailHandler:
+        """The lines kept of the ``engine`` or the ``access`` log."""
+        return self.engine_tail if kind == "engine" else self.access_tail
 
 
 def _rotating(path: str, max_bytes: int, backup_count: int) -> logging.Handler:

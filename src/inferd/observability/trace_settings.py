@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from inferd.core.errors import InvalidInput
 
@@ -34,15 +34,28 @@ def _startup(exporter: bool) -> Settings:
     }
 
 
+class Counts(Protocol):
+    """Limited trace counts kept for a whole server of several workers (``workers.counts``),
+    by scope ("": the global settings; else a model's)."""
+
+    def set(self, scope: str, count: int) -> None: ...
+
+    def take(self, scope: str) -> bool: ...
+
+    def left(self, scope: str) -> int: ...
+
+
 class _Sampler:
     """Which requests of one scope (global, or one model) are traced: 1 in ``rate`` while
-    ``count`` traces are left (-1: no limit)."""
+    ``count`` traces are left (-1: no limit; a limited count is ``counts``'s when set)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, scope: str, counts: Counts | None = None) -> None:
         self.on = settings["trace_level"] != ["OFF"]
         self.rate = int(settings["trace_rate"])
         self.count = int(settings["trace_count"])
         self.seen = 0
+        self.scope = scope
+        self.counts = counts if self.count > 0 else None
 
     def take(self) -> bool:
         if not self.on or self.count == 0:
@@ -50,9 +63,14 @@ class _Sampler:
         self.seen += 1
         if self.seen % self.rate:
             return False
+        if self.counts is not None:
+            return self.counts.take(self.scope)
         if self.count > 0:
             self.count -= 1
         return True
+
+    def left(self) -> int:
+        return self.counts.left(self.scope) if self.counts is not None else self.count
 
 
 class TraceSettings:
@@ -66,10 +84,12 @@ class TraceSettings:
         self._startup = _startup(exporter)
         self._global: Settings = dict(self._startup)
         self._models: dict[str, Settings] = {}
-        self._samplers: dict[str, _Sampler] = {"": _Sampler(self._global)}
+        self._samplers: dict[str, _Sampler] = {"": _Sampler(self._global, "")}
         self._lock = threading.Lock()
-        # With --http-workers: makes a change on every other worker too.
+        # With --http-workers: makes a change on every other worker too, and keeps limited
+        # counts for the server (set by the worker that received the change).
         self.share: Callable[[dict[str, Any]], Awaitable[None]] | None = None
+        self.counts: Counts | None = None
 
     async def update_everywhere(self, changes: Mapping[str, Any], model: str = "") -> Settings:
         """``update`` here, then on this server's other workers."""
@@ -87,12 +107,15 @@ class TraceSettings:
             effective = {**self._global, **self._models.get(model, {})}
             sampler = self._samplers.get(model if model in self._models else "")
             if sampler is not None:
-                effective["trace_count"] = str(sampler.count)
+                effective["trace_count"] = str(sampler.left())
         effective["trace_level"] = list(effective["trace_level"])
         return {**effective, **FIXED}
 
-    def update(self, changes: Mapping[str, Any], model: str = "") -> Settings:
-        """Apply ``changes`` (Triton's keys; None clears) and return the settings in effect."""
+    def update(
+        self, changes: Mapping[str, Any], model: str = "", received: bool = True
+    ) -> Settings:
+        """Apply ``changes`` (Triton's keys; None clears) and return the settings in effect;
+        ``received``: from a client, not from another worker (which set the counts)."""
         if model and self.known_model is not None:
             self.known_model(model)
         checked = {key: self._check(key, value) for key, value in changes.items()}
@@ -115,16 +138,21 @@ class TraceSettings:
                 )
             if not model:
                 self._global = target
-                self._samplers[""] = _Sampler(target)
+                self._new_sampler("", target, received)
                 for name, overrides in self._models.items():  # they inherit the rest
-                    self._samplers[name] = _Sampler({**target, **overrides})
+                    self._new_sampler(name, {**target, **overrides}, received)
             elif target:
                 self._models[model] = target
-                self._samplers[model] = _Sampler(effective)
+                self._new_sampler(model, effective, received)
             else:
                 self._models.pop(model, None)
                 self._samplers.pop(model, None)
         return self.get(model)
+
+    def _new_sampler(self, scope: str, settings: Settings, received: bool) -> None:
+        sampler = self._samplers[scope] = _Sampler(settings, scope, self.counts)
+        if sampler.counts is not None and received:
+            sampler.counts.set(scope, sampler.count)
 
     def sample(self, model: str) -> bool:
         """Whether this finished request of ``model`` ("" for none) is traced."""

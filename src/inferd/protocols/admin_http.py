@@ -1,7 +1,8 @@
 """Operator routes on the HTTP port: Prometheus ``/metrics`` and ``/v2/logs`` tails.
 
-``/v2/logs?after=N`` answers only the lines after sequence number N with ``next``, the number
-to pass next time: how the dashboard follows a log without fetching it whole every time.
+``/v2/logs?after=N`` answers only the lines kept after position N with ``next``, the position
+to pass next time: how the dashboard follows a log without fetching it whole every time. With
+several serving processes, the lines are every process's, in order (``LogLines``).
 """
 
 from __future__ import annotations
@@ -12,10 +13,14 @@ from urllib.parse import parse_qs
 from prometheus_client import CollectorRegistry
 
 from inferd.core.errors import InvalidInput
-from inferd.observability.logging import TAIL_LINES, Logs
+from inferd.observability.logging import TAIL_LINES, Logs, cursor
 from inferd.observability.metrics import CONTENT_TYPE, render
 from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router, json_response
 from inferd.security.access import Access
+
+# The last ``count`` lines of a log (``kind``) above position ``after`` and at most ``upto``
+# (None: any), in order: several workers' lines (``workers.node``).
+LogLines = Callable[[str, int, int | None, int], Awaitable[list[str]]]
 
 
 class AdminHttp:
@@ -24,10 +29,12 @@ class AdminHttp:
         metrics: CollectorRegistry | None,
         logs: Logs,
         totals: Callable[[], Awaitable[bytes]] | None = None,
+        log_lines: LogLines | None = None,
     ) -> None:
         self.metrics = metrics
         self.logs = logs
         self.totals = totals  # several workers: their metrics, added up
+        self.log_lines = log_lines or self._own_lines  # several workers: all their lines
 
     def register(self, router: Router) -> None:
         if self.metrics is not None:
@@ -50,9 +57,15 @@ class AdminHttp:
             raise InvalidInput(f"lines must be a non-negative integer, got '{text[:100]}'")
         count = min(int(text), TAIL_LINES)
         if "after" not in query:
-            return json_response({"kind": kind, "lines": self.logs.tail(kind, count)})
+            return json_response(
+                {"kind": kind, "lines": await self.log_lines(kind, 0, None, count)}
+            )
         after = query["after"][0]
         if not (after.isascii() and after.isdigit()):
             raise InvalidInput(f"after must be a non-negative integer, got '{after[:100]}'")
-        lines, newest = self.logs.since(kind, int(after), count)
-        return json_response({"kind": kind, "lines": lines, "next": newest})
+        upto = cursor()  # taken before any process is read: no line at or below it is to come
+        lines = await self.log_lines(kind, int(after), upto, count)
+        return json_response({"kind": kind, "lines": lines, "next": upto})
+
+    async def _own_lines(self, kind: str, after: int, upto: int | None, count: int) -> list[str]:
+        return [line for _, line in self.logs.entries(kind, after, upto, count)]

@@ -9,7 +9,8 @@ loads, unloads and routing, so the models come back as they were.
 
 Shared-memory registrations (a client's next request may reach any worker), and trace and log
 settings changed at run time, are per process: whichever worker receives one makes it, then
-has every other worker make it too (and journals it, for a replacement of any worker).
+has every other worker make it too (and journals it, for a replacement of any worker). A
+limited trace count is kept once for the server, in the run folder (``workers.counts``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from inferd.observability.trace_settings import TraceSettings
 from inferd.repository import routing_file
 from inferd.repository.control import RepositoryControl
 from inferd.repository.manager import ModelManager
+from inferd.workers.counts import SharedCounts
 from inferd.workers.peers import PeerError, Peers
 
 log = logging.getLogger("inferd.workers")
@@ -64,9 +66,11 @@ class SharedControl(RepositoryControl):
         regions.share = self._share
 
     def share_settings(self, trace: TraceSettings, logs: LogSettings) -> None:
-        """Trace and log settings changed at run time reach every worker (journaled too)."""
+        """Trace and log settings changed at run time reach every worker (journaled too); a
+        limited trace count is the server's (``workers.counts``)."""
         self.trace, self.logs = trace, logs
         trace.share = logs.share = self._share
+        trace.counts = SharedCounts(self.peers.role.run_dir)
 
     async def _share(self, change: dict[str, Any]) -> None:
         """Journal a change made here, then have every other worker make it."""
@@ -171,7 +175,7 @@ class SharedControl(RepositoryControl):
         elif op == "shm_unregister" and self.regions is not None:
             self.regions.unregister(name)
         elif op == "trace_settings" and self.trace is not None:
-            self.trace.update(change["changes"], change["model"])
+            self.trace.update(change["changes"], change["model"], received=False)
         elif op == "log_settings" and self.logs is not None:
             self.logs.update(change["changes"])
         else:

@@ -1,5 +1,6 @@
 """One worker's side of a multi-worker server: answers its peers, and adds their figures to
-its own, so ``/metrics``, the statistics API and the dashboard report the whole server."""
+its own, so ``/metrics``, the statistics API and the dashboard report the whole server, and
+``/v2/logs`` every worker's lines, in order."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InferdError
 from inferd.core.stats import ModelStatistics
 from inferd.dashboard.series import TrafficSeries
+from inferd.observability.logging import Entry, Logs, merge_entries
 from inferd.observability.metrics import render
 from inferd.workers.control import CHANGES, SharedControl
 from inferd.workers.merge import (
@@ -27,18 +29,25 @@ from inferd.workers.merge import (
     statistics_from_document,
 )
 from inferd.workers.peers import FIGURES_TIMEOUT_S, Handler, Peers
+from inferd.workers.supervisor_log import read_entries
 
 log = logging.getLogger("inferd.workers")
 
 
 class WorkerNode:
     def __init__(
-        self, peers: Peers, control: SharedControl, plane: DataPlane, metrics: CollectorRegistry
+        self,
+        peers: Peers,
+        control: SharedControl,
+        plane: DataPlane,
+        metrics: CollectorRegistry,
+        logs: Logs,
     ) -> None:
         self.peers = peers
         self.control = control
         self.plane = plane
         self.metrics = metrics
+        self.logs = logs
         self.series: TrafficSeries | None = None  # the dashboard's, when it is on
         # Messages answered by other parts of the worker, by op (lazy serving's).
         self.handlers: dict[str, Handler] = {}
@@ -62,6 +71,10 @@ class WorkerNode:
             except InferdError:  # not loaded here (yet): nothing to add
                 return []
             return statistics_document(own)
+        if op == "logs":
+            return self.logs.entries(
+                message["kind"], message["after"], message["upto"], message["count"]
+            )
         if op == "traffic":
             if self.series is None:
                 raise ValueError("the dashboard is off")
@@ -86,6 +99,27 @@ class WorkerNode:
         message = {"op": "statistics", "name": name, "version": version}
         answers = await self.peers.ask_all(message, FIGURES_TIMEOUT_S)
         return merge_statistics(own, (statistics_from_document(a) for a in answers.values()))
+
+    async def log_lines(self, kind: str, after: int, upto: int | None, count: int) -> list[str]:
+        """The last ``count`` lines of every worker's log ``kind`` in (``after``, ``upto``], and
+        of the supervisor's engine log, in the order they were kept (a worker that does not
+        answer in time is left out)."""
+        own = self.logs.entries(kind, after, upto, count)
+        message = {"op": "logs", "kind": kind, "after": after, "upto": upto, "count": count}
+        supervisor: list[Entry] = []
+        if kind == "engine":  # the supervisor's lines too (workers started, exited)
+            run_dir = self.peers.role.run_dir
+            supervisor, answers = await asyncio.gather(
+                asyncio.to_thread(read_entries, run_dir, after, upto, count),
+                self.peers.ask_all(message, FIGURES_TIMEOUT_S),
+            )
+        else:
+            answers = await self.peers.ask_all(message, FIGURES_TIMEOUT_S)
+        theirs: list[list[Entry]] = [
+            [(int(position), str(line)) for position, line in answers[index]]
+            for index in sorted(answers)
+        ]
+        return merge_entries([supervisor, own, *theirs], count)
 
     async def traffic(self, after: float, model: str) -> dict[str, Any]:
         """The dashboard's traffic rows for the whole server."""

@@ -54,6 +54,7 @@ class WorkerRole:
     count: int
     run_dir: Path
     restarted: bool = False  # a replacement for a worker that died
+    started_unix_s: float = 0.0  # when the server (its supervisor) started
 
     def socket_path(self, index: int) -> Path:
         return self.run_dir / f"worker-{index}.sock"

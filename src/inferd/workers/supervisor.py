@@ -29,7 +29,9 @@ from types import FrameType
 from typing import Protocol
 
 from inferd.app.settings import Settings
+from inferd.observability.logging import ENGINE, TAIL_LINES, TailHandler
 from inferd.workers.peers import WorkerRole
+from inferd.workers.supervisor_log import SUPERVISOR_LOG, RunFolderLog
 
 log = logging.getLogger("inferd.workers")
 
@@ -52,6 +54,21 @@ def worker_settings(settings: Settings, index: int) -> Settings:
     if index == 0:
         return dataclasses.replace(settings, http_workers="1")
     return dataclasses.replace(settings, http_workers="1", metrics_port=0, dashboard_port=0)
+
+
+def _keep_log(run_dir: Path) -> RunFolderLog:
+    """The supervisor's engine lines from now on (and those it kept) in the run folder, for the
+    workers' ``/v2/logs``, formatted as its engine log is."""
+    engine = logging.getLogger(ENGINE)
+    tails = [h for h in engine.handlers if isinstance(h, TailHandler)]
+    kept = tails[0].entries(0, None, TAIL_LINES) if tails else []
+    handler = RunFolderLog(run_dir / SUPERVISOR_LOG, kept)
+    if tails:
+        handler.setFormatter(tails[0].formatter)
+        for level_filter in tails[0].filters:
+            handler.addFilter(level_filter)
+    engine.addHandler(handler)
+    return handler
 
 
 def _worker_main(entry: Entry, settings: Settings, role: WorkerRole) -> None:
@@ -82,6 +99,7 @@ class Supervisor:
         self.entry = entry
         self.count = count
         self.run_dir = Path(tempfile.mkdtemp(prefix="inferd-workers-"))
+        self.started_unix_s = time.time()  # the server's start, whichever worker tells it
         # Forked: a worker starts with the server's modules already imported (the supervisor
         # imported them to run ``entry``, and holds no thread), sharing their pages until
         # written; a spawned one would import them again, half a second of CPU per worker.
@@ -95,7 +113,13 @@ class Supervisor:
 
     def _start(self, index: int) -> None:
         starts = self.starts.get(index, 0)
-        role = WorkerRole(index, self.count, self.run_dir, restarted=starts > 0)
+        role = WorkerRole(
+            index,
+            self.count,
+            self.run_dir,
+            restarted=starts > 0,
+            started_unix_s=self.started_unix_s,
+        )
         proc = self.context.Process(
             target=_worker_main,
             args=(self.entry, worker_settings(self.settings, index), role),
@@ -120,6 +144,7 @@ class Supervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._signal)
         signal.signal(signal.SIGINT, self._signal)
+        kept = _keep_log(self.run_dir)
         log.info("starting %d workers on one port (run folder %s)", self.count, self.run_dir)
         try:
             for index in range(self.count):
@@ -128,6 +153,7 @@ class Supervisor:
         finally:
             for proc in self.procs.values():
                 proc.join()
+            logging.getLogger(ENGINE).removeHandler(kept)
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def _watch(self) -> int:
