@@ -117,7 +117,7 @@ class Residency:
         self._changes = asyncio.Lock()  # one load or eviction at a time
         self._failures: dict[str, _Failure] = {}
         self._evicted: dict[str, float] = {}  # unix time
-        self._memory: dict[str, int] = {}  # each model's last measured bytes
+        self._memory: dict[str, int] = {}  # each model's last measured (or declared) bytes
         self._load_counts: dict[str, int] = {}
         # Backends whose framework is in memory: a model's load then measures the model only.
         self._primed: set[str] = set()
@@ -277,7 +277,7 @@ class Residency:
 
     def _estimate(self, name: str) -> int:
         """What a model will hold: its files and what loaded models take beyond theirs, or
-        more if it was measured to take more last time."""
+        more if its last load was measured to take more."""
         return max(self._memory.get(name, 0), self.costs.least(self._files(name)))
 
     def _observe(self, tree_bytes: int) -> None:
@@ -301,12 +301,12 @@ class Residency:
         pinned = name in self.budget.pinned or bool_parameter(parameters, PIN_PARAMETER)
         files, stated = self._files(name), declared.strip().isdecimal()
         if stated:
-            memory = int(declared)
+            memory = self._memory[name] = int(declared)
         elif grown > 0:
+            self._memory[name] = grown  # as measured: the estimate of its next load
             memory = max(grown, self.costs.least(files))
         else:
             memory = self._estimate(name)
-        self._memory[name] = memory
         self._residents[name] = _Resident(memory, time.time(), pinned, files, stated)
         if not pinned:
             self.manager.wanted.discard(name)  # readiness does not wait for it after eviction
