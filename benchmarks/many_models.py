@@ -259,7 +259,9 @@ def report_run(
         f"RSS idle {run.rss_idle / 2**20:.0f} MiB, peak {run.rss_peak / 2**20:.0f} MiB: grown "
         f"{grown / 2**20:.0f} MiB = {grown / max(1, budget * len(run.metrics)):.3f} x budget "
         f"({budget / 2**20:.0f} MiB per node); counted at the end "
-        f"{sum(m.get('bytes', 0) for m in run.metrics) / 2**20:.0f} MiB"
+        f"{sum(m.get('bytes', 0) for m in run.metrics) / 2**20:.0f} MiB for "
+        f"{sum(m.get('models', 0) for m in run.metrics):.0f} models + "
+        f"{sum(m.get('runtime_bytes', 0) for m in run.metrics) / 2**20:.0f} MiB of runtimes"
     )
     if log is not None:
         mb = {name: size / 1e6 for name, size in repo_sizes.items()}

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from inferd.repository.memory import tree_rss_bytes
+from inferd.repository.memory import LoadCosts, tree_rss_bytes
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 
@@ -61,3 +61,30 @@ def test_freed_weights_go_back_to_the_system() -> None:
     grown_mib, left_mib = (int(n) for n in done.stdout.split())
     assert grown_mib >= 32
     assert left_mib < 4
+
+
+MIB = 1 << 20
+
+
+def test_a_model_is_counted_its_files_and_what_loaded_models_take_beyond_theirs() -> None:
+    costs = LoadCosts()
+    assert costs.least(2 * MIB) == 2 * MIB  # nothing observed yet: its files
+    costs.baseline = 100 * MIB
+    costs.runtime_in("onnxruntime", 40 * MIB, budget_bytes=80 * MIB)
+    assert costs.runtime_bytes() == 40 * MIB
+    # Two models of 2 MiB of files, the tree 46 MiB above where it was before the runtime.
+    costs.observe(146 * MIB, [2 * MIB, 2 * MIB])
+    assert costs.beyond_files() == MIB
+    assert costs.least(2 * MIB) == 3 * MIB
+    # A declared model's bytes are its own; the median of the observations is what counts.
+    costs.observe(156 * MIB, [2 * MIB, 2 * MIB], declared=10 * MIB)
+    costs.observe(400 * MIB, [2 * MIB, 2 * MIB])  # a passing spike
+    assert costs.beyond_files() == MIB
+
+
+def test_a_tree_smaller_than_the_files_counts_nothing_beyond_them() -> None:
+    costs = LoadCosts()
+    costs.observe(50 * MIB, [MIB])  # no baseline: not observed
+    costs.baseline = 100 * MIB
+    costs.observe(101 * MIB, [2 * MIB])
+    assert costs.beyond_files() == 0 and costs.least(2 * MIB) == 2 * MIB

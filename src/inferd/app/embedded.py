@@ -126,6 +126,8 @@ class Server:
         # Instead of loading the repository at start (and polling it): a frontend worker,
         # whose models are its host's, waits for the host's table here.
         self.startup_loads: Callable[[], Coroutine[Any, Any, None]] | None = None
+        # Told when startup loading ends in a ConfigError (``inferd serve`` stops with it).
+        self.on_startup_error: Callable[[ConfigError], None] | None = None
         self.poller: Poller[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread_id = 0
@@ -149,6 +151,8 @@ class Server:
         self._loop = asyncio.get_running_loop()
         self._loop_thread_id = threading.get_ident()
         self._loader = self._loop.create_task(self._load_models(), name="inferd startup loads")
+        # Its error is raised by ``start`` or handed to ``on_startup_error``, not left unread.
+        self._loader.add_done_callback(lambda task: task.cancelled() or task.exception())
         if wait_for_models:
             try:
                 await asyncio.shield(self._loader)
@@ -171,6 +175,11 @@ class Server:
                 await self.after_startup_loads()
         except asyncio.CancelledError:
             cancelled = True  # the server stops before startup loading settled
+            raise
+        except ConfigError as exc:  # a repository that cannot be read (--exit-on-error)
+            cancelled = True  # never ready: the server stops with this error
+            if self.on_startup_error is not None:
+                self.on_startup_error(exc)
             raise
         finally:
             if not cancelled and not self._stopped:

@@ -96,6 +96,7 @@ def model_manager(
         unload_grace_s=float(settings.repository_unload_grace_s),
         code_policy=code_policy,
         lazy=settings.lazy_serving(),
+        exit_on_error=settings.exit_on_error,
     )
 
 

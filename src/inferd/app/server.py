@@ -21,6 +21,7 @@ from inferd.core.errors import ConfigError
 from inferd.observability.logging import Logs
 from inferd.observability.residency_metrics import RequestCounts
 from inferd.repository.manager import ControlMode
+from inferd.repository.schemes import check_folders
 from inferd.workers.control import SharedControl
 from inferd.workers.demand_frontend import RemoteDemand
 from inferd.workers.demand_host import HostDemand
@@ -89,6 +90,10 @@ class NetworkServer:
         self.drain: Drain | None = None  # set by run(): SIGTERM drains, SIGINT stops at once
         self.stopping = False
         self._starting: asyncio.Task[Server] | None = None  # the core's start, while it runs
+        # Startup loading ended in a configuration error (a repository folder that cannot be
+        # read, --exit-on-error): the server stops and exits with it.
+        self.startup_error: ConfigError | None = None
+        core.on_startup_error = self._startup_failed
 
     def _worker_control(self, worker: WorkerRole) -> SharedControl:
         """The repository API of one worker among several, and its part: the model host
@@ -180,7 +185,7 @@ class NetworkServer:
             if self.stopping:  # a signal came while starting
                 frontends.stop_http()
             await frontends.http_stopped()
-            if self.host is not None:
+            if self.host is not None and self.startup_error is None:
                 # The other workers' requests run here until they have drained and stopped.
                 await self.host.wait_frontends(settings.drain_timeout_s + STOP_GRACE_S)
         finally:
@@ -195,6 +200,12 @@ class NetworkServer:
                 shutil.rmtree(self.temporary_repository, ignore_errors=True)
             if self.node is not None:
                 await self.node.close()
+        if self.startup_error is not None:
+            raise self.startup_error
+
+    def _startup_failed(self, error: ConfigError) -> None:
+        self.startup_error = error
+        self.stop()
 
     def stop(self) -> None:
         """Stop now (SIGINT, or the end of a drain): HTTP first, then the rest."""
@@ -227,6 +238,8 @@ def set_gc_threshold(threshold: int) -> None:
 def run(settings: Settings, worker: WorkerRole | None = None) -> None:
     """Serve until stopped: one process, or (``--http-workers``) a supervisor of several."""
     if worker is None:
+        if settings.exit_on_error:  # before any port is bound or worker started
+            check_folders(settings.model_repository)
         count, why = worker_count(settings)
         if count > 1 and torchserve_ports.enabled(settings):
             count = 1  # TorchServe's ports and its registrations live in one serving process

@@ -161,6 +161,14 @@ class Settings:
             "soon as startup loading is done)"
         ),
     )
+    exit_on_error: bool = field(
+        default=True,
+        metadata=_opt(
+            "Triton's name: exit at start (code 2) when a model repository folder does not "
+            "exist or cannot be read (false: log it and start without it). An s3:// "
+            "repository that does not answer at start is not an error: its local cache serves"
+        ),
+    )
     model_cache_dir: str = field(
         default="",
         metadata=_opt("local copies of models from S3 (default: a folder under the temp dir)"),

@@ -73,6 +73,7 @@ class ResidencyTotals:
     evictions: int
     hits: int
     misses: int
+    runtime_bytes: int = 0  # what the backends' runtimes took coming in (the budget counts it)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,11 @@ class ResidencyCollector(Collector):
             ("max_models", "The most models loaded at once (0: no bound)", budget.max_models),
             ("models", "Models loaded", len(resident)),
             ("bytes", "Memory the loaded models were measured to take", sum(resident.values())),
+            (
+                "runtime_bytes",
+                "Memory the backends' runtimes took coming in (counted in the budget)",
+                residency.costs.runtime_bytes(),
+            ),
         )
         for suffix, text, value in gauges:
             gauge = GaugeMetricFamily(f"inferd_residency_{suffix}", text)

@@ -30,9 +30,19 @@ class LocalStorage:
         self.root = root
         self.uri = str(root)
 
+    def check(self) -> None:
+        """StorageError unless the folder is there and can be listed."""
+        if not self.root.is_dir():
+            raise StorageError(self._not_a_folder())
+        try:
+            with os.scandir(self.root):
+                pass
+        except OSError as exc:
+            raise StorageError(f"cannot read model repository '{self.root}': {exc}") from None
+
     def scan(self) -> dict[str, ModelFiles]:
         if not self.root.is_dir():
-            raise StorageError(f"model repository '{self.root}' is not a directory")
+            raise StorageError(self._not_a_folder())
         try:
             entries = sorted(self.root.iterdir())
             return {
@@ -51,12 +61,20 @@ class LocalStorage:
             found = False
         if not found:
             if not self.root.is_dir():
-                raise StorageError(f"model repository '{self.root}' is not a directory")
+                raise StorageError(self._not_a_folder())
             return None
         try:
             return folder_files(folder)
         except OSError as exc:
             raise StorageError(f"cannot read model folder '{folder}': {exc}") from None
+
+    def _not_a_folder(self) -> str:
+        try:
+            there = self.root.exists()
+        except OSError:
+            there = True
+        why = "is not a directory" if there else "is not a directory: no such path"
+        return f"model repository '{self.root}' {why}"
 
     def fetch(self, name: str, files: ModelFiles) -> Path:
         return self.root / name

@@ -30,6 +30,7 @@ from inferd.repository.guard import Held, UnloadGuard
 from inferd.repository.lifecycle import Lifecycle, Outcome
 from inferd.repository.loader import LoadOptions
 from inferd.repository.local import LocalStorage
+from inferd.repository.schemes import not_started
 from inferd.repository.storage import ModelFiles, Storage, StorageError
 from inferd.repository.upload import new_staging, remove_tree, write_files
 from inferd.scheduling.cache import ResponseCache
@@ -96,6 +97,7 @@ class ModelManager:
         unload_grace_s: float = 60.0,
         code_policy: CodePolicy | None = None,
         lazy: bool = False,
+        exit_on_error: bool = False,
     ) -> None:
         self.registry = registry
         self.catalog = Catalog([_as_storage(r) for r in roots])
@@ -113,6 +115,9 @@ class ModelManager:
         # Lazy serving: nothing loads at start, and a poll follows only the loaded models
         # (``inferd.repository.residency`` loads and evicts them).
         self.lazy = lazy
+        # At start, a local folder that cannot be read is a ConfigError (--exit-on-error), not
+        # a store that failed: a typo in a path must not give a ready server with no model.
+        self.exit_on_error = exit_on_error
         self._sources: dict[str, _Source] = {}
 
     # ------------------------------------------------------------------ what the server knows
@@ -175,6 +180,10 @@ class ModelManager:
     async def load_all(self, names: Iterable[str] | None = None) -> None:
         """Load every model in the repositories, or only ``names``."""
         listing, failures = await self.scan()
+        local = {s.uri for s in self.storages if isinstance(s, LocalStorage)}
+        unread = [e.message for uri, e in failures.items() if uri in local]
+        if unread and self.exit_on_error:  # remote stores keep their rules: caches serve
+            raise ConfigError(not_started(unread))
         for error in failures.values():
             log.error("%s", error.message)
         if failures:

@@ -93,3 +93,56 @@ def tree_rss_bytes(pid: int | None = None) -> int:
         total += _rss(current)
         pending.extend(child.decode() for child in _children(current))
     return total
+
+
+class LoadCosts:
+    """What lazy serving's budget counts beside each model's measured growth.
+
+    The runtime each backend brought into memory: a library stays while the process lives,
+    and with small models it is a large share of what the models cost. And the least a model
+    is counted: its files plus what a loaded model takes beyond its files, everything counted
+    (its runtime session, arenas, threads, the buffers of its requests), observed after each
+    load as the tree's growth since before the first runtime came in, less the runtimes and
+    the loaded models' files, per loaded model (the median of the last observations). The
+    growth across one load cannot tell it: with requests running beside it, the memory they
+    and the model evicted just before free is taken up again by the load.
+    """
+
+    SAMPLES = 32
+
+    def __init__(self) -> None:
+        self.runtimes: dict[str, int] = {}  # backend: bytes its runtime took coming in
+        self.baseline: int | None = None  # the tree's bytes before the first runtime came in
+        self._beyond: list[int] = []  # bytes per loaded model beyond its files, observed
+
+    def runtime_bytes(self) -> int:
+        return sum(self.runtimes.values())
+
+    def runtime_in(self, backend: str, grown: int, budget_bytes: int) -> None:
+        """A backend's runtime came into memory, taking ``grown`` bytes: the budget counts it."""
+        self.runtimes[backend] = max(0, grown)
+        held = self.runtime_bytes()
+        log.info("backend '%s' in memory: %.1f MiB, counted in the budget", backend, grown / 2**20)
+        if budget_bytes and held >= budget_bytes:
+            log.warning(
+                "the backends' runtimes take %d MiB of the memory budget of %d MiB: models "
+                "load one at a time, over it",
+                held >> 20,
+                budget_bytes >> 20,
+            )
+
+    def beyond_files(self) -> int:
+        """What a loaded model takes beyond its files (the median of the observations)."""
+        beyond = sorted(self._beyond)
+        return max(0, beyond[len(beyond) // 2]) if beyond else 0
+
+    def least(self, files: int) -> int:
+        return files + self.beyond_files()
+
+    def observe(self, tree_bytes: int, files: list[int], declared: int = 0) -> None:
+        """After a load: the tree holds ``tree_bytes``, the loaded models have these files
+        (and ``declared`` bytes of those that state their memory, not counted in ``files``)."""
+        if self.baseline is None or not files:
+            return
+        grown = tree_bytes - self.baseline - self.runtime_bytes() - declared - sum(files)
+        self._beyond = [*self._beyond[-(self.SAMPLES - 1) :], grown // len(files)]

@@ -7,6 +7,8 @@ one fits, never a model with requests in flight, one pinned (``--pin-model``, or
 parameter ``pinned``), or one a loaded model needs. Loads and evictions run one at a time, so
 each model's memory is measured as the growth of the process tree's resident set across its
 load (or taken from its ``memory_bytes`` parameter); that figure is what the budget counts.
+The budget also counts each backend's runtime, measured as it comes in, and a model is counted
+at least its files and their usual excess (``inferd.repository.memory.LoadCosts``).
 A load that fails answers 503 with its reason, for ``FAILED_RETRY_S``, and holds no budget.
 
 The budget belongs to the server (one ``Residency`` per model manager), not to a process: with
@@ -43,7 +45,7 @@ from inferd.core.views import (
 from inferd.repository.describe import describe
 from inferd.repository.loader import MEMORY_PARAMETER, PIN_PARAMETER
 from inferd.repository.manager import ModelManager
-from inferd.repository.memory import tree_rss_bytes
+from inferd.repository.memory import LoadCosts, tree_rss_bytes
 
 log = logging.getLogger("inferd.repository")
 
@@ -81,6 +83,8 @@ class _Resident:
     memory_bytes: int
     loaded_unix_s: float
     pinned: bool
+    files_bytes: int = 0
+    declared: bool = False  # its memory_bytes parameter says what it takes
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +117,12 @@ class Residency:
         self._changes = asyncio.Lock()  # one load or eviction at a time
         self._failures: dict[str, _Failure] = {}
         self._evicted: dict[str, float] = {}  # unix time
-        self._memory: dict[str, int] = {}  # each model's last measured bytes
+        self._memory: dict[str, int] = {}  # each model's last measured (or declared) bytes
         self._load_counts: dict[str, int] = {}
         # Backends whose framework is in memory: a model's load then measures the model only.
         self._primed: set[str] = set()
         self._prime_tried: set[str] = set()
+        self.costs = LoadCosts()  # the backends' runtimes, and the least a model is counted
 
     # ------------------------------------------------------------------ what requests ask
 
@@ -212,7 +217,10 @@ class Residency:
         try:
             prime = getattr(get_backend(name), "prime", None)
             if prime is not None:
+                before = await asyncio.to_thread(self.measure)
                 await asyncio.to_thread(prime)
+                grown = await asyncio.to_thread(self.measure) - before
+                self.costs.runtime_in(name, grown, self.budget.memory_bytes)
                 self._primed.add(name)
         except Exception as exc:  # a backend that cannot load says so with its first model
             log.warning("could not prime backend '%s': %s", name, exc)
@@ -221,6 +229,8 @@ class Residency:
         async with self._changes:
             if self.registry.is_ready(name):
                 return  # loaded meanwhile (a load call, a dependency of another model)
+            if self.costs.baseline is None:  # before any runtime came in
+                self.costs.baseline = await asyncio.to_thread(self.measure)
             if DEFAULT_BACKEND not in self._prime_tried:
                 await self._prime(DEFAULT_BACKEND)
             await self._make_room(name, self._estimate(name))
@@ -239,16 +249,18 @@ class Residency:
                 log.error("%s", message)
                 raise Unavailable(message)
             took_ns = time.perf_counter_ns() - started
-            grown = await asyncio.to_thread(self.measure) - before
+            after = await asyncio.to_thread(self.measure)
+            grown = after - before
             self._failures.pop(name, None)
             self._evicted.pop(name, None)
             record = self.registry.record(name)
             backend = record.config.backend if record.config is not None else ""
-            if backend not in self._primed:  # its framework loaded with it: not the model's
+            if backend not in self._primed:  # its runtime loaded with it: not the model's
                 self._primed.add(backend)
-                log.info("model '%s' brought backend '%s' in: counted as its files", name, backend)
+                self.costs.runtime_in(backend, grown - self._files(name), self.budget.memory_bytes)
                 grown = 0
             self._adopt(name, record, grown)
+            self._observe(after)
             self.counters.loads += 1
             self.counters.load_duration.add(took_ns)
             self._load_counts[name] = self._load_counts.get(name, 0) + 1
@@ -264,30 +276,38 @@ class Residency:
             await self._trim_caches()
 
     def _estimate(self, name: str) -> int:
-        """What a model will hold: as measured last time, else its files' size."""
-        known = self._memory.get(name)
-        if known is not None:
-            return known
+        """What a model will hold: its files and what loaded models take beyond theirs, or
+        more if its last load was measured to take more."""
+        return max(self._memory.get(name, 0), self.costs.least(self._files(name)))
+
+    def _observe(self, tree_bytes: int) -> None:
+        residents = list(self._residents.values())
+        declared = sum(r.memory_bytes for r in residents if r.declared)
+        files = [r.files_bytes for r in residents if not r.declared]
+        self.costs.observe(tree_bytes, files, declared)
+
+    def _files(self, name: str) -> int:
         place = self.manager.catalog.listing.found.get(name)
         return sum(size for size, _ in place[1].values()) if place is not None else 0
 
     def _adopt(self, name: str, record: ModelRecord, grown: int) -> None:
         """Account for a loaded model: its declared memory, else the growth measured across
-        its load, else (a load that freed more than it took, or one made elsewhere) the
-        estimate."""
+        its load but at least the least a model is counted (``LoadCosts``), else (nothing
+        seen grow, or a load made elsewhere) the estimate."""
         parameters: dict[str, str] = {}
         if record.config is not None:
             parameters = {k: v.string_value for k, v in record.config.parameters.items()}
         declared = parameters.get(MEMORY_PARAMETER, "")
         pinned = name in self.budget.pinned or bool_parameter(parameters, PIN_PARAMETER)
-        if declared.strip().isdecimal():
-            memory = int(declared)
+        files, stated = self._files(name), declared.strip().isdecimal()
+        if stated:
+            memory = self._memory[name] = int(declared)
         elif grown > 0:
-            memory = grown
+            self._memory[name] = grown  # as measured: the estimate of its next load
+            memory = max(grown, self.costs.least(files))
         else:
             memory = self._estimate(name)
-        self._memory[name] = memory
-        self._residents[name] = _Resident(memory, time.time(), pinned)
+        self._residents[name] = _Resident(memory, time.time(), pinned, files, stated)
         if not pinned:
             self.manager.wanted.discard(name)  # readiness does not wait for it after eviction
 
@@ -312,7 +332,8 @@ class Residency:
         adding = 1 if wait else 0
         while True:
             self._sync()
-            if self.budget.fits(len(self._residents) + adding, self.resident_bytes() + need):
+            held = self.resident_bytes() + self.costs.runtime_bytes()
+            if self.budget.fits(len(self._residents) + adding, held + need):
                 return
             victim = self._victim(name)
             if victim is not None:
@@ -462,6 +483,7 @@ class Residency:
             evictions=counters.evictions,
             hits=self.hits,
             misses=counters.misses,
+            runtime_bytes=self.costs.runtime_bytes(),
         )
 
     def resident(self) -> dict[str, int]:

@@ -297,7 +297,9 @@ class Connection(CallRunner, asyncio.Protocol):
         self.last_ping = now
 
     def _pinged_back(self) -> None:
-        """The server sends data: the client's next pings start a fresh count."""
+        """The server sends HEADERS or DATA: the client's next pings start a fresh count (grpc's
+        clients probe the bandwidth with pings while answers flow, however long a stream
+        lasts). A connection the server sends nothing on keeps the strikes it earns."""
         self.last_ping = None
         self.ping_strikes = 0
 

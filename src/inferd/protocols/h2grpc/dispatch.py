@@ -332,6 +332,7 @@ class CallRunner:
             self.lib.nghttp2_session_resume_data(self._session, stream.sid)
         else:
             stream.responded = True
+            self._pinged_back()
             headers = nghttp2.Headers(_RESPONSE_HEADERS + status)
             self.lib.nghttp2_submit_response(
                 self._session, stream.sid, headers.address, headers.count, None
@@ -385,6 +386,8 @@ class CallRunner:
                 stream.out_offset = offset + take
         stream.unsent -= written
         self.unsent -= written
+        if written:
+            self._pinged_back()  # DATA goes out: as grpc's core and grpc-go, strikes reset
         if not self.unsent:
             self.handed = 0  # the client read every answer
         if not out and stream.eof:
