@@ -124,7 +124,9 @@ def test_eviction_spares_a_model_with_forwarded_requests_in_flight(
             assert _fresh(url, name).status_code == 200
             views = residency(workers)
             assert _loaded(views) == {"held3", name}  # never more than the budget
-        assert metric(workers, "inferd_residency_evictions_total") >= evictions + 4
+        # c, a and b each evict the one before; b evicts a fourth only if an earlier test left
+        # another model loaded beside held3.
+        assert metric(workers, "inferd_residency_evictions_total") >= evictions + 3
         _open(workers, "held3")
         answers = [f.result() for f in held]
     assert sorted(r.json()["outputs"][0]["data"][0] for r in answers) == list(range(16))
