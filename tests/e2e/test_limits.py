@@ -175,7 +175,7 @@ def test_the_in_flight_limit_answers_503_at_once(limited: ServerProcess) -> None
         assert r.status_code == 503 and r.headers["retry-after"] == "1"
         assert "--max-inflight-requests 4" in r.json()["error"]
         # Health is never counted: a probe answers while the server sheds.
-        assert httpx.get(f"{limited.http_url}/v2/health/ready").status_code == 200
+        assert httpx.get(f"{limited.http_url}/v2/health/ready", timeout=60).status_code == 200
         assert not any(c.done() for c in calls)  # all still held when the fifth was refused
         gate(limited, "slow").touch()
         assert [c.result().status_code for c in calls] == [200, 200, 200, 200]
@@ -282,27 +282,28 @@ def test_only_so_many_uploads_at_once(limited: ServerProcess) -> None:
 def test_hostile_bodies_and_headers_are_4xx(limited: ServerProcess) -> None:
     url = f"{limited.http_url}/v2/models/fast/infer"
     bomb = gzip.compress(b"\0" * (200 << 20), compresslevel=9)  # 200 MiB of zeros, ~200 KB
-    r = httpx.post(url, content=bomb, headers={"content-encoding": "gzip"})
+    r = httpx.post(url, content=bomb, headers={"content-encoding": "gzip"}, timeout=60)
     assert r.status_code == 413 and "decompressed" in r.json()["error"]
-    r = httpx.post(url, json=body(), headers={"x-big": "a" * (1 << 20)})
+    r = httpx.post(url, json=body(), headers={"x-big": "a" * (1 << 20)}, timeout=60)
     assert r.status_code == 431
     deep = b"[" * 100_000 + b"]" * 100_000
-    r = httpx.post(url, content=deep)
+    r = httpx.post(url, content=deep, timeout=60)
     assert r.status_code == 400 and "malformed JSON" in r.json()["error"]
     for path in ("/v2/models/..%2F..%2Fetc/infer", "/v2/models/%2e%2e/infer", "/v2/models/../x"):
-        r = httpx.post(f"{limited.http_url}{path}", json=body())
+        r = httpx.post(f"{limited.http_url}{path}", json=body(), timeout=60)
         assert 400 <= r.status_code < 500, (path, r.status_code)
     huge = {"inputs": [{"name": "INPUT0", "shape": [0, 1 << 62], "datatype": "FP32", "data": []}]}
-    r = httpx.post(url, json=huge)
+    r = httpx.post(url, json=huge, timeout=60)
     assert r.status_code == 400, r.text
     overflow = {"inputs": [{"name": "INPUT0", "shape": [1 << 40, 1 << 40], "datatype": "FP32"}]}
     r = httpx.post(
         url,
         content=__import__("json").dumps(overflow).encode(),
         headers={"content-type": "application/json"},
+        timeout=60,
     )
     assert r.status_code == 400
-    assert httpx.get(f"{limited.http_url}/v2/health/ready").status_code == 200
+    assert httpx.get(f"{limited.http_url}/v2/health/ready", timeout=60).status_code == 200
 
 
 def _endpoint_statuses(server: ServerProcess) -> list[str]:

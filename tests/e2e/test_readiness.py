@@ -67,7 +67,7 @@ def test_a_failed_explicit_load_does_not_make_the_server_unready(tmp_path: Path)
     args = ["--model-control-mode", "explicit", "--load-model", "good"]
     server = ServerProcess(root, extra_args=args).start()
     try:
-        r = httpx.post(f"{server.http_url}/v2/repository/models/bad/load")
+        r = httpx.post(f"{server.http_url}/v2/repository/models/bad/load", timeout=60)
         assert r.status_code == 400 and "failed to load 'bad'" in r.json()["error"]
         assert _ready(server) == (200, True, SERVING)
     finally:

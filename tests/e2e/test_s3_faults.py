@@ -37,7 +37,7 @@ def _server(store: MotoServer, root: Path, bucket: str, *extra: str) -> ServerPr
 
 
 def _status(server: ServerProcess) -> dict[str, Any]:
-    r = HTTP.get(f"{server.http_url}/v2/repository/status", timeout=5)
+    r = HTTP.get(f"{server.http_url}/v2/repository/status", timeout=60)
     assert r.status_code == 200, r.text
     doc: dict[str, Any] = r.json()
     return doc
@@ -110,7 +110,7 @@ def _index_latencies_ms(server: ServerProcess, count: int) -> list[float]:
     latencies = []
     for _ in range(count):
         started = time.perf_counter()
-        r = HTTP.post(f"{server.http_url}/v2/repository/index", json={}, timeout=5)
+        r = HTTP.post(f"{server.http_url}/v2/repository/index", json={}, timeout=60)
         latencies.append((time.perf_counter() - started) * 1000)
         assert r.status_code == 200 and {e["name"] for e in r.json()} == {HPT}, r.text
     return latencies

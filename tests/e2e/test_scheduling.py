@@ -136,7 +136,7 @@ def _post(server: ServerProcess, model: str, body: Body) -> httpx.Response:
 
 
 def _stats(server: ServerProcess, model: str) -> dict[str, Any]:
-    r = httpx.get(f"{server.http_url}/v2/models/{model}/stats")
+    r = httpx.get(f"{server.http_url}/v2/models/{model}/stats", timeout=60)
     assert r.status_code == 200, r.text
     (stats,) = r.json()["model_stats"]
     return dict(stats)
@@ -190,7 +190,7 @@ def test_only_compatible_requests_share_a_batch(
 
 def _in_flight(server: ServerProcess, model: str) -> int:
     """The server's count of the model's requests in flight (queued or executing)."""
-    text = httpx.get(f"{server.http_url}/metrics").text
+    text = httpx.get(f"{server.http_url}/metrics", timeout=60).text
     prefix = f'inferd_pending_requests{{model="{model}",'
     lines = [ln for ln in text.splitlines() if ln.startswith(prefix)]
     return int(float(lines[0].rsplit(" ", 1)[1])) if lines else 0
@@ -245,10 +245,10 @@ def test_bad_priority_and_timeout_parameters(sched_server: ServerProcess) -> Non
     r = _post(sched_server, "slow", _row(timeout="soon"))
     assert r.status_code == 400
     assert "parameter 'timeout' must be a non-negative integer" in r.json()["error"]
-    r = httpx.post(f"{url}/batched/infer", json=_x([1.0], parameters={"priority": 1}))
+    r = httpx.post(f"{url}/batched/infer", json=_x([1.0], parameters={"priority": 1}), timeout=60)
     assert r.status_code == 400
     assert "has no priority levels" in r.json()["error"]
-    r = httpx.post(f"{url}/two/infer", json=_x([1.0], parameters={"timeout": -1}))
+    r = httpx.post(f"{url}/two/infer", json=_x([1.0], parameters={"timeout": -1}), timeout=60)
     assert r.status_code == 400
 
 
@@ -310,10 +310,11 @@ def test_disconnected_client_is_dropped_from_the_queue(sched_server: ServerProce
 def test_warmup_runs_before_ready(sched_server: ServerProcess) -> None:
     assert "warmed up model 'warm' version 1: 3 execution(s)" in sched_server.log()
     assert _stats(sched_server, "warm")["execution_count"] == 0  # warmup is not traffic
-    r = httpx.post(f"{sched_server.http_url}/v2/models/warm/infer", json=_x([2.0]))
+    r = httpx.post(f"{sched_server.http_url}/v2/models/warm/infer", json=_x([2.0]), timeout=60)
     assert r.json()["outputs"][0]["data"] == [3.0]
     index = {
-        e["name"]: e for e in httpx.post(f"{sched_server.http_url}/v2/repository/index").json()
+        e["name"]: e
+        for e in httpx.post(f"{sched_server.http_url}/v2/repository/index", timeout=60).json()
     }
     assert index["warm_broken"]["state"] == "UNAVAILABLE"
     assert "cannot read input_data_file" in index["warm_broken"]["reason"]
@@ -321,9 +322,9 @@ def test_warmup_runs_before_ready(sched_server: ServerProcess) -> None:
 
 def test_cache_hit_returns_same_bytes_without_executing(sched_server: ServerProcess) -> None:
     url = f"{sched_server.http_url}/v2/models/cached/infer"
-    first = httpx.post(url, json=_x([7.0, 8.0]))
-    second = httpx.post(url, json=_x([7.0, 8.0]))
-    other = httpx.post(url, json=_x([7.0, 9.0]))
+    first = httpx.post(url, json=_x([7.0, 8.0]), timeout=60)
+    second = httpx.post(url, json=_x([7.0, 8.0]), timeout=60)
+    other = httpx.post(url, json=_x([7.0, 9.0]), timeout=60)
     assert first.content == second.content
     assert other.json()["outputs"][0]["data"] == [5.5, 6.5]
     stats = _stats(sched_server, "cached")
@@ -339,15 +340,17 @@ def test_instance_groups(sched_server: ServerProcess) -> None:
     assert [r.json()["outputs"][0]["data"][0] for r in responses] == [
         0.5 * i + 2 for i in range(12)
     ]
-    config = httpx.get(f"{sched_server.http_url}/v2/models/two/config").json()
+    config = httpx.get(f"{sched_server.http_url}/v2/models/two/config", timeout=60).json()
     assert config["instance_group"][0]["count"] == 2
 
 
 def test_statistics_shape(sched_server: ServerProcess) -> None:
-    r = httpx.get(f"{sched_server.http_url}/v2/models/stats")
+    r = httpx.get(f"{sched_server.http_url}/v2/models/stats", timeout=60)
     names = {s["name"] for s in r.json()["model_stats"]}
     assert {"batched", "cached", "slow", "two"} <= names
-    one = httpx.get(f"{sched_server.http_url}/v2/models/batched/versions/1/stats").json()
+    one = httpx.get(
+        f"{sched_server.http_url}/v2/models/batched/versions/1/stats", timeout=60
+    ).json()
     stat = one["model_stats"][0]
     assert set(stat["inference_stats"]) == {
         "success",
