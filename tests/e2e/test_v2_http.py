@@ -198,3 +198,16 @@ def test_a_repeated_binary_header_decodes_each_body(server: ServerProcess) -> No
     assert r.status_code == 200
     split = int(r.headers["inference-header-content-length"])
     assert np.frombuffer(r.content[split:], np.float32).tolist() == [3.5, 4.0]
+
+
+def test_every_request_gets_an_id_of_its_own(demo_repo: Path) -> None:
+    """A request without an id gets one the server makes, unique to the server: each serving
+    process (the kernel spreads connections over them) makes ids of its own."""
+    server = ServerProcess(demo_repo).start()
+    try:
+        url = f"{server.http_url}/v2/models/half_plus_two/infer"
+        body = {"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}]}
+        ids = [httpx.post(url, json=body, timeout=60).headers["x-request-id"] for _ in range(30)]
+    finally:
+        server.stop()
+    assert len(set(ids)) == len(ids), sorted(ids)
