@@ -158,7 +158,8 @@ class ServerProcess:
         return f"{self.host}:{self.grpc_port}"
 
     def start(self, timeout_s: float = 60.0, until: str = "/v2/health/ready") -> ServerProcess:
-        """Start the server and wait until ``until`` answers 200.
+        """Start the server and wait until ``until`` answers 200 (ready: on every worker; live:
+        the model host may still be loading the startup models, the frontends bind after).
 
         A port chosen here is free when chosen, but another process (tests run in parallel)
         may bind it before the server does: then the server starts again on new ports."""
@@ -212,7 +213,8 @@ class ServerProcess:
                 ready = httpx.get(
                     f"{self.http_url}{until}", timeout=1, headers=headers, verify=verify
                 )
-                if ready.status_code == 200 and self._every_worker_listens():
+                every = until == "/v2/health/live" or self._every_worker_listens()
+                if ready.status_code == 200 and every:
                     return self
             except httpx.HTTPError:
                 pass

@@ -30,14 +30,25 @@ Body = dict[str, Any] | tuple[bytes, dict[str, str]]
 
 
 def _gated(gate: Path, queue: str) -> str:
-    """An echo model whose executions wait until ``gate`` exists, one row per batch."""
+    """An echo model whose executions wait until ``gate`` exists, one row per batch; each
+    execution's request ids are appended to ``gate`` + ``.executions`` (``_executed``: the
+    request-level form of the echo backend sees them)."""
     return (
         'backend: "echo"\nmax_batch_size: 1\n'
         'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [1] }]\n'
         "instance_group [{ count: 1 kind: KIND_CPU }]\n"
         f"dynamic_batching {{ {queue} }}\n"
         f'parameters {{ key: "gate_file" value: {{ string_value: "{gate}" }} }}\n'
+        f'parameters {{ key: "log_file" value: {{ string_value: "{gate}.executions" }} }}\n'
+        'parameters { key: "request_level" value: { string_value: "true" } }\n'
     )
+
+
+def _executed(server: ServerProcess, model: str) -> list[str]:
+    """The request ids of a gated model's executions, in the order the model ran them."""
+    log = server.repository.parent / f"{model}.gate.executions"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [i for line in lines for i in json.loads(line)["request_ids"]]
 
 
 GATED = {
@@ -114,11 +125,13 @@ def _x(values: list[float], **extra: Any) -> dict[str, Any]:
     return body
 
 
-def _row(**params: Any) -> tuple[bytes, dict[str, str]]:
+def _row(request_id: str = "", **params: Any) -> tuple[bytes, dict[str, str]]:
     """One row for a gated model as a binary tensor (the binary tensor data extension)."""
     tensor: dict[str, object] = {"name": "INPUT0", "shape": [1, 1], "datatype": "FP32"}
     tensor["parameters"] = {"binary_data_size": len(ROW)}
     header: dict[str, Any] = {"inputs": [tensor]}
+    if request_id:
+        header["id"] = request_id
     if params:
         header["parameters"] = params
     head = json.dumps(header).encode()
@@ -198,25 +211,21 @@ def _in_flight(server: ServerProcess, model: str) -> int:
 
 async def _gated_run(
     server: ServerProcess, model: str, bodies: Sequence[Body], until: str = "sent"
-) -> tuple[list[str], list[httpx.Response]]:
+) -> list[httpx.Response]:
     """Send ``bodies`` one by one, each once the one before is counted in flight by the server
     (the first executes and holds the gate, the next wait in the queue) or was answered (a full
     queue refuses at once); then open the gate: at once (``until="sent"``), once the last request
     was answered (``"answered"``: it timed out in the queue), or 0.2 s later (``"delayed"``: past
-    a 20 ms queue timeout whose action is to keep waiting). The indexes in the order the answers
-    came, and the answers in the order sent."""
-    finished: list[str] = []
+    a 20 ms queue timeout whose action is to keep waiting). The answers, in the order sent."""
     async with httpx.AsyncClient(base_url=server.http_url, timeout=60) as client:
 
-        async def send(index: int, body: Body) -> httpx.Response:
-            r = await client.post(f"/v2/models/{model}/infer", **_kwargs(body))
-            finished.append(str(index))
-            return r
+        async def send(body: Body) -> httpx.Response:
+            return await client.post(f"/v2/models/{model}/infer", **_kwargs(body))
 
         tasks: list[asyncio.Task[httpx.Response]] = []
         for i, body in enumerate(bodies):
             in_flight = _in_flight(server, model)
-            tasks.append(asyncio.create_task(send(i, body)))
+            tasks.append(asyncio.create_task(send(body)))
             deadline = time.monotonic() + 30
             while not tasks[-1].done() and _in_flight(server, model) <= in_flight:
                 assert time.monotonic() < deadline, f"{model}: request {i} never arrived"
@@ -227,14 +236,16 @@ async def _gated_run(
             await asyncio.sleep(0.2)
         (server.repository.parent / f"{model}.gate").touch()
         answers = list(await asyncio.gather(*tasks))
-    return finished, answers
+    return answers
 
 
 def test_priorities_jump_the_queue(sched_server: ServerProcess) -> None:
-    bodies = [_row(), _row(), _row(), _row(priority=1)]  # first, low, low, high
-    order, answers = asyncio.run(_gated_run(sched_server, "slow", bodies))
+    # first, low, low, high; the order the model ran them (answers may come back in another:
+    # with several workers each travels back through the frontend that took its connection)
+    bodies = [_row("r0"), _row("r1"), _row("r2"), _row("r3", priority=1)]
+    answers = asyncio.run(_gated_run(sched_server, "slow", bodies))
     assert [r.status_code for r in answers] == [200] * 4
-    assert order == ["0", "3", "1", "2"]
+    assert _executed(sched_server, "slow") == ["r0", "r3", "r1", "r2"]
 
 
 def test_bad_priority_and_timeout_parameters(sched_server: ServerProcess) -> None:
@@ -253,7 +264,7 @@ def test_bad_priority_and_timeout_parameters(sched_server: ServerProcess) -> Non
 
 
 def test_full_queue_rejects_at_once(sched_server: ServerProcess) -> None:
-    _, answers = asyncio.run(_gated_run(sched_server, "slow_full", [_row()] * 7))
+    answers = asyncio.run(_gated_run(sched_server, "slow_full", [_row()] * 7))
     codes = [r.status_code for r in answers]
     # One runs (the batcher may hold one more, taken off the queue for the instance's next
     # batch), three wait in the queue: the rest are refused while the gate is still closed.
@@ -266,15 +277,15 @@ def test_full_queue_rejects_at_once(sched_server: ServerProcess) -> None:
 
 def test_queue_timeout_reject_and_delay(sched_server: ServerProcess) -> None:
     # The second request waits past its 20 ms in the queue while the first holds the gate.
-    _, answers = asyncio.run(_gated_run(sched_server, "slow_timeout", [_row()] * 2, "answered"))
+    answers = asyncio.run(_gated_run(sched_server, "slow_timeout", [_row()] * 2, "answered"))
     assert [r.status_code for r in answers] == [200, 504]
     assert "timed out after 20000 us in the queue" in answers[1].json()["error"]
     # A request may ask for a shorter timeout than the default only; 0 keeps the default.
     bodies = [_row(), _row(timeout=0)]
-    _, answers = asyncio.run(_gated_run(sched_server, "slow_timeout_default", bodies, "answered"))
+    answers = asyncio.run(_gated_run(sched_server, "slow_timeout_default", bodies, "answered"))
     assert [r.status_code for r in answers] == [200, 504]
     # DELAY: past its timeout the request stays queued and runs.
-    _, answers = asyncio.run(_gated_run(sched_server, "slow_delay", [_row()] * 2, "delayed"))
+    answers = asyncio.run(_gated_run(sched_server, "slow_delay", [_row()] * 2, "delayed"))
     assert [r.status_code for r in answers] == [200, 200]
     assert _stats(sched_server, "slow_delay")["execution_count"] == 2
 
