@@ -21,6 +21,14 @@ import httpx
 
 T = TypeVar("T")
 
+# The serving processes of a server a test starts, as `--http-workers auto` (the default) picks
+# them on a machine of three cores: a model host and two frontends, so that what one frontend
+# sets must reach the other, not only the host. Lazy serving (a memory budget) is one process
+# under auto, so its servers run auto. INFERD_TEST_HTTP_WORKERS=N runs every server with N;
+# a test's own --http-workers (or INFERD_HTTP_WORKERS in its env) wins over both.
+DEFAULT_WORKERS = 3
+_LAZY = {"--model-memory-budget", "--max-loaded-models"}
+
 
 def binary_header(name: str, shape: list[int], datatype: str, size: int, **doc: Any) -> bytes:
     """A v2 binary request's JSON header: one input of ``size`` bytes, then ``doc``'s keys."""
@@ -150,7 +158,8 @@ class ServerProcess:
         return f"{self.host}:{self.grpc_port}"
 
     def start(self, timeout_s: float = 60.0, until: str = "/v2/health/ready") -> ServerProcess:
-        """Start the server and wait until ``until`` answers 200.
+        """Start the server and wait until ``until`` answers 200 (ready: on every worker; live:
+        the model host may still be loading the startup models, the frontends bind after).
 
         A port chosen here is free when chosen, but another process (tests run in parallel)
         may bind it before the server does: then the server starts again on new ports."""
@@ -181,10 +190,7 @@ class ServerProcess:
             args.append("--allow-grpc=false")  # else every server would bind the default 8081
         elif "--grpc-port" not in self.extra_args:
             args += ["--grpc-port", str(self.grpc_port)]
-        # One serving process unless a test asks for more: the suite's CPU and memory stay those
-        # of one process (a variable, not the flag, so benchmarks can start older trees too).
-        # INFERD_TEST_HTTP_WORKERS=2 runs every server with a frontend beside its model host.
-        workers = os.environ.get("INFERD_TEST_HTTP_WORKERS", "1")
+        workers = os.environ.get("INFERD_TEST_HTTP_WORKERS") or self._default_workers()
         env = {**os.environ, "RUST_BACKTRACE": "0", "INFERD_HTTP_WORKERS": workers, **self.env}
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
@@ -207,7 +213,8 @@ class ServerProcess:
                 ready = httpx.get(
                     f"{self.http_url}{until}", timeout=1, headers=headers, verify=verify
                 )
-                if ready.status_code == 200 and self._every_worker_listens():
+                every = until == "/v2/health/live" or self._every_worker_listens()
+                if ready.status_code == 200 and every:
                     return self
             except httpx.HTTPError:
                 pass
@@ -215,12 +222,26 @@ class ServerProcess:
         self.stop()
         raise RuntimeError(f"inferd did not become ready in {timeout_s} s:\n{self.log()}")
 
+    def _default_workers(self) -> str:
+        """What auto runs on a machine of DEFAULT_WORKERS cores (a variable, not the flag, so
+        that benchmarks can start older trees too)."""
+        flags = {arg.split("=", 1)[0] for arg in self.extra_args}
+        env = {**os.environ, **self.env}
+        lazy = flags & _LAZY or any(
+            f"INFERD_{f[2:].upper().replace('-', '_')}" in env for f in _LAZY
+        )
+        return "auto" if lazy else str(DEFAULT_WORKERS)
+
     def _every_worker_listens(self) -> bool:
         """Several workers: each has bound the port (the model host binds first, each frontend
         once it has the host's models)."""
-        log = self.log()
-        found = re.search(r"(\d+) HTTP workers", log)
-        return found is None or log.count("listening: HTTP") >= int(found.group(1))
+        return self.log().count("listening: HTTP") >= self.workers()
+
+    def workers(self) -> int:
+        """The serving processes of the started server, as its log says (one if it says
+        nothing: one process, or TorchServe's APIs)."""
+        found = re.search(r"(\d+) HTTP workers", self.log())
+        return int(found.group(1)) if found else 1
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path else ""

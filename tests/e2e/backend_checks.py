@@ -157,7 +157,7 @@ def check_batching(
         (out,) = response.json()["outputs"]
         assert out["shape"][0] == 1
         assert_same(np.asarray(out["data"]), np.asarray(want)[None, ...], rtol=rtol, atol=atol)
-    r = httpx.get(f"{server.http_url}/v2/models/{model}/stats")
+    r = httpx.get(f"{server.http_url}/v2/models/{model}/stats", timeout=60)
     assert r.status_code == 200, r.text
     (stats,) = r.json()["model_stats"]
     assert stats["inference_count"] == len(rows)
@@ -167,9 +167,9 @@ def check_batching(
 
 def unavailable_reason(server: ServerProcess, model: str) -> str:
     """The reason a model failed to load, as every request for it reports it."""
-    r = httpx.get(f"{server.http_url}/v2/models/{model}/ready")
+    r = httpx.get(f"{server.http_url}/v2/models/{model}/ready", timeout=60)
     assert r.status_code == 400, r.text
-    r = httpx.get(f"{server.http_url}/v2/models/{model}")
+    r = httpx.get(f"{server.http_url}/v2/models/{model}", timeout=60)
     assert r.status_code in (400, 503), r.text
     error: str = r.json()["error"]
     return error

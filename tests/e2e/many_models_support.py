@@ -44,14 +44,14 @@ def infer(url: str, model: str, value: float = 1.0, **headers: str) -> httpx.Res
 
 
 def metric(server: ServerProcess, name: str) -> float:
-    text = httpx.get(f"{server.http_url}/metrics", timeout=10).text
+    text = httpx.get(f"{server.http_url}/metrics", timeout=60).text
     found = re.search(rf"^{name} (\S+)$", text, re.M)
     assert found is not None, name
     return float(found.group(1))
 
 
 def residency(server: ServerProcess) -> dict[str, dict[str, Any]]:
-    rows = httpx.post(f"{server.http_url}/v2/repository/index", json={}, timeout=10).json()
+    rows = httpx.post(f"{server.http_url}/v2/repository/index", json={}, timeout=60).json()
     return {r["name"]: r["residency"] for r in rows}
 
 

@@ -80,7 +80,7 @@ def test_providers_in_use_are_logged(server: ServerProcess) -> None:
 
 
 def test_unknown_accelerator_is_a_load_error_naming_the_field(server: ServerProcess) -> None:
-    entries = httpx.post(f"{server.http_url}/v2/repository/index", json={}).json()
+    entries = httpx.post(f"{server.http_url}/v2/repository/index", json={}, timeout=60).json()
     bad = next(e for e in entries if e["name"] == "digits_bad")
     assert bad["state"] == "UNAVAILABLE"
     assert "optimization.execution_accelerators.cpu_execution_accelerator" in bad["reason"]

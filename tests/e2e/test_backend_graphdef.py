@@ -112,7 +112,7 @@ def test_grpc_and_a_config_completed_from_placeholders(served: ServerProcess) ->
 
 
 def test_configs_that_do_not_fit_the_graph(served: ServerProcess) -> None:
-    index = httpx.post(f"{served.http_url}/v2/repository/index", json={}).json()
+    index = httpx.post(f"{served.http_url}/v2/repository/index", json={}, timeout=60).json()
     reasons = {e["name"]: e.get("reason", "") for e in index}
     assert "config output 'Tiny/Nope' is not a node of the graph" in reasons["wrong_node"]
     assert "list its outputs (graph node names) in config.pbtxt" in reasons["no_outputs"]

@@ -61,7 +61,7 @@ def test_multiclass(lgb_server: ServerProcess, trained: Trained) -> None:
         "probabilities": trained.classifier.predict_proba(rows).astype(np.float32),
     }
     check_all_protocols(lgb_server, "multi", {"input": rows}, expected)
-    meta = httpx.get(f"{lgb_server.http_url}/v2/models/multi").json()
+    meta = httpx.get(f"{lgb_server.http_url}/v2/models/multi", timeout=60).json()
     assert meta["outputs"][1] == {"name": "probabilities", "datatype": "FP32", "shape": [-1, 4]}
 
 

@@ -93,13 +93,13 @@ def test_ir_model(ov_server: ServerProcess) -> None:
     check_all_protocols(
         ov_server, "linear", {"features": x}, {"scores": expected_scores(ov_server, x)}
     )
-    meta = httpx.get(f"{ov_server.http_url}/v2/models/linear").json()
+    meta = httpx.get(f"{ov_server.http_url}/v2/models/linear", timeout=60).json()
     assert meta["platform"] == "openvino"
     assert meta["inputs"] == [{"name": "features", "datatype": "FP32", "shape": [-1, 8]}]
 
 
 def test_onnx_through_openvino(ov_server: ServerProcess) -> None:
-    config = httpx.get(f"{ov_server.http_url}/v2/models/onnx_on_openvino/config").json()
+    config = httpx.get(f"{ov_server.http_url}/v2/models/onnx_on_openvino/config", timeout=60).json()
     assert config["backend"] == "openvino"
     x = np.array([[1.0, 2.0], [3.0, -1.0]], dtype=np.float32)
     check_all_protocols(ov_server, "onnx_on_openvino", {"x": x}, {"y": 3.0 * x})

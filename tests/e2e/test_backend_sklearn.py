@@ -88,7 +88,7 @@ def test_classifier_labels_and_probabilities(sk_server: ServerProcess, fitted: F
 def test_metadata_is_completed_from_the_estimator(sk_server: ServerProcess) -> None:
     import httpx
 
-    meta = httpx.get(f"{sk_server.http_url}/v2/models/iris").json()
+    meta = httpx.get(f"{sk_server.http_url}/v2/models/iris", timeout=60).json()
     # A model with a backend and no platform reports its backend, as Triton does.
     assert meta["platform"] == "sklearn"
     assert meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 4]}]
@@ -96,7 +96,7 @@ def test_metadata_is_completed_from_the_estimator(sk_server: ServerProcess) -> N
         {"name": "label", "datatype": "INT64", "shape": [-1, 1]},
         {"name": "probabilities", "datatype": "FP32", "shape": [-1, 3]},
     ]
-    config = httpx.get(f"{sk_server.http_url}/v2/models/iris/config").json()
+    config = httpx.get(f"{sk_server.http_url}/v2/models/iris/config", timeout=60).json()
     assert config["backend"] == "sklearn"
     assert config["max_batch_size"] == 64
 
@@ -136,7 +136,7 @@ def test_a_pickle_present_at_start_loads_by_default(sk_server: ServerProcess) ->
     import httpx
 
     # --allow-pickle defaults to 'startup': the operator put these files there.
-    r = httpx.get(f"{sk_server.http_url}/v2/models/iris_no_opt_in/ready")
+    r = httpx.get(f"{sk_server.http_url}/v2/models/iris_no_opt_in/ready", timeout=60)
     assert r.status_code == 200 and r.json()["ready"] is True
 
 

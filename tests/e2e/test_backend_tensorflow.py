@@ -103,9 +103,9 @@ def test_tf_serving_demo_model_with_curl(tf_server: ServerProcess) -> None:
         )
         answer = json.loads(done.stdout)
     else:
-        answer = httpx.post(url, content=body).json()
+        answer = httpx.post(url, content=body, timeout=60).json()
     assert answer == {"predictions": [2.5, 3.0, 4.5]}
-    meta = httpx.get(f"{tf_server.http_url}/v2/models/{SAVED_MODEL_DEMO}").json()
+    meta = httpx.get(f"{tf_server.http_url}/v2/models/{SAVED_MODEL_DEMO}", timeout=60).json()
     assert meta["platform"] == "tensorflow_savedmodel"
     assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 1]}]
 
@@ -113,7 +113,7 @@ def test_tf_serving_demo_model_with_curl(tf_server: ServerProcess) -> None:
 def test_savedmodel_over_every_protocol(tf_server: ServerProcess, classifier: Classifier) -> None:
     x = RNG.standard_normal((5, 4)).astype(np.float32)
     check_all_protocols(tf_server, "classifier", {"features": x}, _expected(classifier, x))
-    meta = httpx.get(f"{tf_server.http_url}/v2/models/classifier").json()
+    meta = httpx.get(f"{tf_server.http_url}/v2/models/classifier", timeout=60).json()
     assert meta["outputs"] == [
         {"name": "label", "datatype": "INT64", "shape": [-1, 1]},
         {"name": "scores", "datatype": "FP32", "shape": [-1, 3]},
@@ -129,7 +129,9 @@ def test_signature_name_parameter_and_strings(tf_server: ServerProcess) -> None:
         np.testing.assert_array_equal(result.as_numpy("length").reshape(-1), [3, 0, 5])
         assert result.as_numpy("upper").reshape(-1).tolist() == [b"ABC", b"", b"HELLO"]
     r = httpx.post(
-        f"{tf_server.http_url}/v1/models/lengths:predict", json={"inputs": ["ab", "xyz"]}
+        f"{tf_server.http_url}/v1/models/lengths:predict",
+        json={"inputs": ["ab", "xyz"]},
+        timeout=60,
     )
     assert r.status_code == 200, r.text
     assert r.json()["outputs"] == {"length": [2, 3], "upper": ["AB", "XYZ"]}

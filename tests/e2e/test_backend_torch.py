@@ -96,7 +96,7 @@ def test_torchscript(torch_server: ServerProcess, mlp: Mlp) -> None:
 
 
 def test_exported_program_completes_its_config(torch_server: ServerProcess) -> None:
-    meta = httpx.get(f"{torch_server.http_url}/v2/models/exported").json()
+    meta = httpx.get(f"{torch_server.http_url}/v2/models/exported", timeout=60).json()
     assert meta["platform"] == "pytorch_libtorch"
     assert meta["inputs"] == [
         {"name": "x", "datatype": "FP32", "shape": [-1, 3]},

@@ -62,7 +62,7 @@ def test_multiclass(xgb_server: ServerProcess, trained: Trained) -> None:
         "probabilities": trained.classifier.predict_proba(rows),
     }
     check_all_protocols(xgb_server, "multi", {"input": rows}, expected)
-    meta = httpx.get(f"{xgb_server.http_url}/v2/models/multi").json()
+    meta = httpx.get(f"{xgb_server.http_url}/v2/models/multi", timeout=60).json()
     assert meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 6]}]
     assert meta["outputs"][1] == {"name": "probabilities", "datatype": "FP32", "shape": [-1, 3]}
 

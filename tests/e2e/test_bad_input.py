@@ -14,7 +14,7 @@ X = {"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}
 
 
 def _post(server: ServerProcess, body: object, model: str = "half_plus_two") -> httpx.Response:
-    return httpx.post(f"{server.http_url}/v2/models/{model}/infer", json=body)
+    return httpx.post(f"{server.http_url}/v2/models/{model}/infer", json=body, timeout=60)
 
 
 @pytest.mark.parametrize(
@@ -53,7 +53,7 @@ def test_missing_input(server: ServerProcess) -> None:
 
 def test_malformed_json_and_unknown_model(server: ServerProcess) -> None:
     url = f"{server.http_url}/v2/models/half_plus_two/infer"
-    r = httpx.post(url, content=b'{"inputs": [')
+    r = httpx.post(url, content=b'{"inputs": [', timeout=60)
     assert r.status_code == 400
     assert r.json()["error"].startswith("malformed JSON")
     r = _post(server, {"inputs": [X]}, model="nope")
@@ -62,15 +62,17 @@ def test_malformed_json_and_unknown_model(server: ServerProcess) -> None:
         "Request for unknown model: 'nope' is not found",
     )
     r = httpx.post(
-        f"{server.http_url}/v2/models/half_plus_two/versions/3/infer", json={"inputs": [X]}
+        f"{server.http_url}/v2/models/half_plus_two/versions/3/infer",
+        json={"inputs": [X]},
+        timeout=60,
     )
     assert r.status_code == 404
     assert r.json()["error"] == "Request for unknown model: 'half_plus_two' version 3 is not found"
-    r = httpx.get(f"{server.http_url}/v2/models/nope")
+    r = httpx.get(f"{server.http_url}/v2/models/nope", timeout=60)
     assert r.status_code == 404
-    r = httpx.get(f"{server.http_url}/v2/nothing/here")
+    r = httpx.get(f"{server.http_url}/v2/nothing/here", timeout=60)
     assert r.status_code == 404
-    r = httpx.get(url)
+    r = httpx.get(url, timeout=60)
     assert r.status_code == 405
 
 
@@ -80,6 +82,7 @@ def test_binary_length_mismatch(server: ServerProcess) -> None:
         f"{server.http_url}/v2/models/half_plus_two/infer",
         content=header + b"\x00\x00\x80\x3f",
         headers={"Inference-Header-Content-Length": str(len(header))},
+        timeout=60,
     )
     assert r.status_code == 400
     assert "needs 8 bytes, got 4" in r.json()["error"]
@@ -87,6 +90,7 @@ def test_binary_length_mismatch(server: ServerProcess) -> None:
         f"{server.http_url}/v2/models/half_plus_two/infer",
         content=header + b"\x00" * 12,
         headers={"Inference-Header-Content-Length": str(len(header))},
+        timeout=60,
     )
     assert r.status_code == 400
 
@@ -114,18 +118,18 @@ def limited_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
 
 def test_failed_models_are_unavailable_with_reason(limited_server: ServerProcess) -> None:
     url = limited_server.http_url
-    index = httpx.post(f"{url}/v2/repository/index").json()
+    index = httpx.post(f"{url}/v2/repository/index", timeout=60).json()
     by_name = {e["name"]: e for e in index}
     assert by_name["half_plus_two"]["state"] == "READY"
     assert by_name["corrupt"]["state"] == "UNAVAILABLE"
     assert "cannot read ONNX model" in by_name["corrupt"]["reason"]
     assert by_name["badconfig"]["state"] == "UNAVAILABLE"
     assert "model_repository_agents" in by_name["badconfig"]["reason"]
-    r = httpx.post(f"{url}/v2/models/corrupt/infer", json={"inputs": [X]})
+    r = httpx.post(f"{url}/v2/models/corrupt/infer", json={"inputs": [X]}, timeout=60)
     assert r.status_code == 503
     assert "cannot read ONNX model" in r.json()["error"]
-    assert httpx.get(f"{url}/v2/models/corrupt/ready").status_code == 400
-    r = httpx.post(f"{url}/v2/models/half_plus_two/infer", json={"inputs": [X]})
+    assert httpx.get(f"{url}/v2/models/corrupt/ready", timeout=60).status_code == 400
+    r = httpx.post(f"{url}/v2/models/half_plus_two/infer", json={"inputs": [X]}, timeout=60)
     assert r.json()["outputs"][0]["data"] == [2.5]
 
 
@@ -142,8 +146,10 @@ def test_index_ready_must_be_a_boolean(limited_server: ServerProcess) -> None:
 
 def test_body_over_limit(limited_server: ServerProcess) -> None:
     big = {"inputs": [{"name": "x", "shape": [64, 1], "datatype": "FP32", "data": [1.123456] * 64}]}
-    r = httpx.post(f"{limited_server.http_url}/v2/models/half_plus_two/infer", json=big)
+    r = httpx.post(f"{limited_server.http_url}/v2/models/half_plus_two/infer", json=big, timeout=60)
     assert r.status_code == 413
     assert "exceeds the limit of 500 bytes" in r.json()["error"]
-    r = httpx.post(f"{limited_server.http_url}/v2/models/half_plus_two/infer", json={"inputs": [X]})
+    r = httpx.post(
+        f"{limited_server.http_url}/v2/models/half_plus_two/infer", json={"inputs": [X]}, timeout=60
+    )
     assert r.status_code == 200

@@ -72,7 +72,9 @@ def test_concurrency_sweep_writes_csv_json_and_plot(server: ServerProcess, tmp_p
         assert row["protocol"] == "v2 binary" and row["server"] == server.http_address
         assert 1 <= int(row["windows"]) <= 3
     # The server's statistics split, where it offers the Triton statistics extension.
-    has_stats = httpx.get(f"{server.http_url}/v2/models/half_plus_two/stats").status_code == 200
+    has_stats = (
+        httpx.get(f"{server.http_url}/v2/models/half_plus_two/stats", timeout=60).status_code == 200
+    )
     for row in table:
         for key in ("server_queue_us", "server_compute_us"):
             assert (float(row[key]) >= 0) if has_stats else row[key] == "n/a"

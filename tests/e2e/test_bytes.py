@@ -129,6 +129,7 @@ def test_every_protocol_carries_every_byte(strings_server: ServerProcess) -> Non
         f"{server.http_url}/v2/models/{model}/infer",
         content=header + b"\x02\x00\x00\x00\xff\x00",
         headers={"Inference-Header-Content-Length": str(len(header))},
+        timeout=60,
     )
     assert r.status_code == 400
     assert r.json()["error"] == (
@@ -139,7 +140,9 @@ def test_every_protocol_carries_every_byte(strings_server: ServerProcess) -> Non
     r = httpx.post(f"{server.http_url}/v1/models/{model}:predict", json={"inputs": b64}, timeout=30)
     assert r.status_code == 200, r.text
     assert [base64.b64decode(o["b64"]) for o in r.json()["outputs"]] == VALUES
-    r = httpx.post(f"{server.http_url}/v1/models/{model}:predict", json={"instances": text})
+    r = httpx.post(
+        f"{server.http_url}/v1/models/{model}:predict", json={"instances": text}, timeout=60
+    )
     assert r.json() == {"predictions": text}
     # TF Serving gRPC: string_val.
     with grpc.insecure_channel(

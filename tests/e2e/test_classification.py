@@ -63,12 +63,12 @@ def test_v2_json_parameters_and_bad_counts(scores: ServerProcess) -> None:
         "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [1, 4, 3, 2]}],
         "outputs": [{"name": "OUTPUT0", "parameters": {"classification": 5}}],
     }
-    r = httpx.post(f"{scores.http_url}/v2/models/scores/infer", json=body)
+    r = httpx.post(f"{scores.http_url}/v2/models/scores/infer", json=body, timeout=60)
     assert r.status_code == 200, r.text
     out = r.json()["outputs"][0]
     assert out["datatype"] == "BYTES" and out["shape"] == [1, 4]  # K is capped at 4 classes
     assert out["data"] == ["4.000000:1:dog", "3.000000:2:bird", "2.000000:3", "1.000000:0:cat"]
     body["outputs"] = [{"name": "OUTPUT0", "parameters": {"classification": -1}}]
-    r = httpx.post(f"{scores.http_url}/v2/models/scores/infer", json=body)
+    r = httpx.post(f"{scores.http_url}/v2/models/scores/infer", json=body, timeout=60)
     assert r.status_code == 400
     assert "'classification' must be a positive integer" in r.json()["error"]

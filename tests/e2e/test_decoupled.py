@@ -120,6 +120,7 @@ def test_unary_infer_is_refused(decoupled: ServerProcess) -> None:
     r = httpx.post(
         f"{decoupled.http_url}/v2/models/repeat/infer",
         json={"inputs": [{"name": "COUNT", "shape": [1], "datatype": "INT32", "data": [2]}]},
+        timeout=60,
     )
     assert r.status_code == 400 and "is decoupled" in r.json()["error"]
 
@@ -141,14 +142,14 @@ def test_generate_stream_sends_server_sent_events(decoupled: ServerProcess) -> N
 
 def test_generate_answers_one_response_in_json(decoupled: ServerProcess) -> None:
     url = f"{decoupled.http_url}/v2/models/repeat/generate"
-    r = httpx.post(url, json={"COUNT": 1, "TEXT": "only"})
+    r = httpx.post(url, json={"COUNT": 1, "TEXT": "only"}, timeout=60)
     assert r.status_code == 200
     assert r.json() == {"model_name": "repeat", "model_version": "1", "OUT": 0, "WORD": "only0"}
-    r = httpx.post(url, json={"COUNT": 3})
+    r = httpx.post(url, json={"COUNT": 3}, timeout=60)
     assert r.status_code == 400 and "generate_stream" in r.json()["error"]
-    r = httpx.post(url, json={"NOPE": 1})
+    r = httpx.post(url, json={"NOPE": 1}, timeout=60)
     assert r.status_code == 400 and "NOPE" in r.json()["error"]
-    with httpx.stream("POST", f"{url}_stream", json={"COUNT": "x"}) as response:
+    with httpx.stream("POST", f"{url}_stream", json={"COUNT": "x"}, timeout=60) as response:
         assert response.status_code == 400
 
 

@@ -43,13 +43,15 @@ def test_demo_models_from_a_plain_install_lead_to_a_ready_server(tmp_path: Path)
     assert sorted(p.name for p in models.iterdir()) == ["half_plus_two", "resnet50"]
     server = ServerProcess(models, env={"PYTHONPATH": path}).start(timeout_s=120)
     try:
-        index = httpx.post(f"{server.http_url}/v2/repository/index").json()
+        index = httpx.post(f"{server.http_url}/v2/repository/index", timeout=60).json()
         assert {(m["name"], m["state"]) for m in index} == {
             ("half_plus_two", "READY"),
             ("resnet50", "READY"),
         }
         body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}]}
-        answer = httpx.post(f"{server.http_url}/v2/models/half_plus_two/infer", json=body)
+        answer = httpx.post(
+            f"{server.http_url}/v2/models/half_plus_two/infer", json=body, timeout=60
+        )
         assert answer.json()["outputs"][0]["data"] == [2.5]
     finally:
         server.stop()

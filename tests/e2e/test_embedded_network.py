@@ -91,7 +91,7 @@ def test_network_and_in_process_requests_share_one_batch(
     # One execution for the first request, one batch for the other two.
     batches = [sorted(e.request_ids) for e in echo.LOG["shared"]]
     assert batches == [["first"], ["local", "net"]]
-    stats = httpx.get(f"{url}/v2/models/shared/stats").json()["model_stats"][0]
+    stats = httpx.get(f"{url}/v2/models/shared/stats", timeout=60).json()["model_stats"][0]
     assert (stats["inference_count"], stats["execution_count"]) == (3, 2)
     batch_sizes = {b["batch_size"]: b["compute_infer"]["count"] for b in stats["batch_stats"]}
     assert batch_sizes == {1: 1, 2: 1}
@@ -104,17 +104,17 @@ def test_both_paths_see_the_same_models_and_metrics(served: tuple[inferd.Server,
     x = [1.0, 2.0]
     local = server.infer("half_plus_two", {"x": np.array([x], np.float32).T})
     body = {"inputs": [{"name": "x", "shape": [2, 1], "datatype": "FP32", "data": x}]}
-    remote = httpx.post(f"{url}/v2/models/half_plus_two/infer", json=body).json()
+    remote = httpx.post(f"{url}/v2/models/half_plus_two/infer", json=body, timeout=60).json()
     assert remote["outputs"][0]["data"] == local["y"].ravel().tolist() == [2.5, 3.0]
-    assert httpx.get(f"{url}/v2/health/ready").status_code == 200
-    index = httpx.post(f"{url}/v2/repository/index").json()
+    assert httpx.get(f"{url}/v2/health/ready", timeout=60).status_code == 200
+    index = httpx.post(f"{url}/v2/repository/index", timeout=60).json()
     assert {(e["name"], e.get("state")) for e in index} >= {("half_plus_two", "READY")}
-    metrics = httpx.get(f"{url}/metrics").text
+    metrics = httpx.get(f"{url}/metrics", timeout=60).text
     (stats,) = server.statistics("half_plus_two")
     line = 'inferd_request_success_total{model="half_plus_two",version="1"} '
     assert f"{line}{float(stats.inference_stats.success.count)}" in metrics
     assert stats.inference_stats.success.count >= 2  # the call in process and the request
-    assert httpx.get(f"{url}/dashboard/").status_code == 200
+    assert httpx.get(f"{url}/dashboard/", timeout=60).status_code == 200
 
 
 def test_grpc_on_the_same_instance(served: tuple[inferd.Server, str]) -> None:
@@ -151,7 +151,7 @@ def test_an_awaited_server_serves_http_until_it_stops(tmp_path: Path) -> None:
             grpc_address="127.0.0.1",
         ) as server:
             assert await server.async_serve_http(port) == port
-            async with httpx.AsyncClient() as client:
+            async with httpx.AsyncClient(timeout=60) as client:
                 live = await client.get(f"http://127.0.0.1:{port}/v2/health/live")
                 assert live.status_code == 200
             grpc_port = await server.async_serve_grpc(0)
@@ -159,6 +159,6 @@ def test_an_awaited_server_serves_http_until_it_stops(tmp_path: Path) -> None:
             assert await asyncio.to_thread(client.is_model_ready, "half_plus_two")
             client.close()
         with pytest.raises(httpx.ConnectError):
-            httpx.get(f"http://127.0.0.1:{port}/v2/health/live")
+            httpx.get(f"http://127.0.0.1:{port}/v2/health/live", timeout=60)
 
     asyncio.run(run())

@@ -66,6 +66,7 @@ def test_diamond_runs_steps_as_a_dag(ens: ServerProcess) -> None:
             "inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 1], "data": [2.0]}],
             "outputs": [{"name": "A"}],
         },
+        timeout=60,
     )
     assert r.status_code == 200, r.text
     assert [o["name"] for o in r.json()["outputs"]] == ["A"]
@@ -86,7 +87,7 @@ def test_statistics_and_index(ens: ServerProcess) -> None:
     entries = {e["name"]: e for e in client.get_model_repository_index()}
     assert entries["chain"]["state"] == "READY"
     assert entries["diamond"]["state"] == "READY"
-    metrics = httpx.get(f"{ens.http_url}/metrics").text
+    metrics = httpx.get(f"{ens.http_url}/metrics", timeout=60).text
     assert 'model="chain"' in metrics
 
 
@@ -106,6 +107,7 @@ def test_bad_graphs_are_unavailable_with_their_reason(ens: ServerProcess) -> Non
     r = httpx.post(
         f"{ens.http_url}/v2/models/cycle/infer",
         json={"inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 1], "data": [2.0]}]},
+        timeout=60,
     )
     assert r.status_code in (400, 503), r.text
     assert "cycle" in r.json()["error"]
@@ -115,12 +117,14 @@ def test_bad_requests_name_the_problem(ens: ServerProcess) -> None:
     r = httpx.post(
         f"{ens.http_url}/v2/models/chain/infer",
         json={"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1, 1], "data": [2]}]},
+        timeout=60,
     )
     assert r.status_code == 400
     assert "IN" in r.json()["error"] and "FP32" in r.json()["error"]
     r = httpx.post(
         f"{ens.http_url}/v2/models/chain/infer",
         json={"inputs": [{"name": "IN", "datatype": "FP32", "shape": [65, 1], "data": [0.0] * 65}]},
+        timeout=60,
     )
     assert r.status_code == 400, r.text
     # The server keeps serving.
@@ -148,6 +152,7 @@ def test_a_failing_step_names_the_step_and_model(tmp_path: Path) -> None:
         r = httpx.post(
             f"{server.http_url}/v2/models/wraps/infer",
             json={"inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 1], "data": [1]}]},
+            timeout=60,
         )
         assert r.status_code == 500, r.text
         assert r.json()["error"].startswith("ensemble 'wraps' step 0 (model 'fails'): ")
@@ -158,7 +163,7 @@ def test_a_failing_step_names_the_step_and_model(tmp_path: Path) -> None:
 def _wait_ready(server: ServerProcess, model: str, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if httpx.get(f"{server.http_url}/v2/models/{model}/ready").status_code == 200:
+        if httpx.get(f"{server.http_url}/v2/models/{model}/ready", timeout=60).status_code == 200:
             return
         time.sleep(0.2)
     raise AssertionError(f"model '{model}' did not become ready:\n{server.log()}")
@@ -169,7 +174,7 @@ def test_an_ensemble_becomes_ready_when_its_model_appears(tmp_path: Path) -> Non
     args = ["--model-control-mode", "poll", "--repository-poll-secs", "1"]
     server = ServerProcess(root, extra_args=[*args, "--strict-readiness=false"]).start()
     try:
-        r = httpx.get(f"{server.http_url}/v2/models/missing_model/ready")
+        r = httpx.get(f"{server.http_url}/v2/models/missing_model/ready", timeout=60)
         assert r.status_code != 200
         shutil.copytree(root / "half_plus_two", root / "later")
         _wait_ready(server, "missing_model")

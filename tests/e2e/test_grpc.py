@@ -135,7 +135,7 @@ def test_async_infer(client: Client) -> None:
         )
     got = {}
     for _ in range(8):
-        result, error = answers.get(timeout=10)
+        result, error = answers.get(timeout=60)
         assert error is None
         got[result.get_response().id] = float(result.as_numpy("y")[0, 0])
     assert got == {str(i): i / 2 + 2 for i in range(8)}
@@ -151,7 +151,7 @@ def test_stream_infer_goes_on_after_an_error(client: Client) -> None:
             client.async_stream_infer(model, [_input("x", x)], request_id=str(i))
         got, errors = {}, []
         for _ in range(6):
-            result, error = answers.get(timeout=10)
+            result, error = answers.get(timeout=60)
             if error is not None:
                 errors.append(error.message())
             else:
@@ -170,7 +170,7 @@ def test_stream_more_requests_than_in_flight_slots(client: Client) -> None:
         x = _input("x", np.array([[2.0]], dtype=np.float32))
         for i in range(count):
             client.async_stream_infer("half_plus_two", [x], request_id=str(i))
-        got = [answers.get(timeout=10) for _ in range(count)]
+        got = [answers.get(timeout=60) for _ in range(count)]
     finally:
         client.stop_stream()
     assert all(error is None for _, error in got)

@@ -113,8 +113,11 @@ def test_a_stream_never_read_is_throttled_by_flow_control(native: ServerProcess)
     assert messages * 64 * 1024 < 16 * MIB, note
     _, note = unread_streams(target, 2.0)
     print(f"\n{note}")
-    # 100 such streams on one connection: a few tens of MiB at the peak (grpcio: gigabytes)
-    assert _settled(target.pid, before, 32 * MIB) < 32 * MIB
+    # 100 such streams on one connection: a few tens of MiB at the peak (grpcio: gigabytes),
+    # of which each process that held the messages (with several workers, the frontend that
+    # took the connection and the model host that ran the calls) keeps what its allocator took.
+    slack = 32 * MIB * min(2, native.workers())
+    assert _settled(target.pid, before, slack) < slack
     _serves(native)
 
 

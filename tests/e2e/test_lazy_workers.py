@@ -171,7 +171,10 @@ def test_a_failing_model_answers_503_with_its_reason_at_either_worker(
         assert "die_by" in answer.json()["error"]
     assert all(refused(i) > before[i] for i in (0, 1))  # odds of one worker only: 2**-15
     assert residency(workers)["broken"]["state"] == "failed"
-    ready = {httpx.get(f"{workers.http_url}/v2/models/broken/ready").status_code for _ in range(8)}
+    ready = {
+        httpx.get(f"{workers.http_url}/v2/models/broken/ready", timeout=60).status_code
+        for _ in range(8)
+    }
     assert 200 not in ready  # its failure is known at every worker
 
 
@@ -179,7 +182,7 @@ def test_the_index_and_metrics_show_one_budget(workers: ServerProcess) -> None:
     assert _fresh(workers.http_url, "a").status_code == 200  # at least one model resident
     loads = metric(workers, "inferd_residency_loads_total")
     for _ in range(8):  # metadata from the config, at either worker, loads nothing
-        meta = httpx.get(f"{workers.http_url}/v2/models/c", timeout=10).json()
+        meta = httpx.get(f"{workers.http_url}/v2/models/c", timeout=60).json()
         assert meta["inputs"] == [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, 2]}]
     assert metric(workers, "inferd_residency_loads_total") == loads
     assert metric(workers, "inferd_workers") == 2
@@ -191,7 +194,7 @@ def test_the_index_and_metrics_show_one_budget(workers: ServerProcess) -> None:
     assert all(found == indexes[0] for found in indexes) and len(indexes[0]) == resident
     held = sum(views[0][name]["memory_bytes"] for name in indexes[0])  # each measured at its load
     assert held > 0 and metric(workers, "inferd_residency_bytes") == held
-    dashboard = httpx.get(f"{workers.http_url}/v2/dashboard/models", timeout=10).json()
+    dashboard = httpx.get(f"{workers.http_url}/v2/dashboard/models", timeout=60).json()
     totals = dashboard["server"]["residency"]
     assert (totals["max_models"], totals["models"]) == (2, resident)
     # Hits and misses are the server's: every worker's requests.

@@ -60,7 +60,7 @@ def test_fifty_first_requests_load_once_and_the_index_shows_residency(
     assert metric(lazy, "inferd_residency_loads_total") == loads + 1
     view = residency(lazy)["a"]
     assert view["state"] == "loaded" and view["loads"] == 1 and view["last_used_at"]
-    dashboard = httpx.get(f"{lazy.http_url}/v2/dashboard/models", timeout=10).json()
+    dashboard = httpx.get(f"{lazy.http_url}/v2/dashboard/models", timeout=60).json()
     assert dashboard["server"]["residency"]["max_models"] == 3
     (row,) = [m for m in dashboard["models"] if m["name"] == "a"]
     assert row["residency"]["state"] == "loaded"
@@ -68,9 +68,9 @@ def test_fifty_first_requests_load_once_and_the_index_shows_residency(
 
 def test_metadata_answers_from_the_config_and_grpc_loads_on_demand(lazy: ServerProcess) -> None:
     loads = metric(lazy, "inferd_residency_loads_total")
-    meta = httpx.get(f"{lazy.http_url}/v2/models/b", timeout=10).json()
+    meta = httpx.get(f"{lazy.http_url}/v2/models/b", timeout=60).json()
     assert meta["inputs"] == [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, 2]}]
-    assert httpx.get(f"{lazy.http_url}/v2/models/b/ready", timeout=10).status_code == 200
+    assert httpx.get(f"{lazy.http_url}/v2/models/b/ready", timeout=60).status_code == 200
     assert metric(lazy, "inferd_residency_loads_total") == loads  # nothing loaded for those
     with triton_grpc.InferenceServerClient(lazy.grpc_address) as client:
         tensor = triton_grpc.InferInput("INPUT0", [1, 2], "FP32")
@@ -211,6 +211,6 @@ def test_envoy_routes_each_model_to_one_node(tmp_path: Path) -> None:
     finally:
         if envoy is not None:
             envoy.terminate()
-            envoy.wait(timeout=10)
+            envoy.wait(timeout=60)
         for node in nodes:
             node.stop()

@@ -59,13 +59,17 @@ def observed(demo_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     server.logs_dir = logs  # type: ignore[attr-defined]
     url = f"{server.http_url}/v2/models/half_plus_two/infer"
     for i in range(3):
-        r = httpx.post(url, json={"inputs": [X]}, headers={"X-Request-ID": f"rid-{i}"})
+        r = httpx.post(url, json={"inputs": [X]}, headers={"X-Request-ID": f"rid-{i}"}, timeout=60)
         assert r.headers["x-request-id"] == f"rid-{i}"
-    assert httpx.post(url, json={"id": "batch-1", "inputs": [BATCH]}).status_code == 200
-    assert httpx.post(url, json={"inputs": [{**X, "datatype": "FP64"}]}).status_code == 400
-    assert httpx.post(url, json={"inputs": [{**X, "name": "z"}]}).status_code == 400
+    assert httpx.post(url, json={"id": "batch-1", "inputs": [BATCH]}, timeout=60).status_code == 200
     assert (
-        httpx.post(f"{server.http_url}/v2/models/nope/infer", json={"inputs": [X]}).status_code
+        httpx.post(url, json={"inputs": [{**X, "datatype": "FP64"}]}, timeout=60).status_code == 400
+    )
+    assert httpx.post(url, json={"inputs": [{**X, "name": "z"}]}, timeout=60).status_code == 400
+    assert (
+        httpx.post(
+            f"{server.http_url}/v2/models/nope/infer", json={"inputs": [X]}, timeout=60
+        ).status_code
         == 404
     )
     yield server
@@ -73,7 +77,7 @@ def observed(demo_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 def test_prometheus_counts(observed: ServerProcess) -> None:
-    text = httpx.get(f"{observed.http_url}/metrics").text
+    text = httpx.get(f"{observed.http_url}/metrics", timeout=60).text
     s = _samples(text)
     mv = {"model": "half_plus_two", "version": "1"}
     assert _value(s, "inferd_request_success_total", **mv) == 4
@@ -97,12 +101,14 @@ def test_prometheus_counts(observed: ServerProcess) -> None:
     assert _value(s, "process_open_fds") > 0
     assert 'model="nope"' not in text  # an unknown model never becomes a label value
     port = observed.metrics_port  # type: ignore[attr-defined]
-    other = _samples(httpx.get(f"http://127.0.0.1:{port}/metrics").text)
+    other = _samples(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=60).text)
     assert _value(other, "inferd_request_success_total", **mv) == 4
 
 
 def test_statistics_json(observed: ServerProcess) -> None:
-    (stats,) = httpx.get(f"{observed.http_url}/v2/models/half_plus_two/stats").json()["model_stats"]
+    (stats,) = httpx.get(f"{observed.http_url}/v2/models/half_plus_two/stats", timeout=60).json()[
+        "model_stats"
+    ]
     assert stats["inference_count"] == 7
     assert stats["execution_count"] == 4
     assert stats["inference_stats"]["success"]["count"] == 4
@@ -141,12 +147,14 @@ def test_access_log_lines(observed: ServerProcess) -> None:
 
 
 def test_logs_endpoint(observed: ServerProcess) -> None:
-    r = httpx.get(f"{observed.http_url}/v2/logs", params={"kind": "access", "lines": 2})
+    r = httpx.get(f"{observed.http_url}/v2/logs", params={"kind": "access", "lines": 2}, timeout=60)
     assert r.status_code == 200
     assert len(r.json()["lines"]) == 2
-    engine = httpx.get(f"{observed.http_url}/v2/logs", params={"kind": "engine"}).json()["lines"]
+    engine = httpx.get(
+        f"{observed.http_url}/v2/logs", params={"kind": "engine"}, timeout=60
+    ).json()["lines"]
     assert any("loaded model 'half_plus_two' version 1" in line for line in engine)
-    r = httpx.get(f"{observed.http_url}/v2/logs", params={"kind": "debug"})
+    r = httpx.get(f"{observed.http_url}/v2/logs", params={"kind": "debug"}, timeout=60)
     assert r.status_code == 400
     engine_file = (observed.logs_dir / "engine.log").read_text()  # type: ignore[attr-defined]
     assert "server ready" in engine_file
@@ -178,7 +186,9 @@ def test_real_prometheus_scrapes_inferd(observed: ServerProcess, tmp_path: Path)
         result: list[Any] = []
         while time.monotonic() < deadline and not result:
             try:
-                r = httpx.get(f"http://127.0.0.1:{port}/api/v1/query", params={"query": query})
+                r = httpx.get(
+                    f"http://127.0.0.1:{port}/api/v1/query", params={"query": query}, timeout=60
+                )
                 result = r.json()["data"]["result"]
             except (httpx.HTTPError, KeyError, ValueError):
                 pass
@@ -204,6 +214,7 @@ def test_traces_continue_the_callers_trace(demo_repo: Path, tmp_path: Path) -> N
             f"{server.http_url}/v2/models/half_plus_two/infer",
             json={"inputs": [X]},
             headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"},
+            timeout=60,
         )
         assert r.status_code == 200
     finally:
@@ -240,12 +251,12 @@ def test_grpc_statistics_and_endpoint_metrics(observed: ServerProcess) -> None:
     x.set_data_from_numpy(np.array([[3.0]], dtype=np.float32))
     assert client.infer("half_plus_two", [x]).as_numpy("y").tolist() == [[3.5]]
     stats = client.get_inference_statistics("half_plus_two", as_json=True)["model_stats"][0]
-    http = httpx.get(f"{observed.http_url}/v2/models/half_plus_two/stats").json()
+    http = httpx.get(f"{observed.http_url}/v2/models/half_plus_two/stats", timeout=60).json()
     assert int(stats["inference_count"]) == http["model_stats"][0]["inference_count"] == 8
     assert int(stats["execution_count"]) == 5
     assert int(stats["inference_stats"]["success"]["count"]) == 5
     assert int(stats["inference_stats"]["fail"]["count"]) == 2
-    s = _samples(httpx.get(f"{observed.http_url}/metrics").text)
+    s = _samples(httpx.get(f"{observed.http_url}/metrics", timeout=60).text)
     grpc_infer = {"protocol": "grpc", "endpoint": "ModelInfer", "status": "OK"}
     assert _value(s, "inferd_endpoint_requests_total", **grpc_infer) == 1
     grpc_lines = [e for e in _access_lines(observed) if e["protocol"] == "grpc"]

@@ -133,7 +133,7 @@ def test_new_digits_version_serves_with_its_notes(server: ServerProcess, repo: P
     assert (repo / "digits" / "2").stat().st_mode & 0o777 == (
         repo / "digits"
     ).stat().st_mode & 0o777
-    config = httpx.get(f"{server.http_url}/v2/models/digits/versions/2/config").json()
+    config = httpx.get(f"{server.http_url}/v2/models/digits/versions/2/config", timeout=60).json()
     params = {k: v["string_value"] for k, v in config["parameters"].items()}
     assert params["optimize.method"].startswith("int8 dynamic")
     assert params["optimize.op_types"] == "MatMul"
@@ -161,7 +161,7 @@ def test_cnn_int8_static_qdq_serves(cnn_run: dict[str, object], server: ServerPr
     optimized = _infer(server, "cnn", 2, "x", x)["logits"]
     assert optimized.shape == (16, 4)
     assert (original.argmax(1) == optimized.argmax(1)).mean() >= 0.8
-    config = httpx.get(f"{server.http_url}/v2/models/cnn/versions/2/config").json()
+    config = httpx.get(f"{server.http_url}/v2/models/cnn/versions/2/config", timeout=60).json()
     assert config["parameters"]["optimize.calibration_method"]["string_value"] == "MinMax"
 
 

@@ -162,7 +162,7 @@ def test_a_built_wheel_serves_the_demo_from_a_fresh_venv(tmp_path: Path) -> None
     server.start()
     try:
         body = {"instances": [1.0, 2.0, 5.0]}
-        r = httpx.post(f"{server.http_url}/v1/models/half_plus_two:predict", json=body, timeout=10)
+        r = httpx.post(f"{server.http_url}/v1/models/half_plus_two:predict", json=body, timeout=60)
         assert r.json() == {"predictions": [2.5, 3.0, 4.5]}
     finally:
         server.stop()

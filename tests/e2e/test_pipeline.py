@@ -141,6 +141,7 @@ def test_bad_images_and_datatypes_name_the_problem(served: ServerProcess) -> Non
         json={
             "inputs": [{"name": "image_bytes", "datatype": "FP32", "shape": [1, 1], "data": [1]}]
         },
+        timeout=60,
     )
     assert r.status_code == 400
     assert "image_bytes" in r.json()["error"] and "BYTES" in r.json()["error"]

@@ -83,7 +83,9 @@ def _outputs(response: httpx.Response) -> dict[str, Any]:
 
 
 def _stats(server: ServerProcess, model: str) -> dict[str, Any]:
-    (stats,) = httpx.get(f"{server.http_url}/v2/models/{model}/stats").json()["model_stats"]
+    (stats,) = httpx.get(f"{server.http_url}/v2/models/{model}/stats", timeout=60).json()[
+        "model_stats"
+    ]
     return dict(stats)
 
 
@@ -139,7 +141,7 @@ def test_add_sub_over_v2_grpc(server: ServerProcess) -> None:
 
 def test_add_sub_over_tf_serving_rest(server: ServerProcess) -> None:
     body = {"inputs": {"INPUT0": [1.0, 2.0, 3.0, 4.0], "INPUT1": [4.0, 3.0, 2.0, 1.0]}}
-    r = httpx.post(f"{server.http_url}/v1/models/add_sub:predict", json=body)
+    r = httpx.post(f"{server.http_url}/v1/models/add_sub:predict", json=body, timeout=60)
     assert r.status_code == 200, r.text
     assert r.json()["outputs"] == {"OUTPUT0": [5, 5, 5, 5], "OUTPUT1": [-3, -1, 1, 3]}
 
@@ -203,7 +205,7 @@ def test_a_crashed_worker_fails_its_request_and_comes_back(server: ServerProcess
     assert "model 'crasher/1'" in message and "SIGKILL" in message and "restarted" in message
     assert _outputs(call(4)) == {"Y": [40]}  # a fresh worker
     assert _outputs(call(5)) == {"Y": [50]}
-    assert httpx.get(f"{server.http_url}/v2/models/crasher/ready").status_code == 200
+    assert httpx.get(f"{server.http_url}/v2/models/crasher/ready", timeout=60).status_code == 200
     assert _outputs(_infer(server, "add_sub", [_fp32("INPUT0", ONES), _fp32("INPUT1", ONES)]))
 
 
@@ -239,7 +241,7 @@ def test_requests_to_a_python_model_are_batched(server: ServerProcess) -> None:
 
 
 def test_the_native_form_gets_whole_batches(server: ServerProcess) -> None:
-    metadata = httpx.get(f"{server.http_url}/v2/models/native").json()
+    metadata = httpx.get(f"{server.http_url}/v2/models/native", timeout=60).json()
     assert metadata["inputs"] == [{"name": "X", "datatype": "FP32", "shape": [-1, 3]}]
     assert [(o["name"], o["datatype"]) for o in metadata["outputs"]] == [
         ("Y", "FP32"),
@@ -255,7 +257,7 @@ def test_the_native_form_gets_whole_batches(server: ServerProcess) -> None:
 
 def test_the_readmes_native_model_loads_without_a_config(server: ServerProcess) -> None:
     """A version folder holding ``model.py`` is a Python model: the README's ``scale``."""
-    metadata = httpx.get(f"{server.http_url}/v2/models/scale").json()
+    metadata = httpx.get(f"{server.http_url}/v2/models/scale", timeout=60).json()
     assert metadata["inputs"] == [{"name": "X", "datatype": "FP32", "shape": [-1, 3]}]
     assert _outputs(_infer(server, "scale", [_fp32("X", [1, 2, 3], [1, 3])]))["Y"] == [3, 6, 9]
 
@@ -266,7 +268,10 @@ def test_a_model_runs_in_its_own_venv(server: ServerProcess, paths: dict[str, Pa
 
 
 def test_broken_models_are_unavailable_with_the_reason(server: ServerProcess) -> None:
-    index = {e["name"]: e for e in httpx.post(f"{server.http_url}/v2/repository/index").json()}
+    index = {
+        e["name"]: e
+        for e in httpx.post(f"{server.http_url}/v2/repository/index", timeout=60).json()
+    }
     assert index["add_sub"]["state"] == "READY"
     for name, reason in (
         ("no_file", "model.py does not exist"),
@@ -297,7 +302,7 @@ def test_unload_waits_for_work_then_finalizes(
     assert unload.status_code == 200, unload.text
     assert _outputs(held) == {"Y": [0.5]}  # the request in flight was answered
     assert paths["marker"].read_text() == "finalized after 1"
-    assert httpx.get(f"{server.http_url}/v2/models/finalizer/ready").status_code != 200
+    assert httpx.get(f"{server.http_url}/v2/models/finalizer/ready", timeout=60).status_code != 200
 
 
 async def _until(check: Any, timeout_s: float = 60.0) -> None:
@@ -356,7 +361,7 @@ def test_warmup_and_the_response_cache_work_for_python_models(server: ServerProc
 
 
 def test_python_models_are_in_the_metrics(server: ServerProcess) -> None:
-    text = httpx.get(f"{server.http_url}/metrics").text
+    text = httpx.get(f"{server.http_url}/metrics", timeout=60).text
     assert 'inferd_request_success_total{model="add_sub",version="1"}' in text
 
 

@@ -30,14 +30,25 @@ Body = dict[str, Any] | tuple[bytes, dict[str, str]]
 
 
 def _gated(gate: Path, queue: str) -> str:
-    """An echo model whose executions wait until ``gate`` exists, one row per batch."""
+    """An echo model whose executions wait until ``gate`` exists, one row per batch; each
+    execution's request ids are appended to ``gate`` + ``.executions`` (``_executed``: the
+    request-level form of the echo backend sees them)."""
     return (
         'backend: "echo"\nmax_batch_size: 1\n'
         'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [1] }]\n'
         "instance_group [{ count: 1 kind: KIND_CPU }]\n"
         f"dynamic_batching {{ {queue} }}\n"
         f'parameters {{ key: "gate_file" value: {{ string_value: "{gate}" }} }}\n'
+        f'parameters {{ key: "log_file" value: {{ string_value: "{gate}.executions" }} }}\n'
+        'parameters { key: "request_level" value: { string_value: "true" } }\n'
     )
+
+
+def _executed(server: ServerProcess, model: str) -> list[str]:
+    """The request ids of a gated model's executions, in the order the model ran them."""
+    log = server.repository.parent / f"{model}.gate.executions"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [i for line in lines for i in json.loads(line)["request_ids"]]
 
 
 GATED = {
@@ -114,11 +125,13 @@ def _x(values: list[float], **extra: Any) -> dict[str, Any]:
     return body
 
 
-def _row(**params: Any) -> tuple[bytes, dict[str, str]]:
+def _row(request_id: str = "", **params: Any) -> tuple[bytes, dict[str, str]]:
     """One row for a gated model as a binary tensor (the binary tensor data extension)."""
     tensor: dict[str, object] = {"name": "INPUT0", "shape": [1, 1], "datatype": "FP32"}
     tensor["parameters"] = {"binary_data_size": len(ROW)}
     header: dict[str, Any] = {"inputs": [tensor]}
+    if request_id:
+        header["id"] = request_id
     if params:
         header["parameters"] = params
     head = json.dumps(header).encode()
@@ -136,7 +149,7 @@ def _post(server: ServerProcess, model: str, body: Body) -> httpx.Response:
 
 
 def _stats(server: ServerProcess, model: str) -> dict[str, Any]:
-    r = httpx.get(f"{server.http_url}/v2/models/{model}/stats")
+    r = httpx.get(f"{server.http_url}/v2/models/{model}/stats", timeout=60)
     assert r.status_code == 200, r.text
     (stats,) = r.json()["model_stats"]
     return dict(stats)
@@ -190,7 +203,7 @@ def test_only_compatible_requests_share_a_batch(
 
 def _in_flight(server: ServerProcess, model: str) -> int:
     """The server's count of the model's requests in flight (queued or executing)."""
-    text = httpx.get(f"{server.http_url}/metrics").text
+    text = httpx.get(f"{server.http_url}/metrics", timeout=60).text
     prefix = f'inferd_pending_requests{{model="{model}",'
     lines = [ln for ln in text.splitlines() if ln.startswith(prefix)]
     return int(float(lines[0].rsplit(" ", 1)[1])) if lines else 0
@@ -198,25 +211,21 @@ def _in_flight(server: ServerProcess, model: str) -> int:
 
 async def _gated_run(
     server: ServerProcess, model: str, bodies: Sequence[Body], until: str = "sent"
-) -> tuple[list[str], list[httpx.Response]]:
+) -> list[httpx.Response]:
     """Send ``bodies`` one by one, each once the one before is counted in flight by the server
     (the first executes and holds the gate, the next wait in the queue) or was answered (a full
     queue refuses at once); then open the gate: at once (``until="sent"``), once the last request
     was answered (``"answered"``: it timed out in the queue), or 0.2 s later (``"delayed"``: past
-    a 20 ms queue timeout whose action is to keep waiting). The indexes in the order the answers
-    came, and the answers in the order sent."""
-    finished: list[str] = []
+    a 20 ms queue timeout whose action is to keep waiting). The answers, in the order sent."""
     async with httpx.AsyncClient(base_url=server.http_url, timeout=60) as client:
 
-        async def send(index: int, body: Body) -> httpx.Response:
-            r = await client.post(f"/v2/models/{model}/infer", **_kwargs(body))
-            finished.append(str(index))
-            return r
+        async def send(body: Body) -> httpx.Response:
+            return await client.post(f"/v2/models/{model}/infer", **_kwargs(body))
 
         tasks: list[asyncio.Task[httpx.Response]] = []
         for i, body in enumerate(bodies):
             in_flight = _in_flight(server, model)
-            tasks.append(asyncio.create_task(send(i, body)))
+            tasks.append(asyncio.create_task(send(body)))
             deadline = time.monotonic() + 30
             while not tasks[-1].done() and _in_flight(server, model) <= in_flight:
                 assert time.monotonic() < deadline, f"{model}: request {i} never arrived"
@@ -227,14 +236,16 @@ async def _gated_run(
             await asyncio.sleep(0.2)
         (server.repository.parent / f"{model}.gate").touch()
         answers = list(await asyncio.gather(*tasks))
-    return finished, answers
+    return answers
 
 
 def test_priorities_jump_the_queue(sched_server: ServerProcess) -> None:
-    bodies = [_row(), _row(), _row(), _row(priority=1)]  # first, low, low, high
-    order, answers = asyncio.run(_gated_run(sched_server, "slow", bodies))
+    # first, low, low, high; the order the model ran them (answers may come back in another:
+    # with several workers each travels back through the frontend that took its connection)
+    bodies = [_row("r0"), _row("r1"), _row("r2"), _row("r3", priority=1)]
+    answers = asyncio.run(_gated_run(sched_server, "slow", bodies))
     assert [r.status_code for r in answers] == [200] * 4
-    assert order == ["0", "3", "1", "2"]
+    assert _executed(sched_server, "slow") == ["r0", "r3", "r1", "r2"]
 
 
 def test_bad_priority_and_timeout_parameters(sched_server: ServerProcess) -> None:
@@ -245,15 +256,15 @@ def test_bad_priority_and_timeout_parameters(sched_server: ServerProcess) -> Non
     r = _post(sched_server, "slow", _row(timeout="soon"))
     assert r.status_code == 400
     assert "parameter 'timeout' must be a non-negative integer" in r.json()["error"]
-    r = httpx.post(f"{url}/batched/infer", json=_x([1.0], parameters={"priority": 1}))
+    r = httpx.post(f"{url}/batched/infer", json=_x([1.0], parameters={"priority": 1}), timeout=60)
     assert r.status_code == 400
     assert "has no priority levels" in r.json()["error"]
-    r = httpx.post(f"{url}/two/infer", json=_x([1.0], parameters={"timeout": -1}))
+    r = httpx.post(f"{url}/two/infer", json=_x([1.0], parameters={"timeout": -1}), timeout=60)
     assert r.status_code == 400
 
 
 def test_full_queue_rejects_at_once(sched_server: ServerProcess) -> None:
-    _, answers = asyncio.run(_gated_run(sched_server, "slow_full", [_row()] * 7))
+    answers = asyncio.run(_gated_run(sched_server, "slow_full", [_row()] * 7))
     codes = [r.status_code for r in answers]
     # One runs (the batcher may hold one more, taken off the queue for the instance's next
     # batch), three wait in the queue: the rest are refused while the gate is still closed.
@@ -266,15 +277,15 @@ def test_full_queue_rejects_at_once(sched_server: ServerProcess) -> None:
 
 def test_queue_timeout_reject_and_delay(sched_server: ServerProcess) -> None:
     # The second request waits past its 20 ms in the queue while the first holds the gate.
-    _, answers = asyncio.run(_gated_run(sched_server, "slow_timeout", [_row()] * 2, "answered"))
+    answers = asyncio.run(_gated_run(sched_server, "slow_timeout", [_row()] * 2, "answered"))
     assert [r.status_code for r in answers] == [200, 504]
     assert "timed out after 20000 us in the queue" in answers[1].json()["error"]
     # A request may ask for a shorter timeout than the default only; 0 keeps the default.
     bodies = [_row(), _row(timeout=0)]
-    _, answers = asyncio.run(_gated_run(sched_server, "slow_timeout_default", bodies, "answered"))
+    answers = asyncio.run(_gated_run(sched_server, "slow_timeout_default", bodies, "answered"))
     assert [r.status_code for r in answers] == [200, 504]
     # DELAY: past its timeout the request stays queued and runs.
-    _, answers = asyncio.run(_gated_run(sched_server, "slow_delay", [_row()] * 2, "delayed"))
+    answers = asyncio.run(_gated_run(sched_server, "slow_delay", [_row()] * 2, "delayed"))
     assert [r.status_code for r in answers] == [200, 200]
     assert _stats(sched_server, "slow_delay")["execution_count"] == 2
 
@@ -310,10 +321,11 @@ def test_disconnected_client_is_dropped_from_the_queue(sched_server: ServerProce
 def test_warmup_runs_before_ready(sched_server: ServerProcess) -> None:
     assert "warmed up model 'warm' version 1: 3 execution(s)" in sched_server.log()
     assert _stats(sched_server, "warm")["execution_count"] == 0  # warmup is not traffic
-    r = httpx.post(f"{sched_server.http_url}/v2/models/warm/infer", json=_x([2.0]))
+    r = httpx.post(f"{sched_server.http_url}/v2/models/warm/infer", json=_x([2.0]), timeout=60)
     assert r.json()["outputs"][0]["data"] == [3.0]
     index = {
-        e["name"]: e for e in httpx.post(f"{sched_server.http_url}/v2/repository/index").json()
+        e["name"]: e
+        for e in httpx.post(f"{sched_server.http_url}/v2/repository/index", timeout=60).json()
     }
     assert index["warm_broken"]["state"] == "UNAVAILABLE"
     assert "cannot read input_data_file" in index["warm_broken"]["reason"]
@@ -321,9 +333,9 @@ def test_warmup_runs_before_ready(sched_server: ServerProcess) -> None:
 
 def test_cache_hit_returns_same_bytes_without_executing(sched_server: ServerProcess) -> None:
     url = f"{sched_server.http_url}/v2/models/cached/infer"
-    first = httpx.post(url, json=_x([7.0, 8.0]))
-    second = httpx.post(url, json=_x([7.0, 8.0]))
-    other = httpx.post(url, json=_x([7.0, 9.0]))
+    first = httpx.post(url, json=_x([7.0, 8.0]), timeout=60)
+    second = httpx.post(url, json=_x([7.0, 8.0]), timeout=60)
+    other = httpx.post(url, json=_x([7.0, 9.0]), timeout=60)
     assert first.content == second.content
     assert other.json()["outputs"][0]["data"] == [5.5, 6.5]
     stats = _stats(sched_server, "cached")
@@ -339,15 +351,17 @@ def test_instance_groups(sched_server: ServerProcess) -> None:
     assert [r.json()["outputs"][0]["data"][0] for r in responses] == [
         0.5 * i + 2 for i in range(12)
     ]
-    config = httpx.get(f"{sched_server.http_url}/v2/models/two/config").json()
+    config = httpx.get(f"{sched_server.http_url}/v2/models/two/config", timeout=60).json()
     assert config["instance_group"][0]["count"] == 2
 
 
 def test_statistics_shape(sched_server: ServerProcess) -> None:
-    r = httpx.get(f"{sched_server.http_url}/v2/models/stats")
+    r = httpx.get(f"{sched_server.http_url}/v2/models/stats", timeout=60)
     names = {s["name"] for s in r.json()["model_stats"]}
     assert {"batched", "cached", "slow", "two"} <= names
-    one = httpx.get(f"{sched_server.http_url}/v2/models/batched/versions/1/stats").json()
+    one = httpx.get(
+        f"{sched_server.http_url}/v2/models/batched/versions/1/stats", timeout=60
+    ).json()
     stat = one["model_stats"][0]
     assert set(stat["inference_stats"]) == {
         "success",

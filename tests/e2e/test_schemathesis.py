@@ -86,7 +86,7 @@ def _pin_parameters(doc: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def api_schema(fuzzed: ServerProcess) -> Any:
-    doc = httpx.get(f"{fuzzed.http_url}/v2/openapi.json").json()
+    doc = httpx.get(f"{fuzzed.http_url}/v2/openapi.json", timeout=60).json()
     schema = schemathesis.openapi.from_dict(_pin_parameters(doc))
     schema.config.update(base_url=fuzzed.http_url)
     return schema
@@ -156,8 +156,8 @@ def test_every_operation_under_generated_requests(api_schema: Any, fuzzed: Serve
     total = sum(counted.values())
     print(f"\nschemathesis: {total} cases over {len(counted)} operations, {len(failures)} failed")
     assert not failures, "\n".join(sorted(set(failures))[:40])
-    doc = httpx.get(f"{fuzzed.http_url}/v2/openapi.json").json()
+    doc = httpx.get(f"{fuzzed.http_url}/v2/openapi.json", timeout=60).json()
     assert len(counted) + len(NOT_FUZZED) == sum(len(ops) for ops in doc["paths"].values())
     assert total >= 1000
-    assert httpx.get(f"{fuzzed.http_url}/v2/health/ready").status_code == 200
+    assert httpx.get(f"{fuzzed.http_url}/v2/health/ready", timeout=60).status_code == 200
     assert "Traceback" not in Path(fuzzed.log_path or "").read_text()

@@ -82,7 +82,7 @@ def grpc_secured(
 
 def _infer(server: ServerProcess, **headers: str) -> httpx.Response:
     url = f"{server.http_url}/v2/models/half_plus_two/infer"
-    return httpx.post(url, json=INFER, headers=headers)
+    return httpx.post(url, json=INFER, headers=headers, timeout=60)
 
 
 def test_http_needs_a_token_of_the_right_scope(secured: ServerProcess) -> None:
@@ -96,20 +96,20 @@ def test_http_needs_a_token_of_the_right_scope(secured: ServerProcess) -> None:
         assert r.status_code == 200, value
         assert r.json()["outputs"][0]["data"] == [2.5]
     logs = f"{secured.http_url}/v2/logs"
-    assert httpx.get(logs).status_code == 401
-    r = httpx.get(logs, headers={"authorization": TOKEN})
+    assert httpx.get(logs, timeout=60).status_code == 401
+    r = httpx.get(logs, headers={"authorization": TOKEN}, timeout=60)
     assert r.status_code == 403 and "admin scope" in r.json()["error"]
-    assert httpx.get(logs, headers={"authorization": ADMIN}).status_code == 200
+    assert httpx.get(logs, headers={"authorization": ADMIN}, timeout=60).status_code == 200
     load = f"{secured.http_url}/v2/repository/models/digits/load"
-    assert httpx.post(load, headers={"authorization": TOKEN}).status_code == 403
+    assert httpx.post(load, headers={"authorization": TOKEN}, timeout=60).status_code == 403
 
 
 def test_health_and_metrics_stay_open(secured: ServerProcess) -> None:
-    assert httpx.get(f"{secured.http_url}/v2/health/ready").status_code == 200
-    assert httpx.get(f"{secured.http_url}/v2/health/live").status_code == 200
-    assert httpx.get(f"{secured.http_url}/metrics").status_code == 200
-    assert httpx.get(f"{secured.http_url}/v2").status_code == 401
-    assert httpx.get(f"{secured.http_url}/v1/models/half_plus_two").status_code == 401
+    assert httpx.get(f"{secured.http_url}/v2/health/ready", timeout=60).status_code == 200
+    assert httpx.get(f"{secured.http_url}/v2/health/live", timeout=60).status_code == 200
+    assert httpx.get(f"{secured.http_url}/metrics", timeout=60).status_code == 200
+    assert httpx.get(f"{secured.http_url}/v2", timeout=60).status_code == 401
+    assert httpx.get(f"{secured.http_url}/v1/models/half_plus_two", timeout=60).status_code == 401
 
 
 def test_tritonclient_http_with_a_bare_authorization_header(secured: ServerProcess) -> None:
@@ -200,11 +200,14 @@ def test_auth_health_and_auth_metrics(repo: Path) -> None:
     server.start()
     try:
         url = server.http_url
-        assert httpx.get(f"{url}/v2/health/live").status_code == 401
-        assert httpx.get(f"{url}/metrics").status_code == 401
-        assert httpx.get(f"{url}/metrics", headers={"authorization": TOKEN}).status_code == 200
+        assert httpx.get(f"{url}/v2/health/live", timeout=60).status_code == 401
+        assert httpx.get(f"{url}/metrics", timeout=60).status_code == 401
+        assert (
+            httpx.get(f"{url}/metrics", headers={"authorization": TOKEN}, timeout=60).status_code
+            == 200
+        )
         # INFERD_ADMIN_TOKEN, the variable, configures the admin scope.
-        r = httpx.get(f"{url}/v2/logs", headers={"authorization": ADMIN})
+        r = httpx.get(f"{url}/v2/logs", headers={"authorization": ADMIN}, timeout=60)
         assert r.status_code == 200
         channel = grpc.insecure_channel(server.grpc_address)
         health = health_pb2_grpc.HealthStub(channel)

@@ -344,4 +344,4 @@ def test_tensorflow_graph_reading_files_is_refused(explicit: ServerProcess, tmp_
 
 
 def test_health_of_the_refusing_server(explicit: ServerProcess) -> None:
-    assert httpx.get(f"{explicit.http_url}/v2/health/ready").status_code == 200
+    assert httpx.get(f"{explicit.http_url}/v2/health/ready", timeout=60).status_code == 200

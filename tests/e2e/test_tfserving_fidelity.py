@@ -74,6 +74,7 @@ def test_readme_quick_start_verbatim(tf_server_url: str) -> None:
     r = httpx.post(
         f"{tf_server_url}/v1/models/saved_model_half_plus_two_cpu:predict",
         json={"instances": [[1.0], [2.0]]},
+        timeout=60,
     )
     assert r.json() == {"predictions": [[2.5], [3.0]]}
 
@@ -86,7 +87,7 @@ def tf_server_url(tf_serving: ServerProcess) -> str:
 def test_rest_guide_half_plus_three_tf1_model(tf_serving: ServerProcess) -> None:
     """The REST guide's example, on a TF1 SavedModel tf.saved_model.load cannot load."""
     url = f"{tf_serving.http_url}/v1/models/saved_model_half_plus_three"
-    assert httpx.get(url).json() == {
+    assert httpx.get(url, timeout=60).json() == {
         "name": "saved_model_half_plus_three",
         "ready": True,
         "model_version_status": [
@@ -117,18 +118,24 @@ def test_every_signature_over_rest(tf_server_url: str) -> None:
         (":regress", {"signature_name": "regress_x_to_y2"}, [3.5, 4.0]),
     ]
     for verb, extra, results in cases:
-        r = httpx.post(url + verb, json={**extra, "examples": examples})
+        r = httpx.post(url + verb, json={**extra, "examples": examples}, timeout=60)
         assert r.status_code == 200, (verb, extra, r.text)
         assert r.json() == {"results": results}, (verb, extra)
     r = httpx.post(
-        url + ":regress", json={"signature_name": "regress_x_to_y", "examples": [{"x": 1}]}
+        url + ":regress",
+        json={"signature_name": "regress_x_to_y", "examples": [{"x": 1}]},
+        timeout=60,
     )
     assert r.status_code == 400  # 1 is an int64 feature; the signature parses a float
     assert "Data types don't match" in r.json()["error"]
-    r = httpx.post(url + ":predict", json={"signature_name": "nope", "instances": [1.0]})
+    r = httpx.post(
+        url + ":predict", json={"signature_name": "nope", "instances": [1.0]}, timeout=60
+    )
     assert r.status_code == 400
     assert r.json()["error"].startswith("unknown signature_name 'nope'; model")
-    meta = httpx.get(url + "/metadata").json()["metadata"]["signature_def"]["signature_def"]
+    meta = httpx.get(url + "/metadata", timeout=60).json()["metadata"]["signature_def"][
+        "signature_def"
+    ]
     assert {name: s["method_name"] for name, s in meta.items()} == {
         "serving_default": "tensorflow/serving/predict",
         "classify_x_to_y": "tensorflow/serving/classify",
@@ -193,6 +200,7 @@ def test_nan_and_infinity_tokens(tf_server_url: str) -> None:
     r = httpx.post(
         f"{tf_server_url}/v1/models/saved_model_half_plus_two_cpu:predict",
         content=b'{"instances": [NaN, Infinity, -Infinity, 1.0]}',
+        timeout=60,
     )
     assert r.status_code == 200, r.text
     assert r.content == b'{"predictions":[NaN,Infinity,-Infinity,2.5]}'
@@ -201,6 +209,7 @@ def test_nan_and_infinity_tokens(tf_server_url: str) -> None:
     r = httpx.post(
         f"{tf_server_url}/v1/models/saved_model_half_plus_two_cpu:regress",
         content=b'{"signature_name": "regress_x_to_y", "examples": [{"x": -Infinity}]}',
+        timeout=60,
     )
     assert r.content == b'{"results":[-Infinity]}'
 

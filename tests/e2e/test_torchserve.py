@@ -221,7 +221,7 @@ def test_requests_are_batched_by_the_dynamic_batcher(client: httpx.Client) -> No
 
 def test_handler_metrics_reach_prometheus(served: ServerProcess, client: httpx.Client) -> None:
     client.put("/predictions/linear", content=INPUT)
-    text = httpx.get(f"{served.http_url}/metrics").text
+    text = httpx.get(f"{served.http_url}/metrics", timeout=60).text
     rows = [line for line in text.splitlines() if line.startswith("LinearRows_total{")]
     assert rows and 'model="linear"' in rows[0] and 'ModelName="linear"' in rows[0]
     assert float(rows[0].rsplit(" ", 1)[1]) >= 1
@@ -232,7 +232,9 @@ def test_the_v2_api_reaches_a_torchserve_model(served: ServerProcess) -> None:
     request = {
         "inputs": [{"name": "body", "shape": [1, 1], "datatype": "BYTES", "data": [INPUT.decode()]}]
     }
-    answer = httpx.post(f"{served.http_url}/v2/models/linear/infer", json=request).json()
+    answer = httpx.post(
+        f"{served.http_url}/v2/models/linear/infer", json=request, timeout=60
+    ).json()
     outputs = {o["name"]: o for o in answer["outputs"]}
     assert json.loads(outputs["prediction"]["data"][0]) == {"y": [2.0, 6.0]}
     assert outputs["meta"]["data"] == [""]
@@ -246,11 +248,11 @@ def test_an_archive_placed_in_the_repository_gets_versions(
     shutil.copy(torchserve_store / "linear_eager.mar", repository / "hand" / "2" / "eager.mar")
     answer = _until_ok(client, "/predictions/hand/2.0", INPUT)
     assert answer.content == LINEAR_BODY  # the eager model holds the same weights
-    described = httpx.get(f"{ports.management_url}/models/hand").json()
+    described = httpx.get(f"{ports.management_url}/models/hand", timeout=60).json()
     assert [d["modelVersion"] for d in described] == ["2.0"]  # the latest, as inferd routes
     assert described[0]["modelUrl"] == "eager.mar"
     assert described[0]["loadedAtStartup"] is True
-    batched = httpx.get(f"{ports.management_url}/models/batched").json()[0]
+    batched = httpx.get(f"{ports.management_url}/models/batched", timeout=60).json()[0]
     assert (batched["batchSize"], batched["maxBatchDelay"], batched["responseTimeout"]) == (
         4,
         300,
@@ -263,15 +265,15 @@ def test_an_archive_placed_in_the_repository_gets_versions(
 def test_the_model_api_is_off_unless_enabled(ports: Ports, served: ServerProcess) -> None:
     """As TorchServe 0.12 without --enable-model-api: reads and scaling answer, registering
     and unregistering do not."""
-    refused = httpx.post(f"{ports.management_url}/models?url=linear.mar")
+    refused = httpx.post(f"{ports.management_url}/models?url=linear.mar", timeout=60)
     assert refused.status_code == 405
     assert refused.json() == {
         "code": 405,
         "type": "MethodNotAllowedException",
         "message": "Requested method is not allowed, please refer to API document.",
     }
-    assert httpx.delete(f"{ports.management_url}/models/echo").status_code == 405
-    assert httpx.get(f"{ports.management_url}/models/echo").status_code == 200
+    assert httpx.delete(f"{ports.management_url}/models/echo", timeout=60).status_code == 405
+    assert httpx.get(f"{ports.management_url}/models/echo", timeout=60).status_code == 200
 
 
 def test_a_streaming_handler_answers_in_chunks(client: httpx.Client) -> None:

@@ -205,12 +205,12 @@ def test_register_errors(
 
 
 def test_tokens_guard_both_ports(ports: Ports, served: ServerProcess) -> None:
-    anonymous = httpx.get(f"{ports.management_url}/models")
+    anonymous = httpx.get(f"{ports.management_url}/models", timeout=60)
     assert anonymous.status_code == 400
     assert anonymous.json()["type"] == "InvalidKeyException"
-    predicted = httpx.post(f"{ports.inference_url}/predictions/echo", content=b"x")
+    predicted = httpx.post(f"{ports.inference_url}/predictions/echo", content=b"x", timeout=60)
     assert predicted.status_code == 400
-    assert httpx.get(f"{ports.inference_url}/ping").status_code == 200
+    assert httpx.get(f"{ports.inference_url}/ping", timeout=60).status_code == 200
 
 
 def test_the_grpc_client_flow(stubs: tuple[Any, Any], torchserve_store: Path) -> None:

@@ -118,8 +118,8 @@ def _shape(value: Any) -> Any:
 def test_same_predictions_and_errors(pair: Pair) -> None:
     theirs_url, ours_url = pair.peer.inference_url, pair.ours.inference_url
     for method, path, body, headers in CALLS:
-        theirs = httpx.request(method, theirs_url + path, content=body, headers=headers)
-        ours = httpx.request(method, ours_url + path, content=body, headers=headers)
+        theirs = httpx.request(method, theirs_url + path, content=body, headers=headers, timeout=60)
+        ours = httpx.request(method, ours_url + path, content=body, headers=headers, timeout=60)
         where = f"{method} {path} {body!r}"
         assert ours.status_code == theirs.status_code, where
         assert ours.content == theirs.content, where
@@ -129,8 +129,10 @@ def test_same_predictions_and_errors(pair: Pair) -> None:
 def test_same_multipart_reading(pair: Pair) -> None:
     theirs_url, ours_url = pair.peer.inference_url, pair.ours.inference_url
     files = {"data": ("in.bin", b"\x89PNG", "image/png")}
-    theirs = httpx.post(f"{theirs_url}/predictions/echo", files=files, data={"note": "hi"})
-    ours = httpx.post(f"{ours_url}/predictions/echo", files=files, data={"note": "hi"})
+    theirs = httpx.post(
+        f"{theirs_url}/predictions/echo", files=files, data={"note": "hi"}, timeout=60
+    )
+    ours = httpx.post(f"{ours_url}/predictions/echo", files=files, data={"note": "hi"}, timeout=60)
     assert (ours.status_code, ours.json()) == (theirs.status_code, theirs.json())
 
 
@@ -150,8 +152,8 @@ def test_same_management_answers(pair: Pair) -> None:
 def test_describe_carries_the_same_fields(pair: Pair) -> None:
     theirs_url, ours_url = pair.peer.management_url, pair.ours.management_url
     for name in ("linear", "echo", "batched"):
-        theirs = httpx.get(f"{theirs_url}/models/{name}").json()
-        ours = httpx.get(f"{ours_url}/models/{name}").json()
+        theirs = httpx.get(f"{theirs_url}/models/{name}", timeout=60).json()
+        ours = httpx.get(f"{ours_url}/models/{name}", timeout=60).json()
         assert _shape(ours) == _shape(theirs), name
         for field in ("modelName", "modelVersion", "modelUrl", "runtime", "minWorkers",
                       "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout",

@@ -63,11 +63,13 @@ def test_registrations_live_in_the_bucket(torchserve_store: Path, tmp_path: Path
                 "repo/linear/1/torchserve.json",
                 "repo/echo/1/echo.mar",
             } <= keys
-            answer = httpx.put(f"{ports.inference_url}/predictions/linear", content=INPUT)
+            answer = httpx.put(
+                f"{ports.inference_url}/predictions/linear", content=INPUT, timeout=60
+            )
             assert answer.json() == {"y": [2.0, 6.0]}
-            echoed = httpx.post(f"{ports.inference_url}/predictions/echo", content=b"x")
+            echoed = httpx.post(f"{ports.inference_url}/predictions/echo", content=b"x", timeout=60)
             assert echoed.status_code == 200
-            described = httpx.get(f"{management}/models/echo").json()[0]
+            described = httpx.get(f"{management}/models/echo", timeout=60).json()[0]
             assert described["modelUrl"] == f"s3://{BUCKET}/archives/echo.mar"
             assert httpx.delete(f"{management}/models/echo", timeout=120).status_code == 200
             keys = {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]}

@@ -88,7 +88,7 @@ def test_only_inference_responses_are_compressed(triton: ServerProcess) -> None:
     assert (name, zipped, deflated) == (M, [2.5, 3.0, 4.5], [2.5, 3.0, 4.5])
     infer = f"{triton.http_url}/v2/models/{M}/infer"
     doc = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [3, 1], "data": [1, 2, 5]}]}
-    with httpx.Client(headers={"Accept-Encoding": "identity"}) as plain:
+    with httpx.Client(headers={"Accept-Encoding": "identity"}, timeout=60) as plain:
         for accept, encoding in [
             ("gzip, deflate", "gzip"),
             ("deflate, gzip", "deflate"),
@@ -114,7 +114,9 @@ def test_only_inference_responses_are_compressed(triton: ServerProcess) -> None:
         assert r.json() == {"predictions": [2.5]} and "content-encoding" not in r.headers
     # The bodies on the wire are gzip and zlib streams.
     for accept, decompress in (("gzip", gzip.decompress), ("deflate", zlib.decompress)):
-        with httpx.stream("POST", infer, json=doc, headers={"Accept-Encoding": accept}) as r:
+        with httpx.stream(
+            "POST", infer, json=doc, headers={"Accept-Encoding": accept}, timeout=60
+        ) as r:
             raw = b"".join(r.iter_raw())
         assert r.headers["content-encoding"] == accept
         assert b'"data":[2.5,3.0,4.5]' in decompress(raw)
@@ -154,7 +156,7 @@ def test_triton_error_wording_over_http_and_grpc(triton: ServerProcess) -> None:
         pytest.raises(grpc.RpcError) as info,
     ):
         stub = pb_grpc.GRPCInferenceServiceStub(channel)  # type: ignore[no-untyped-call]
-        stub.ModelInfer(request, timeout=10)
+        stub.ModelInfer(request, timeout=60)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert info.value.details().startswith(
         f"contents field must not be specified when using raw_input_contents for 'x' for model "
@@ -171,7 +173,7 @@ def test_triton_error_wording_over_http_and_grpc(triton: ServerProcess) -> None:
         pytest.raises(grpc.RpcError) as info,
     ):
         stub = pb_grpc.GRPCInferenceServiceStub(channel)  # type: ignore[no-untyped-call]
-        stub.ModelInfer(request, timeout=10)
+        stub.ModelInfer(request, timeout=60)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert info.value.details() == (
         f"contents field must not be specified when using raw_input_contents for 'y' for model "

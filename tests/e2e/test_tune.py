@@ -70,9 +70,9 @@ def test_tiny_sweep_writes_a_valid_config(explicit: ServerProcess, tmp_path: Pat
     assert all(float(r["throughput_infer_per_s"]) > 0 for r in rows)
     assert (out / "tune.png").stat().st_size > 0
     # the temporary models are gone; the model itself still serves
-    models = httpx.post(f"{explicit.http_url}/v2/repository/index", json={}).json()
+    models = httpx.post(f"{explicit.http_url}/v2/repository/index", json={}, timeout=60).json()
     assert [m["name"] for m in models if m["state"] == "READY"] == ["digits"]
-    assert httpx.get(f"{explicit.http_url}/v2/models/digits/ready").status_code == 200
+    assert httpx.get(f"{explicit.http_url}/v2/models/digits/ready", timeout=60).status_code == 200
 
 
 def test_refuses_without_model_files(explicit: ServerProcess, tmp_path: Path) -> None:

@@ -120,6 +120,7 @@ def test_gzip_raw_body_with_httpx(server: ServerProcess) -> None:
         f"{server.http_url}/v2/models/half_plus_two/infer",
         content=gzip.compress(body),
         headers={"Content-Encoding": "gzip", "Accept-Encoding": "deflate"},
+        timeout=60,
     )
     assert r.status_code == 200
     assert r.headers["content-encoding"] == "deflate"
@@ -129,6 +130,7 @@ def test_gzip_raw_body_with_httpx(server: ServerProcess) -> None:
         f"{server.http_url}/v2/models/half_plus_two/versions/1/infer",
         content=raw,
         headers={"Content-Encoding": "deflate"},
+        timeout=60,
     )
     assert r.json()["outputs"][0]["shape"] == [2, 1]
 
@@ -137,7 +139,7 @@ def test_nested_and_flat_json_data(server: ServerProcess) -> None:
     url = f"{server.http_url}/v2/models/half_plus_two/infer"
     for data in ([[2.0], [6.0]], [2.0, 6.0]):
         body = {"inputs": [{"name": "x", "shape": [2, 1], "datatype": "FP32", "data": data}]}
-        r = httpx.post(url, json=body)
+        r = httpx.post(url, json=body, timeout=60)
         assert r.status_code == 200, r.text
         assert r.json()["outputs"] == [
             {"name": "y", "datatype": "FP32", "shape": [2, 1], "data": [3.0, 5.0]}
@@ -149,7 +151,7 @@ def test_binary_output_by_request_parameter(server: ServerProcess) -> None:
         "inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}],
         "parameters": {"binary_data_output": True},
     }
-    r = httpx.post(f"{server.http_url}/v2/models/half_plus_two/infer", json=body)
+    r = httpx.post(f"{server.http_url}/v2/models/half_plus_two/infer", json=body, timeout=60)
     assert r.status_code == 200
     header_len = int(r.headers["inference-header-content-length"])
     header = json.loads(r.content[:header_len])
@@ -158,7 +160,7 @@ def test_binary_output_by_request_parameter(server: ServerProcess) -> None:
 
 
 def test_repository_index(server: ServerProcess) -> None:
-    r = httpx.post(f"{server.http_url}/v2/repository/index", json={"ready": True})
+    r = httpx.post(f"{server.http_url}/v2/repository/index", json={"ready": True}, timeout=60)
     assert r.status_code == 200
     names = {(e["name"], e["version"], e["state"]) for e in r.json()}
     assert names == {
@@ -179,17 +181,33 @@ def test_a_repeated_binary_header_decodes_each_body(server: ServerProcess) -> No
     url = f"{server.http_url}/v2/models/half_plus_two/infer"
     for values in ([1.0, 2.0], [5.0, -4.0], [0.0, 10.0]):
         body = header + np.array(values, np.float32).tobytes()
-        r = httpx.post(url, content=body, headers=headers)
+        r = httpx.post(url, content=body, headers=headers, timeout=60)
         assert r.status_code == 200, r.text
         split = int(r.headers["inference-header-content-length"])
         expected = [v / 2 + 2 for v in values]
         assert np.frombuffer(r.content[split:], np.float32).tolist() == expected
-    r = httpx.post(url, content=header + b"\0" * 4, headers=headers)
+    r = httpx.post(url, content=header + b"\0" * 4, headers=headers, timeout=60)
     assert r.status_code == 400
     assert "binary_data_size 8 overruns the binary data (4 bytes left)" in r.json()["error"]
     r = httpx.post(
-        url, content=header + np.array([3.0, 4.0], np.float32).tobytes(), headers=headers
+        url,
+        content=header + np.array([3.0, 4.0], np.float32).tobytes(),
+        headers=headers,
+        timeout=60,
     )
     assert r.status_code == 200
     split = int(r.headers["inference-header-content-length"])
     assert np.frombuffer(r.content[split:], np.float32).tolist() == [3.5, 4.0]
+
+
+def test_every_request_gets_an_id_of_its_own(demo_repo: Path) -> None:
+    """A request without an id gets one the server makes, unique to the server: each serving
+    process (the kernel spreads connections over them) makes ids of its own."""
+    server = ServerProcess(demo_repo).start()
+    try:
+        url = f"{server.http_url}/v2/models/half_plus_two/infer"
+        body = {"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}]}
+        ids = [httpx.post(url, json=body, timeout=60).headers["x-request-id"] for _ in range(30)]
+    finally:
+        server.stop()
+    assert len(set(ids)) == len(ids), sorted(ids)

@@ -128,7 +128,7 @@ def check_parameters(
     implement still fail the load by name: that is the config parser's and ``build_spec``'s."""
     unknown = frozenset(params) - known
     key = (backend, model, unknown)
-    if not unknown or key in _WARNED:
+    if not unknown or key in _WARNED or _COPIES_ONLY:
         return
     if len(_WARNED) < _WARNED_KEPT:
         _WARNED.add(key)
@@ -148,6 +148,14 @@ def check_parameters(
 # (backend, model, unknown names) already warned about: once per model, not per instance.
 _WARNED: set[tuple[str, str, frozenset[str]]] = set()
 _WARNED_KEPT = 4096
+_COPIES_ONLY = False  # a frontend worker: what it loads, the model host loaded (and warned of)
+
+
+def copies_only() -> None:
+    """This process loads only copies of versions the model host loaded (a frontend worker):
+    the host's warnings about parameters are the server's, not repeated by each worker."""
+    global _COPIES_ONLY
+    _COPIES_ONLY = True
 
 
 def int_parameter(params: Mapping[str, str], key: str, default: int) -> int:

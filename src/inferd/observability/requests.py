@@ -23,6 +23,17 @@ def new_request_id() -> str:
     return f"{_PREFIX}-{next(_COUNTER):x}"
 
 
+def _new_prefix() -> None:
+    """A forked process (the serving workers are forked) makes ids of its own, or two workers
+    would give two requests the same id."""
+    global _PREFIX, _COUNTER
+    _PREFIX = os.urandom(4).hex()
+    _COUNTER = itertools.count(1)
+
+
+os.register_at_fork(after_in_child=_new_prefix)
+
+
 @dataclass(slots=True)
 class Finished:
     protocol: str  # "http" or "grpc"

@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from inferd.backends import select_backend
+from inferd.backends.completion import copies_only
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.model import ModelVersion
 from inferd.core.routing import RoutingPolicy
@@ -52,6 +53,7 @@ def load_copy(
     name: str, number: int, config: ModelConfig, folder: str, worker: int
 ) -> ModelVersion:
     """Load a copy of a host's version from its folder (blocking: on a worker thread)."""
+    copies_only()  # the host warned of what its config asks that the backend ignores
     version_dir = Path(folder)
     backend = select_backend(config, [version_dir])
     dirs = {number: version_dir}
