@@ -50,10 +50,12 @@ _PR_SET_PDEATHSIG = 1
 
 
 def worker_settings(settings: Settings, index: int) -> Settings:
-    """One worker's settings: only worker 0 serves the separate metrics and dashboard ports."""
+    """One worker's settings: only worker 0 serves the separate metrics port. Every worker
+    shares the dashboard's port as it shares the HTTP port (a frontend told of no dashboard
+    port would serve the page on the HTTP port, which the operator moved it off)."""
     if index == 0:
         return dataclasses.replace(settings, http_workers="1")
-    return dataclasses.replace(settings, http_workers="1", metrics_port=0, dashboard_port=0)
+    return dataclasses.replace(settings, http_workers="1", metrics_port=0)
 
 
 def _keep_log(run_dir: Path) -> RunFolderLog:
