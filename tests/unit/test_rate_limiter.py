@@ -7,12 +7,16 @@ import asyncio
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from inferd.backends import echo
 from inferd.config.text import parse_config_text
 from inferd.core.errors import ConfigError
+from inferd.core.model import ModelVersion
+from inferd.repository.loader import LoadOptions, load_version, plan
 from inferd.scheduling.instances import ThreadInstances
 from inferd.scheduling.limited import LimitedInstances
 from inferd.scheduling.rate_limiter import (
@@ -26,6 +30,7 @@ from inferd.scheduling.rate_limiter import (
     parse_resource,
 )
 from inferd.scheduling.work import Executed, Work
+from tests.echo_support import request
 
 
 def _ask(priority: int = 1, **resources: int) -> Ask:
@@ -250,3 +255,48 @@ def test_work_whose_caller_left_while_waiting_never_runs() -> None:
 
     asyncio.run(run())
     assert recorder.turns == ["a/1"]
+
+
+def _load(root: Path, name: str, config: str, limiter: RateLimiter) -> ModelVersion:
+    folder = root / name
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(f'name: "{name}"\n{config}')
+    echo.reset(name)
+    return load_version(name, 1, plan(name, folder), LoadOptions(rate_limiter=limiter))
+
+
+ECHO = (
+    'backend: "echo"\nmax_batch_size: 8\n'
+    'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [2] }]\n'
+    'parameters { key: "request_level" value: { string_value: "true" } }\n'
+    'instance_group [{ count: 2 kind: KIND_CPU rate_limiter { resources [{ name: "R" count: 1 }] '
+    "} }]\n"
+)
+
+
+def test_batchers_and_sequences_run_through_the_limiter(tmp_path: Path) -> None:
+    limiter = RateLimiter()
+    batched = _load(tmp_path, "batched", ECHO + "dynamic_batching { }\n", limiter)
+    pinned = _load(tmp_path, "pinned", ECHO + "sequence_batching { direct { } }\n", limiter)
+    assert limiter.limits == {(0, "R"): 1}
+
+    async def run() -> None:
+        answers = await asyncio.gather(
+            *(batched.infer(request(batched, float(i), id=f"b{i}")) for i in range(6)),
+            *(
+                pinned.infer(
+                    request(pinned, float(c), id=f"{c}-1", sequence_id=c, sequence_start=True)
+                )
+                for c in (1, 2)
+            ),
+        )
+        got = [a.outputs["OUTPUT0"][0, 0] for a in answers]
+        assert got == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 1.0, 2.0]
+        await batched.scheduler.close()
+        await pinned.scheduler.close()
+
+    asyncio.run(run())
+    ran = sorted(r for e in echo.LOG["batched"] for r in e.request_ids)
+    assert ran == [f"b{i}" for i in range(6)]
+    assert {e.instance for e in echo.LOG["pinned"]} == {0, 1}  # a sequence per instance
+    assert limiter.limits == {} and limiter.allocated == {(0, "R"): 0}
