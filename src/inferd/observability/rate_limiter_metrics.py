@@ -24,7 +24,7 @@ class RateLimiterCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         wait = HistogramMetricFamily(
             "inferd_rate_limiter_wait_duration_seconds",
-            "Time executions waited for their instance's rate limiter resources",
+            "Time batches waited for a free limited instance and its rate limiter resources",
             labels=["model", "version"],
         )
         for label, duration in sorted(self.limiter.wait_snapshot().items()):
