@@ -113,6 +113,16 @@ DESCRIPTIONS: dict[str, str] = {
     "no GPU) or `KIND_AUTO`; `KIND_MODEL` is not supported",
     "ModelInstanceGroup.count": "instances of the version (default 1)",
     "ModelInstanceGroup.gpus": "GPU ids for `KIND_GPU`",
+    "ModelInstanceGroup.rate_limiter": "resources and priority of the group's instances for "
+    "`--rate-limit execution_count` (see Rate limiter); ignored when the limiter is off",
+    "ModelRateLimiter.resources": "what one execution of an instance holds; it runs only when "
+    "all are free",
+    "ModelRateLimiter.priority": "weight among waiting instances: 2 gets half the turns of 1 "
+    "(0 counts as 1)",
+    "Resource.name": "the resource's name, shared across models",
+    "Resource.global": "one pool for the machine instead of one per device (a CPU instance is on "
+    "device 0)",
+    "Resource.count": "copies one execution holds",
     "ModelOptimizationPolicy.graph": "ONNX Runtime's graph optimization level",
     "ModelOptimizationPolicy.priority": "only `PRIORITY_DEFAULT`: another value fails to load",
     "ModelOptimizationPolicy.execution_accelerators": "ONNX Runtime execution providers",

@@ -50,12 +50,14 @@ from inferd.observability.log_settings import LogSettings
 from inferd.observability.logging import Logs
 from inferd.observability.metrics import EndpointStats, build_registry
 from inferd.observability.model_metrics import ModelMetrics
+from inferd.observability.rate_limiter_metrics import RateLimiterCollector
 from inferd.observability.trace_settings import TraceSettings
 from inferd.observability.tracing import Tracer
 from inferd.repository.control import RepositoryControl
 from inferd.repository.manager import ControlMode
 from inferd.repository.poller import Poller
 from inferd.scheduling.cache import ResponseCache
+from inferd.scheduling.rate_limiter import limiter_from
 
 if TYPE_CHECKING:
     from inferd.app.frontends import Frontends
@@ -99,14 +101,21 @@ class Server:
         # metrics a model's own code records (TorchServe handlers) join the server's.
         self.model_metrics = ModelMetrics()
         lifecycle = self.manager.lifecycle
+        # Triton's rate limiter: one per process, over every model this process runs.
+        self.rate_limiter = limiter_from(settings.rate_limit, settings.rate_limit_resource)
         lifecycle.options = replace(
-            lifecycle.options, call_model=self.plane.infer, model_metrics=self.model_metrics.record
+            lifecycle.options,
+            call_model=self.plane.infer,
+            model_metrics=self.model_metrics.record,
+            rate_limiter=self.rate_limiter,
         )
         self.logs = logs or logs_from(settings)
         self.endpoints = EndpointStats()
         # The repository's status through the data plane: a frontend worker's is its host's.
         self.metrics = build_registry(self.registry, self.endpoints, self.plane.repository_status)
         self.metrics.register(self.model_metrics)
+        if self.rate_limiter is not None:
+            self.metrics.register(RateLimiterCollector(self.rate_limiter))
         lazy = lazy_serving(settings, self.manager, self.plane, self.metrics)
         # Lazy serving's budget and its metrics (a frontend worker's host has them instead).
         self.residency: Residency | None = lazy[0] if lazy is not None else None

@@ -133,6 +133,23 @@ class Settings:
         default_factory=list,
         metadata=_opt("load only this model at start (repeat; '*' loads all)", repeat=True),
     )
+    rate_limit: str = field(
+        default="off",
+        metadata=_opt(
+            "Triton's rate limiter: execution_count runs a model instance only when the "
+            "resources its instance group's rate_limiter asks for are free, the instance of "
+            "lowest executions x priority first, across models; off ignores rate_limiter"
+        ),
+    )
+    rate_limit_resource: list[str] = field(
+        default_factory=list,
+        metadata=_opt(
+            "NAME:COUNT[:DEVICE]: copies of a rate limiter resource, on DEVICE or else on every "
+            "device (a CPU instance is on device 0; a global resource takes the largest count); "
+            "repeat; a resource not given has the largest count one instance asks for",
+            repeat=True,
+        ),
+    )
     model_control_mode: str = field(
         default="none",
         metadata=_opt(

@@ -41,7 +41,7 @@ TYPE_STRING: DataType
 TYPE_BF16: DataType
 
 class ModelInstanceGroup(_message.Message):
-    __slots__ = ("name", "kind", "count", "gpus")
+    __slots__ = ("name", "kind", "count", "gpus", "rate_limiter")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_AUTO: _ClassVar[ModelInstanceGroup.Kind]
@@ -56,11 +56,29 @@ class ModelInstanceGroup(_message.Message):
     KIND_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMITER_FIELD_NUMBER: _ClassVar[int]
     name: str
     kind: ModelInstanceGroup.Kind
     count: int
     gpus: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[ModelInstanceGroup.Kind, str]] = ..., count: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ...) -> None: ...
+    rate_limiter: ModelRateLimiter
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[ModelInstanceGroup.Kind, str]] = ..., count: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., rate_limiter: _Optional[_Union[ModelRateLimiter, _Mapping]] = ...) -> None: ...
+
+class ModelRateLimiter(_message.Message):
+    __slots__ = ("resources", "priority")
+    class Resource(_message.Message):
+        __slots__ = ("name", "count")
+        NAME_FIELD_NUMBER: _ClassVar[int]
+        GLOBAL_FIELD_NUMBER: _ClassVar[int]
+        COUNT_FIELD_NUMBER: _ClassVar[int]
+        name: str
+        count: int
+        def __init__(self, name: _Optional[str] = ..., count: _Optional[int] = ..., **kwargs) -> None: ...
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    resources: _containers.RepeatedCompositeFieldContainer[ModelRateLimiter.Resource]
+    priority: int
+    def __init__(self, resources: _Optional[_Iterable[_Union[ModelRateLimiter.Resource, _Mapping]]] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class ModelTensorReshape(_message.Message):
     __slots__ = ("shape",)

@@ -33,8 +33,10 @@ from inferd.repository.warmup import run_warmup
 from inferd.scheduling.batcher import DirectScheduler, DynamicBatcher, Scheduler
 from inferd.scheduling.cache import ResponseCache
 from inferd.scheduling.instances import Instances, ThreadInstances
+from inferd.scheduling.limited import LimitedInstances
 from inferd.scheduling.policy import BatchingOptions
 from inferd.scheduling.processes import MetricsSink, ProcessInstances
+from inferd.scheduling.rate_limiter import RateLimiter, asks_of
 from inferd.scheduling.recipe import WorkerRecipe, backend_recipe, build_executor
 from inferd.scheduling.sequence import SequenceBatcher
 from inferd.scheduling.sequence_options import SequenceOptions
@@ -60,6 +62,7 @@ class LoadOptions:
     call_model: ModelCaller | None = None  # how a model in a worker process calls others
     model_metrics: MetricsSink | None = None  # where metrics a model's code records go
     loaded: str = "loaded"  # what the log says was done ("worker 1 copied": a small model)
+    rate_limiter: RateLimiter | None = None  # --rate-limit execution_count
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +194,12 @@ def load_version(
             "--cache-size BYTES)"
         )
     label = f"{name}/{version}"
-    where = placements(config, backend)
+    grouped = group_devices(config, backend)
+    where = placements(grouped)
+    limiter = options.rate_limiter
+    asks = asks_of([(g, [d for _, d in w]) for g, w in grouped]) if limiter else None
+    if limiter is not None and asks is not None:
+        limiter.check(label, asks)  # before any instance is built: it could never run
     pool: Instances
     with granted(grants):  # a worker's recipe carries the grants to its process
         if in_processes:
@@ -204,6 +212,12 @@ def load_version(
     except Exception:
         close_now(pool)
         raise
+    if limiter is not None and asks is not None:
+        try:
+            pool = LimitedInstances(limiter, pool, asks)
+        except Exception:
+            close_now(pool)
+            raise
     for key, value in kept.items():
         config.parameters[key].string_value = value
     if warmups:
@@ -337,11 +351,24 @@ def close_now(pool: Instances) -> None:
     asyncio.run(pool.close())
 
 
-def placements(config: ModelConfig, backend: Backend) -> list[InstancePlacement]:
-    """One placement per execution instance, from ``instance_group`` (default: one)."""
+def placements(
+    grouped: list[tuple[ModelInstanceGroup, list[tuple[str, int]]]],
+) -> list[InstancePlacement]:
+    """One placement per execution instance (``group_devices``)."""
+    wanted = [(kind, device) for _, where in grouped for kind, device in where]
+    return [
+        InstancePlacement(kind, device, len(wanted), index)
+        for index, (kind, device) in enumerate(wanted)
+    ]
+
+
+def group_devices(
+    config: ModelConfig, backend: Backend
+) -> list[tuple[ModelInstanceGroup, list[tuple[str, int]]]]:
+    """Each instance group with the (kind, device) of each of its instances, in order."""
     groups = list(config.instance_group) or [ModelInstanceGroup(count=1)]
     has_gpu = backend.gpu_available()
-    wanted: list[tuple[str, int]] = []
+    found: list[tuple[ModelInstanceGroup, list[tuple[str, int]]]] = []
     for group in groups:
         count = group.count or 1
         kind = "CPU"
@@ -352,8 +379,5 @@ def placements(config: ModelConfig, backend: Backend) -> list[InstancePlacement]
         elif group.kind in (ModelInstanceGroup.KIND_GPU, ModelInstanceGroup.KIND_AUTO) and has_gpu:
             kind = "GPU"
         devices = list(group.gpus) if kind == "GPU" and group.gpus else [0]
-        wanted.extend((kind, device) for device in devices for _ in range(count))
-    return [
-        InstancePlacement(kind, device, len(wanted), index)
-        for index, (kind, device) in enumerate(wanted)
-    ]
+        found.append((group, [(kind, device) for device in devices for _ in range(count)]))
+    return found
