@@ -101,7 +101,7 @@ class HttpApp:
         method, path = scope.method, scope.path
         headers: Headers = scope.headers
         endpoint = "unmatched"
-        body = b""
+        received = 0  # the body's length (the request holds the body: a handler may drop it)
         cors = NO_CORS
         counted = False  # in the request count
         held: _Held | None = None  # its body's bytes that arrived, in the byte count
@@ -165,17 +165,17 @@ class HttpApp:
                 and declared <= limit
                 and ("content-encoding" not in headers)
             ):  # the usual body, read in one call (as ``_read_body`` would, one frame less)
-                body = request.body = await self._whole(protocol, declared, task)
+                request.body = await self._whole(protocol, declared, task)
                 if held is not None:
                     held.bytes = declared
                     self.inflight_bytes += declared
             else:
-                body = request.body = await self._read_body(
+                request.body = await self._read_body(
                     headers, protocol, declared, limit, route.limit_flag, held
                 )
-            if (
-                held is not None and not counted
-            ):  # counted once its body is in: slow bodies never are
+            received = len(request.body)
+            if held is not None and not counted:  # counted once its body is in: slow bodies
+                # never are
                 if self.inflight[pool] >= self._max_requests:
                     self._refuse(pool)
                 self.inflight[pool] += 1
@@ -243,7 +243,7 @@ class HttpApp:
                     endpoint,
                     str(response.status),
                     start_ns,
-                    len(body),
+                    received,
                     sent,
                     scope.client,
                     request_id,
