@@ -1,6 +1,7 @@
-"""Large bodies on TorchServe's ``/predictions`` in the default layout (a model host and
-frontends on one port, the handler in a worker process): the handler gets the body as sent,
-however large, and the server's memory (RSS of its whole process tree) comes back after."""
+"""Large bodies on TorchServe's ``/predictions`` as users run it (``--http-workers`` given, which
+TorchServe's ports keep to one serving process; the handler in a worker process): the handler
+gets the body as sent, however large, and the server's memory (RSS of its whole process tree)
+comes back after."""
 
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ def test_large_bodies_reach_the_handler_whole_and_their_memory_comes_back(
     del bodies
     after = _settled(served.proc.pid, idle, 10)
     print(f"\nRSS {(after - idle) / 2**20:+.0f} MiB after {BODIES} bodies of {BODY_BYTES} bytes")
-    assert after - idle < 48 << 20  # each body crossed three processes; none is kept
+    assert after - idle < 48 << 20  # each body crossed to the handler's process; none is kept
 
 
 def test_a_large_form_is_cut_into_its_parameters(served: ServerProcess, ports: Ports) -> None:

@@ -257,6 +257,8 @@ class ModelHost:
             error = InternalError(f"a request for model '{name}' could not be read: {exc}")
             self._answer(frontend, call_id, error, Timings())
             return
+        if frontend.channel.large_releases():
+            self._send(frontend, "release", None)
         work = Work(tensors, rows, tuple(outputs), request_id, parameters)
         work.requests = requests  # several, when a frontend joined them (workers.rows)
         if signature:
