@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from inferd.core.model import ModelState
 from inferd.core.registry import Registry
@@ -14,6 +15,7 @@ from inferd.core.routing import RoutingPolicy
 from inferd.core.types import Tensors, Timings
 from inferd.scheduling.work import Work
 from inferd.workers.mirror import Mirror
+from inferd.workers.queues import QueueBoard, QueueView
 from inferd.workers.table import Fingerprints, Serials
 from tests.echo_support import BATCHED, echo_version, registry_with
 
@@ -21,8 +23,8 @@ from tests.echo_support import BATCHED, echo_version, registry_with
 class _Forwarded:
     """The scheduler a stand-in gets: records what it was built for."""
 
-    def __init__(self, name: str, version: int, rows: int) -> None:
-        self.name, self.version, self.rows = name, version, rows
+    def __init__(self, name: str, version: int, rows: int, queue: list[Any] | None = None) -> None:
+        self.name, self.version, self.rows, self.queue = name, version, rows, queue
 
     async def run(self, work: Work, timings: Timings) -> Tensors:
         return work.inputs
@@ -95,3 +97,28 @@ def test_while_the_host_is_away_its_models_say_why(tmp_path: Path) -> None:
     assert record.versions == {} and record.state is ModelState.UNAVAILABLE
     assert record.status[1].reason == "the model host is restarting"
     asyncio.run(version.close())
+
+
+def test_a_queue_limited_version_names_the_byte_that_says_its_queue_is_full(
+    tmp_path: Path,
+) -> None:
+    limited = BATCHED + "dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n"
+    version = echo_version(tmp_path / "m", limited, name="m")
+    plain = echo_version(tmp_path / "p", name="p")
+    board, view = QueueBoard(tmp_path), QueueView(tmp_path)
+    docs, _ = Fingerprints().changes(registry_with(version, plain), Serials(board.slot))
+    queues = {d["name"]: d["versions"][0]["queue"] for d in docs}
+    assert queues["p"] is None
+    slot, message = queues["m"]
+    assert (
+        message == "the queue of model 'm/1' is full (max_queue_size 1, priority level 1); "
+        "retry later"
+    )
+    scheduler: Any = version.scheduler
+    assert not view.full(slot)
+    scheduler.on_queue(True)  # as the batcher calls it when its queue fills
+    assert view.full(slot)
+    scheduler.on_queue(False)
+    assert not view.full(slot)
+    asyncio.run(version.close())
+    asyncio.run(plain.close())

@@ -33,6 +33,8 @@ from inferd.protocols.http_body import (
     DEFAULT_MAX_BODY_BYTES,
     Limits,
     decompress,
+    fill,
+    finish,
     send_stream,
     too_large,
 )
@@ -99,9 +101,10 @@ class HttpApp:
         method, path = scope.method, scope.path
         headers: Headers = scope.headers
         endpoint = "unmatched"
-        body = b""
+        received = 0  # the body's length (the request holds the body: a handler may drop it)
         cors = NO_CORS
-        counted = reserved = False  # in the request count; its declared bytes in the byte count
+        counted = False  # in the request count
+        held: _Held | None = None  # its body's bytes that arrived, in the byte count
         declared = 0
         unread = True  # the body is still on the wire
         try:
@@ -125,14 +128,15 @@ class HttpApp:
                 raise InvalidInput(f"Content-Length '{length[:40]}' is not a number")
             if route.counted:
                 pool = route.pool
+                # A body that cannot fit beside the bytes that other bodies hold is refused
+                # before it is read; nothing is reserved for it: it counts as it arrives.
                 if self.inflight[pool] >= self._max_requests or (
                     declared
                     and self.inflight_bytes + declared > self._max_bytes
                     and self.inflight_bytes > 0
                 ):
                     self._refuse(pool)
-                self.inflight_bytes += declared
-                reserved = True
+                held = _Held()
                 if route.stream:  # it runs while its body streams in: counted from now
                     self.inflight[pool] += 1
                     counted = True
@@ -154,19 +158,24 @@ class HttpApp:
                 watch=self._watch,
             )
             unread = False  # from here on, the body is read (or streamed by the handler)
-            if route.stream:
+            if route.stream:  # the handler consumes it chunk by chunk: never held whole
                 request.chunks = self._chunks(protocol, limit, route.limit_flag)
             elif (
                 0 < declared <= WHOLE_BODY_BYTES
                 and declared <= limit
                 and ("content-encoding" not in headers)
             ):  # the usual body, read in one call (as ``_read_body`` would, one frame less)
-                body = request.body = await self._whole(protocol, declared, task)
+                request.body = await self._whole(protocol, declared, task)
+                if held is not None:
+                    held.bytes = declared
+                    self.inflight_bytes += declared
             else:
-                body = request.body = await self._read_body(
-                    headers, protocol, declared, limit, route.limit_flag
+                request.body = await self._read_body(
+                    headers, protocol, declared, limit, route.limit_flag, held
                 )
-            if reserved and not counted:  # counted once its body is in: slow bodies never are
+            received = len(request.body)
+            if held is not None and not counted:  # counted once its body is in: slow bodies
+                # never are
                 if self.inflight[pool] >= self._max_requests:
                     self._refuse(pool)
                 self.inflight[pool] += 1
@@ -203,8 +212,8 @@ class HttpApp:
         finally:
             if counted:
                 self.inflight[route.pool] -= 1
-            if reserved:
-                self.inflight_bytes -= declared
+            if held is not None:
+                self.inflight_bytes -= held.bytes
         request_id = headers.get("x-request-id") or response.request_id or new_request_id()
         response.headers.append(("x-request-id", request_id))
         if cors:
@@ -234,7 +243,7 @@ class HttpApp:
                     endpoint,
                     str(response.status),
                     start_ns,
-                    len(body),
+                    received,
                     sent,
                     scope.client,
                     request_id,
@@ -267,7 +276,13 @@ class HttpApp:
         )
 
     async def _read_body(
-        self, headers: Headers, protocol: Any, declared: int, limit: int, flag: str
+        self,
+        headers: Headers,
+        protocol: Any,
+        declared: int,
+        limit: int,
+        flag: str,
+        held: _Held | None = None,
     ) -> bytes:
         if declared > limit:
             raise too_large(declared, limit, flag)
@@ -275,21 +290,20 @@ class HttpApp:
             body: bytes = b""
         elif 0 < declared <= WHOLE_BODY_BYTES:
             body = await self._whole(protocol, declared)
-        else:  # large or chunked: into one buffer as it streams in (never held twice)
-            buffer = bytearray(declared) if declared else bytearray()
+            if held is not None:
+                held.bytes = declared
+                self.inflight_bytes += declared
+        else:  # large or chunked: into one buffer as it streams in (never held twice), grown
+            # with the bytes that arrived, never allocated at the length the head declared
+            buffer = bytearray()
             size = 0
-            async for chunk in self._chunks(protocol, limit, flag, counted=not declared):
-                end = size + len(chunk)
-                if declared:
-                    if end > declared:
-                        raise InvalidInput("the request body is longer than its Content-Length")
-                    buffer[size:end] = chunk
-                else:
-                    buffer += chunk
-                size = end
+            async for chunk in self._chunks(protocol, limit, flag, held):
+                if declared and size + len(chunk) > declared:
+                    raise InvalidInput("the request body is longer than its Content-Length")
+                size = fill(buffer, size, chunk, declared)
             if declared and size != declared:
                 raise InvalidInput("the request body is shorter than its Content-Length")
-            body = buffer  # type: ignore[assignment]  # a bytearray reads as bytes
+            body = finish(buffer, size)  # type: ignore[assignment]  # reads as bytes
         encoding = headers.get("content-encoding")
         if encoding and body:
             body = decompress(encoding, body, limit)
@@ -302,41 +316,46 @@ class HttpApp:
         return await self._deadlines.read(protocol(), task, until, self._too_slow)
 
     async def _chunks(
-        self, protocol: Any, limit: int, flag: str, counted: bool = False
+        self, protocol: Any, limit: int, flag: str, held: _Held | None = None
     ) -> AsyncIterator[bytes]:
         """The body chunk by chunk: each must come within the body timeout and the minimum
-        rate, all within limit. ``counted``: a body with no Content-Length, whose bytes count
-        against --max-inflight-bytes as they arrive."""
+        rate, all within limit. ``held``: a body kept whole, whose bytes count against
+        --max-inflight-bytes as they arrive (until its request ends)."""
         size = 0
         stream = protocol.__aiter__()
         rate = self.limits.body_rate
         started = time.monotonic()
-        try:
-            while True:
-                until = rate.deadline(started, size)
-                try:
-                    chunk: bytes = await self._deadlines.read(
-                        stream.__anext__(), until=until, why=self._too_slow
+        while True:
+            until = rate.deadline(started, size)
+            try:
+                chunk: bytes = await self._deadlines.read(
+                    stream.__anext__(), until=until, why=self._too_slow
+                )
+            except StopAsyncIteration:
+                return
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes ({flag})")
+            if held is not None:
+                held.bytes += len(chunk)
+                self.inflight_bytes += len(chunk)
+                if self.inflight_bytes > self._max_bytes:
+                    raise Overloaded(
+                        f"the server holds {self.inflight_bytes} bytes of request bodies "
+                        f"in progress (--max-inflight-bytes {self.limits.max_inflight_bytes})"
+                        "; retry later"
                     )
-                except StopAsyncIteration:
-                    return
-                size += len(chunk)
-                if size > limit:
-                    raise PayloadTooLarge(
-                        f"request body exceeds the limit of {limit} bytes ({flag})"
-                    )
-                if counted:
-                    self.inflight_bytes += len(chunk)
-                    if self.inflight_bytes > self._max_bytes:
-                        raise Overloaded(
-                            f"the server holds {self.inflight_bytes} bytes of request bodies "
-                            f"in progress (--max-inflight-bytes {self.limits.max_inflight_bytes})"
-                            "; retry later"
-                        )
-                yield chunk
-        finally:
-            if counted:
-                self.inflight_bytes -= size
+            yield chunk
+
+
+class _Held:
+    """The bytes of one request's body that arrived and count against --max-inflight-bytes
+    until the request ends."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        self.bytes = 0
 
 
 class _Preflight(Exception):

@@ -1,6 +1,10 @@
 """Bodies on the HTTP port: the limits on requests' (``Limits``), how long one may take,
 decompression within a limit, and answers streamed chunk by chunk.
 
+A body's buffer grows with the bytes that arrived (doubling, up to its Content-Length), and
+only those bytes count against ``--max-inflight-bytes``: a head declaring 100 MB costs what
+its client actually sent, however slowly it sends the rest.
+
 A body may pause at most ``--http-body-timeout-s`` between chunks, and must arrive at an
 average of ``--http-min-body-rate-bytes`` per second after a grace of
 ``--http-header-timeout-s``: a client dripping a byte now and then (with a Content-Length or
@@ -9,6 +13,7 @@ chunked) is cut instead of holding its request slot for as long as it keeps drip
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import zlib
 from collections.abc import AsyncIterator, Sequence
@@ -20,6 +25,32 @@ from inferd.core.errors import InvalidInput, PayloadTooLarge
 log = logging.getLogger("inferd.http")
 
 DEFAULT_MAX_BODY_BYTES = 128 * 1024 * 1024
+FIRST_BUFFER_BYTES = 1 << 20  # a large body's buffer starts at most this far ahead
+
+# Resizes a bytearray in place without writing to it (realloc: a large buffer grows by
+# remapping, not copying, and the pages it has not filled yet take no memory).
+_resize = ctypes.pythonapi.PyByteArray_Resize
+_resize.argtypes = [ctypes.py_object, ctypes.c_ssize_t]
+_resize.restype = ctypes.c_int
+
+
+def fill(buffer: bytearray, size: int, chunk: bytes, most: int) -> int:
+    """Copy ``chunk`` into ``buffer`` at ``size`` (its bytes so far), growing the buffer by
+    doubling up to ``most`` bytes (0: no bound); returns the new size. The buffer is longer
+    than its bytes until the body is complete: ``finish`` trims it."""
+    end = size + len(chunk)
+    if end > len(buffer):
+        grown = max(end, 2 * len(buffer), min(FIRST_BUFFER_BYTES, most or FIRST_BUFFER_BYTES))
+        _resize(buffer, min(grown, most) if most else grown)
+    buffer[size:end] = chunk
+    return end
+
+
+def finish(buffer: bytearray, size: int) -> bytearray:
+    """The buffer cut to its ``size`` bytes."""
+    if len(buffer) > size:
+        del buffer[size:]
+    return buffer
 
 
 @dataclass(frozen=True, slots=True)

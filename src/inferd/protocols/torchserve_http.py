@@ -12,6 +12,7 @@ server prints them, on every route of the port, the access checks' included
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from inferd.backends.torchserve.settings import TORCHSERVE_VERSION
 from inferd.core.errors import InferdError
 from inferd.protocols.http import cancel_on_disconnect
 from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router
+from inferd.protocols.v2_http import OFFLOAD_BYTES
 from inferd.security.access import Access
 from inferd.torchserve import forms
 from inferd.torchserve.errors import METHOD_MESSAGE, Answer, answer
@@ -132,7 +134,14 @@ class TorchServeInferenceHttp:
         name = params["model"]
         version = params.get("version") or ""
         headers = request.headers
-        values, names, types = forms.parameters(request.body, headers.get("content-type") or "")
+        content_type = headers.get("content-type") or ""
+        body, request.body = request.body, b""  # from here on, the parameters hold it
+        if len(body) > OFFLOAD_BYTES and forms.mime_type(content_type).lower() in forms.PARSED:
+            # a large form is cut into its parameters off the event loop
+            values, names, types = await asyncio.to_thread(forms.parameters, body, content_type)
+        else:
+            values, names, types = forms.parameters(body, content_type)
+        del body
         meta: dict[str, Any] = {"explain": explain}
         meta.update(headers.items())
         meta["url_path"] = params.get("path") or ""
@@ -147,14 +156,14 @@ class TorchServeInferenceHttp:
         else:  # a streaming handler: its first answer sets the status, each is a chunk
             prediction = await anext(found)
             stream = _chunks(prediction.body, found)
-        content_type = ""
+        answer_type = ""
         extra: list[tuple[str, str]] = []
         for key, value in prediction.headers.items():
             if key.lower() == "content-type":
-                content_type = value
+                answer_type = value
             else:
                 extra.append((key, value))
-        response = HttpResponse(prediction.body, prediction.status, content_type, extra)
+        response = HttpResponse(prediction.body, prediction.status, answer_type, extra)
         response.stream = stream
         response.request_id = request_id
         response.model = name

@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -132,6 +132,10 @@ class DynamicBatcher:
         self._default_timeout_ns = self._default_policy.timeout_ns(None)
         self._target_rows = options.target_rows
         self._first_ship_rows = options.first_ship_rows
+        # Told when the default level's queue turns full (True) and when it stops being full
+        # (the model host shows it to the frontends: ``workers.queues``).
+        self.on_queue: Callable[[bool], None] | None = None
+        self._told_full = False
 
     @property
     def queue_limited(self) -> bool:
@@ -149,9 +153,15 @@ class DynamicBatcher:
         _purge(queue)
         if len(queue) < policy.max_queue_size:
             return None
+        return self.full_error()
+
+    def full_error(self) -> Unavailable:
+        """What a request at the default priority gets while its queue is full."""
+        level = max(self.options.default_level, 1)
         return Unavailable(
             f"the queue of model '{self.name}' is full (max_queue_size "
-            f"{policy.max_queue_size}, priority level {level}); retry later"
+            f"{self.options.policies[level - 1].max_queue_size}, priority level {level}); "
+            "retry later"
         )
 
     async def run(self, work: Work, timings: Timings) -> Tensors:
@@ -189,6 +199,8 @@ class DynamicBatcher:
             entry.timer = loop.call_later(timeout_ns * 1e-9, self._expire, entry, timeout_ns)
         queue.append(entry)
         rows = self._queued_rows = self._queued_rows + entry.rows
+        if self.on_queue is not None:
+            self._tell_queue()
         # Most arrivals cannot send a batch out: with every instance busy, only a batch that
         # cannot grow goes (to an instance's queue); with one idle and the queue delay's timer
         # set, only a batch of a preferred size or more. Skipping ``_schedule`` then spares a
@@ -202,7 +214,16 @@ class DynamicBatcher:
             return await entry.future
         except asyncio.CancelledError:  # the caller left (a client gone, a deadline)
             work.cancelled = True  # if an instance already holds it, it is not executed
+            if self.on_queue is not None:
+                self._tell_queue()
             raise
+
+    def _tell_queue(self) -> None:
+        """Call ``on_queue`` if the default level's queue turned full or stopped being so."""
+        full = self.queue_full() is not None
+        if full != self._told_full and self.on_queue is not None:
+            self._told_full = full
+            self.on_queue(full)
 
     def _expire(self, entry: _Pending, timeout_ns: int) -> None:
         if entry.future.done():
@@ -211,6 +232,8 @@ class DynamicBatcher:
         if entry not in queue:
             return  # already dispatched or delayed
         queue.remove(entry)
+        if self.on_queue is not None:
+            self._tell_queue()
         if self.options.policies[entry.level - 1].delay_on_timeout:
             self._delayed.append(entry)
             return
@@ -402,6 +425,8 @@ class DynamicBatcher:
             if stale:
                 queues[0] = deque(e for e in queue if not e.future.done())
             self._queued_rows = rows
+            if self.on_queue is not None:
+                self._tell_queue()
             return
         taken = {id(e) for e in batch}
         for i, queue in enumerate(queues):
@@ -413,6 +438,8 @@ class DynamicBatcher:
         for entry in batch:
             if entry.timer is not None:
                 entry.timer.cancel()
+        if self.on_queue is not None:
+            self._tell_queue()
 
     async def close(self) -> None:
         """Serve what is queued, then stop the instances."""

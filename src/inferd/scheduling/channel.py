@@ -21,7 +21,7 @@ import threading
 from collections import deque
 from typing import Any
 
-from inferd.scheduling.shm import Arenas, Mapped
+from inferd.scheduling.shm import GIVE_BACK_BYTES, Arenas, Mapped
 
 MAX_MESSAGE_BYTES = 60 << 10  # larger pickles go through an arena
 SOCKET_BUFFER_BYTES = 1 << 20
@@ -123,6 +123,16 @@ class Channel:
             self.sock.sendmsg([data], [], flags)
 
     # ------------------------------------------------------------------ receiving
+
+    def large_releases(self) -> bool:
+        """Whether the peer's blocks read here and not yet handed back are large enough to
+        hand back now, in a ``release`` message (which carries only releases), rather than
+        with the answer: the peer then gives their memory back while the request runs
+        (``shm.GIVE_BACK_BYTES``)."""
+        try:
+            return sum(ref[2] for ref in self.mapped.released) >= GIVE_BACK_BYTES
+        except RuntimeError:  # appended to meanwhile (from another thread)
+            return False
 
     def waiting(self) -> bool:
         """Whether a message (or the end) is waiting: a poll, a fifth of a receive that fails."""

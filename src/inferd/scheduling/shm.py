@@ -24,6 +24,7 @@ import mmap
 import os
 import threading
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,10 @@ import numpy as np
 ALIGN = 64
 ARENA_MIN_BYTES = 4 << 20
 ARENA_MAX_BYTES = 1 << 30
+# A block this large gives its pages back when it comes back (a burst of large bodies leaves
+# no memory behind); smaller ones keep theirs mapped for the next tensor.
+GIVE_BACK_BYTES = 32 << 20
+_PAGE = mmap.PAGESIZE
 
 # Where a tensor lies in the peer's arenas: (arena id, offset, bytes).
 Ref = tuple[int, int, int]
@@ -118,6 +123,16 @@ class Arenas:
         arena.map[offset : offset + nbytes] = data
         return (arena.id, offset, nbytes)
 
+    def put_parts(self, parts: list[bytes | bytearray], nbytes: int) -> Ref:
+        """Copy ``parts`` (``nbytes`` in all) one after the other into one block."""
+        arena, offset = self._alloc(nbytes)
+        at = offset
+        for part in parts:
+            end = at + len(part)
+            arena.map[at:end] = part
+            at = end
+        return (arena.id, offset, nbytes)
+
     def _alloc(self, nbytes: int) -> tuple[_Arena, int]:
         with self._lock:
             current = self._current
@@ -189,6 +204,8 @@ class Arenas:
                 arena.release(offset, nbytes)
                 if arena.retired and arena.live == 0:
                     self._drop(arena)
+                elif nbytes >= GIVE_BACK_BYTES:
+                    _give_back(arena, offset, nbytes)
 
     def in_use(self) -> int:
         """Blocks handed out and not yet released (for tests and leak checks)."""
@@ -202,6 +219,16 @@ class Arenas:
                     arena.close()
             self._arenas.clear()
             self._current = None
+
+
+def _give_back(arena: _Arena, offset: int, nbytes: int) -> None:
+    """Free the memory of a block's whole pages (the peer's mapping too); they read as zeros
+    when the space is used again."""
+    start = -(-offset // _PAGE) * _PAGE
+    end = (offset + nbytes) // _PAGE * _PAGE
+    if end > start:
+        with contextlib.suppress(OSError, ValueError):
+            arena.map.madvise(mmap.MADV_REMOVE, start, end - start)
 
 
 class _PeerArena:
@@ -263,6 +290,20 @@ class Mapped:
         self.outstanding += 1
         array = np.asarray(block)
         return array if array.dtype == dtype else array.view(dtype)
+
+    @contextlib.contextmanager
+    def view(self, ref: Ref) -> Iterator[memoryview]:
+        """The bytes at ``ref``, in place, for the ``with`` block; then the block is
+        released."""
+        arena = self._arenas[ref[0]]
+        whole = memoryview(arena.map)
+        try:
+            with whole[ref[1] : ref[1] + ref[2]] as view:
+                yield view
+        finally:
+            whole.release()
+            self.outstanding += 1
+            self.released.append(ref)
 
     def read(self, ref: Ref) -> bytes:
         """A copy of the bytes at ``ref``; the block is released at once."""

@@ -71,14 +71,29 @@ def dtype_named(name: str) -> np.dtype[Any]:
     return dtype
 
 
+def bytes_parts(array: np.ndarray) -> tuple[list[bytes | bytearray], int]:
+    """Triton's BYTES serialization of an object, bytes or str array (str as UTF-8), as the
+    parts to write one after the other (the elements themselves, never copied here), and
+    their total length."""
+    parts: list[bytes | bytearray] = []
+    total = 0
+    for item in array.ravel().tolist():
+        if isinstance(item, bytes | bytearray):
+            data = item
+        elif isinstance(item, memoryview):
+            data = item.tobytes()
+        else:
+            data = str(item).encode("utf-8")
+        size = len(data)
+        parts.append(_LEN.pack(size))
+        parts.append(data)
+        total += 4 + size
+    return parts, total
+
+
 def serialize_bytes(array: np.ndarray) -> bytes:
     """Triton's BYTES serialization of an object, bytes or str array (str as UTF-8)."""
-    parts: list[bytes] = []
-    for item in array.ravel().tolist():
-        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
-        parts.append(_LEN.pack(len(data)))
-        parts.append(data)
-    return b"".join(parts)
+    return b"".join(bytes_parts(array)[0])
 
 
 def deserialize_bytes(raw: bytes | bytearray | memoryview, shape: tuple[int, ...]) -> np.ndarray:
@@ -115,8 +130,12 @@ class Encoder:
         token = _NAMES.get(dtype)
         if token is None:
             if dtype.kind in "OSU":
-                raw = serialize_bytes(array)
-                return (name, BYTES, array.shape, self._place_bytes(raw))
+                parts, size = bytes_parts(array)
+                if size <= INLINE_BYTES and size <= self._budget:
+                    self._budget -= size
+                    return (name, BYTES, array.shape, b"".join(parts))
+                # written part by part into the arena: a large element is copied once
+                return (name, BYTES, array.shape, self._channel.arenas.put_parts(parts, size))
             if not dtype.isnative:
                 array = array.astype(dtype.newbyteorder("="))
                 dtype = array.dtype
@@ -129,19 +148,16 @@ class Encoder:
             data = self._channel.arenas.put(array)
         return (name, token, array.shape, data)
 
-    def _place_bytes(self, raw: bytes) -> Any:
-        if len(raw) <= INLINE_BYTES and len(raw) <= self._budget:
-            self._budget -= len(raw)
-            return raw
-        return self._channel.arenas.put_bytes(raw)
-
 
 def decode_tensors(channel: Channel, encoded: Sequence[tuple[Any, ...]]) -> Tensors:
     tensors: Tensors = {}
     for name, token, shape, data in encoded:
         if token == BYTES:
-            raw = data if isinstance(data, bytes | bytearray) else channel.mapped.read(data)
-            tensors[name] = deserialize_bytes(raw, tuple(shape))
+            if isinstance(data, bytes | bytearray):
+                tensors[name] = deserialize_bytes(data, tuple(shape))
+            else:  # read in place: each element copied once, out of the arena
+                with channel.mapped.view(data) as view:
+                    tensors[name] = deserialize_bytes(view, tuple(shape))
             continue
         dtype = dtype_named(token)
         if isinstance(data, bytearray | bytes):

@@ -140,6 +140,8 @@ class Host:
         self._running = job_id
         try:
             batch = decode_works(channel, works)
+            if channel.large_releases():
+                channel.send("release")
             executed = executor.execute(batch)
         except BaseException as exc:  # the instance is broken: fail this job, start afresh
             error = exc if isinstance(exc, InstanceFailed) else as_error(self.label, exc)

@@ -15,6 +15,7 @@ from inferd.torchserve.errors import bad_request
 MULTIPART = "multipart/form-data"
 URLENCODED = "application/x-www-form-urlencoded"
 OCTET_STREAM = "application/octet-stream"
+PARSED = (MULTIPART, URLENCODED)  # the bodies cut into several parameters (any other is one)
 
 Parameters = tuple[list[bytes], list[str], list[str]]  # values, names, content types
 

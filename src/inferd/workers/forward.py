@@ -44,6 +44,7 @@ from inferd.scheduling.wire import Encoder, decode_result
 from inferd.scheduling.work import CANCELLED, Result, Work
 from inferd.workers import rows
 from inferd.workers.mirror import Mirror
+from inferd.workers.queues import QueueView
 from inferd.workers.status import status_from_doc
 
 log = logging.getLogger("inferd.workers")
@@ -80,15 +81,36 @@ class _Out:
 
 class RemoteScheduler:
     """The scheduler of a frontend's stand-in version: the host runs the request.
-    ``rows``: how many rows of compatible requests may travel as one (``workers.rows``)."""
+    ``rows``: how many rows of compatible requests may travel as one (``workers.rows``);
+    ``queue``: [the byte that says the host's queue is full, the host's answer then]
+    (``workers.queues``), for a queue-limited version."""
 
-    __slots__ = ("link", "name", "rows", "version")
+    __slots__ = ("link", "name", "queue", "rows", "version")
 
-    def __init__(self, link: HostLink, name: str, version: int, rows: int = 0) -> None:
+    def __init__(
+        self,
+        link: HostLink,
+        name: str,
+        version: int,
+        rows: int = 0,
+        queue: list[Any] | None = None,
+    ) -> None:
         self.link = link
         self.name = name
         self.version = version
         self.rows = rows
+        self.queue = queue
+
+    @property
+    def queue_limited(self) -> bool:
+        return self.queue is not None
+
+    def queue_full(self) -> Unavailable | None:
+        """The host's answer, at once, while the host's queue for the version is full."""
+        queue = self.queue
+        if queue is None or not self.link.queues.full(queue[0]):
+            return None
+        return Unavailable(queue[1])
 
     def run(self, work: Work, timings: Timings) -> Coroutine[Any, Any, Tensors]:
         return self.link.run(self, work, timings)  # the link's coroutine: no frame of ours
@@ -103,6 +125,7 @@ class HostLink:
     def __init__(self, run_dir: Path, index: int, registry: Registry) -> None:
         self.path = run_dir / HOST_SOCKET
         self.index = index
+        self.queues = QueueView(run_dir)
         self.mirror = Mirror(registry, self.scheduler, index)
         self.channel: Channel | None = None
         self.status = RepositoryStatus(None, (), (), 0)  # the host's, sent every second
@@ -219,8 +242,10 @@ class HostLink:
 
     # ------------------------------------------------------------------ requests
 
-    def scheduler(self, name: str, version: int, rows: int) -> RemoteScheduler:
-        return RemoteScheduler(self, name, version, rows)
+    def scheduler(
+        self, name: str, version: int, rows: int, queue: list[Any] | None = None
+    ) -> RemoteScheduler:
+        return RemoteScheduler(self, name, version, rows, queue)
 
     async def run(self, scheduler: RemoteScheduler, work: Work, timings: Timings) -> Tensors:
         """Run ``work`` on the host's version of the stand-in ``scheduler`` is for: its

@@ -39,6 +39,7 @@ from inferd.scheduling.eager import run_eagerly
 from inferd.scheduling.wire import Encoder, decode_tensors, encode_result
 from inferd.scheduling.work import Result, Work
 from inferd.workers.forward import HOST_SOCKET, IDLE_FLUSH_S
+from inferd.workers.queues import QueueBoard
 from inferd.workers.status import status_doc
 from inferd.workers.table import Fingerprints, Serials
 
@@ -94,7 +95,8 @@ class ModelHost:
         self.path = run_dir / HOST_SOCKET
         self.status = status
         self.models_ready = models_ready
-        self.serials = Serials()
+        self.queues = QueueBoard(run_dir)
+        self.serials = Serials(self.queues.slot)
         self.fingerprints = Fingerprints(copy_bytes)
         self.frontends: list[_Frontend] = []
         self.open = False  # startup loading is over: frontends get the table
@@ -258,6 +260,8 @@ class ModelHost:
             error = InternalError(f"a request for model '{name}' could not be read: {exc}")
             self._answer(frontend, call_id, error, Timings())
             return
+        if frontend.channel.large_releases():
+            self._send(frontend, "release", None)
         work = Work(tensors, rows, tuple(outputs), request_id, parameters)
         work.requests = requests  # several, when a frontend joined them (workers.rows)
         if signature:

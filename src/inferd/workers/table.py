@@ -31,9 +31,9 @@ from inferd.workers.copies import copyable
 from inferd.workers.rows import joinable_rows
 
 Doc = dict[str, Any]
-# (model name, version number, rows that may travel as one) -> the scheduler that forwards the
-# version's requests.
-SchedulerFactory = Callable[[str, int, int], Scheduler]
+# (model name, version number, rows that may travel as one, [the byte of its queue, the answer
+# while it is full] or None) -> the scheduler that forwards the version's requests.
+SchedulerFactory = Callable[[str, int, int, "list[Any] | None"], Scheduler]
 
 
 # --------------------------------------------------------------------------- the host's side
@@ -41,11 +41,14 @@ SchedulerFactory = Callable[[str, int, int], Scheduler]
 
 class Serials:
     """A number for each loaded version object, so a frontend keeps its stand-in (and its
-    statistics) while the host keeps the version, and builds a new one after a reload."""
+    statistics) while the host keeps the version, and builds a new one after a reload.
+    ``queue_slot``: the byte that shows the frontends when the version's queue is full
+    (``workers.queues``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, queue_slot: Callable[[ModelVersion], int | None] | None = None) -> None:
         self._serials: weakref.WeakKeyDictionary[ModelVersion, int] = weakref.WeakKeyDictionary()
         self._next = 1
+        self.queue_slot = queue_slot or _no_slot
 
     def __call__(self, version: ModelVersion) -> int:
         found = self._serials.get(version)
@@ -53,6 +56,18 @@ class Serials:
             found = self._serials[version] = self._next
             self._next += 1
         return found
+
+
+def _no_slot(version: ModelVersion) -> None:
+    return None
+
+
+def _queue_doc(version: ModelVersion, slot: int | None) -> list[Any] | None:
+    """[the queue's byte, the answer while it is full], for a queue-limited version."""
+    if slot is None:
+        return None
+    full_error = getattr(version.scheduler, "full_error", None)
+    return [slot, full_error().message if full_error is not None else ""]
 
 
 def _tensors(spec_tensors: Iterable[Any], batched: bool) -> list[list[Any]]:
@@ -70,7 +85,9 @@ def _signature_doc(signature: SignatureSpec) -> list[Any]:
     ]
 
 
-def version_doc(version: ModelVersion, serial: int, copy_bytes: int) -> Doc:
+def version_doc(
+    version: ModelVersion, serial: int, copy_bytes: int, queue_slot: int | None = None
+) -> Doc:
     return {
         "version": version.version,
         "serial": serial,
@@ -84,6 +101,8 @@ def version_doc(version: ModelVersion, serial: int, copy_bytes: int) -> Doc:
         "copy": version.folder if copyable(version, copy_bytes) else None,
         # How many rows of compatible requests may travel as one (workers.rows).
         "rows": joinable_rows(version),
+        # The byte that says when the version's queue is full (workers.queues).
+        "queue": _queue_doc(version, queue_slot),
     }
 
 
@@ -96,7 +115,10 @@ def record_doc(
         "state": record.state.value,
         "reason": record.reason,
         "status": [[s.version, s.state.value, s.reason] for s in record.status.values()],
-        "versions": [version_doc(v, serials(v), copy_bytes) for v in record.versions.values()],
+        "versions": [
+            version_doc(v, serials(v), copy_bytes, serials.queue_slot(v))
+            for v in record.versions.values()
+        ],
         "config": record.config.SerializeToString() if record.config is not None else None,
         "routing": None
         if routing is None
@@ -192,7 +214,7 @@ def stand_in(name: str, doc: Doc, schedulers: SchedulerFactory) -> ModelVersion:
         version=number,
         config=config,
         spec=build_spec(config),
-        scheduler=schedulers(name, number, int(doc["rows"])),
+        scheduler=schedulers(name, number, int(doc["rows"]), doc.get("queue")),
         instance_count=int(doc["instances"]),
         load_seconds=float(doc["load_s"]),
         state=ModelState(doc["state"]),
