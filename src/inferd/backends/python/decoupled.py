@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from inferd.backends.python import pb_utils
+from inferd.backends.python.modelfile import where
 from inferd.backends.python.triton import TritonExecutor
 from inferd.core.errors import InternalError
 from inferd.scheduling import worker
@@ -58,7 +59,7 @@ class DecoupledExecutor(TritonExecutor):
                 else self._execute(requests)
             )
         except Exception as exc:
-            failed = InternalError(f"model '{self.label}' failed: {exc}")
+            failed = InternalError(f"model '{self.label}' failed: {where(exc, self.path)}")
             return Executed([failed] * len(batch), built - started)
         if returned is not None:
             wrong = InternalError(

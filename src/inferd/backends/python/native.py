@@ -40,6 +40,7 @@ class NativeRuntime:
 
     def __init__(self, model_class: type[Any], path: Path, config: dict[str, Any], label: str):
         self.label = label
+        self.path = path
         self._types = output_types(config)
         try:
             self.model = model_class()
@@ -50,7 +51,10 @@ class NativeRuntime:
             raise ModelLoadError(f"model '{label}': load() raised {where(exc, path)}") from None
 
     def execute(self, inputs: Tensors, output_names: Sequence[str]) -> Tensors:
-        returned = self.model.infer(inputs)
+        try:
+            returned = self.model.infer(inputs)
+        except Exception as exc:
+            raise InternalError(f"model '{self.label}' failed: {where(exc, self.path)}") from None
         if not isinstance(returned, Mapping):
             raise InternalError(
                 f"model '{self.label}': infer() returned {type(returned).__name__}, "
