@@ -4,12 +4,17 @@ speaks of work sessions."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import yaml
 from inferd_docs import cli, config, endpoints
+
+from tests.docs.extras import hiding_folder, missing_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 200
@@ -73,3 +78,58 @@ def test_no_file_speaks_of_work_sessions() -> None:
         text=True,
     )
     assert found.returncode == 1, found.stdout  # 1: nothing found
+
+
+def test_the_docs_extra_builds_the_site(tmp_path: Path) -> None:
+    """`pip install -e '.[docs]' && mkdocs serve`, as the README says: the site builds, strict,
+    reference pages included, with only inferd and its docs extra importable."""
+    hidden = missing_modules(("docs",))
+    assert "tensorflow" in hidden or "httpx" in hidden  # the check hides the dev set
+    assert "mkdocs" not in hidden and "material" not in hidden and "pymdownx" not in hidden
+    hide = hiding_folder(("docs",), tmp_path / "env")
+    paths = (str(hide), str(ROOT / "src"), os.environ.get("PYTHONPATH", ""))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    site = tmp_path / "site"
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(site)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stderr[-4000:]
+    assert "inferd serve" in (site / "reference" / "cli" / "index.html").read_text()
+
+
+def test_every_install_command_works_from_the_checkout() -> None:
+    """No package index has inferd: the docs install from the checkout (`pip install -e
+    '.[EXTRA]'`), the messages by ``inferd.install.install_hint``; every extra named exists."""
+    from_index = subprocess.run(
+        [
+            "git",
+            "grep",
+            "-nE",
+            r"pip install +(-[-a-zA-Z]+ +)*[\"']?inferd\b",
+            "--",
+            "docs",
+            "README.md",
+            "src",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert from_index.returncode == 1, from_index.stdout  # 1: nothing found
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    texts = [(ROOT / "README.md").read_text()]
+    texts += [p.read_text() for p in (ROOT / "docs").rglob("*.md")]
+    named = {
+        e
+        for text in texts
+        for m in re.findall(r"pip install -e '\.\[([\w,]+)\]'", text)
+        for e in m.split(",")
+    }
+    assert named and named <= set(extras), named - set(extras)
