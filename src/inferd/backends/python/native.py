@@ -19,6 +19,7 @@ past the batch dimension.
 from __future__ import annotations
 
 import inspect
+import logging
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from inferd.backends.python.triton import conform, output_types
 from inferd.core.errors import InternalError, ModelLoadError
 from inferd.core.types import Tensors
 
+log = logging.getLogger("inferd.scheduling")  # where a batch executor's failures are logged
 _TYPE_NAMES = {value: name for name, value, _ in pb_utils._TYPES} | {14: "TYPE_BF16"}
 
 
@@ -54,6 +56,7 @@ class NativeRuntime:
         try:
             returned = self.model.infer(inputs)
         except Exception as exc:
+            log.error("model '%s' failed while executing", self.label, exc_info=exc)
             raise InternalError(f"model '{self.label}' failed: {where(exc, self.path)}") from None
         if not isinstance(returned, Mapping):
             raise InternalError(
