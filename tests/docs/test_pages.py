@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 from inferd_docs import cli, config, endpoints
+from inferd_docs.examples import blocks
 
 from tests.docs.extras import hiding_folder, missing_modules
 
@@ -133,3 +134,23 @@ def test_every_install_command_works_from_the_checkout() -> None:
         for e in m.split(",")
     }
     assert named and named <= set(extras), named - set(extras)
+
+
+def test_getting_started_reaches_every_protocol_of_the_readme() -> None:
+    """Each protocol the README shows an example of, Getting started runs an example of too,
+    in the demo's environment."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## One example per protocol", 1)[1].split("\n## ", 1)[0]
+    shown = {h.split(",")[0] for h in re.findall(r"^\*\*([^*]+)\*\*", section, re.M)}
+    what_runs = {
+        "KServe v2 HTTP": "/v2/models/half_plus_two/infer",
+        "KServe v2 gRPC": "tritonclient.grpc",
+        "TF Serving REST": ":predict",
+        "TF Serving gRPC": "PredictionServiceStub",
+    }
+    assert shown - {"Shared memory"} == set(what_runs)
+    runs = [b for b in blocks(ROOT / "docs" / "getting-started.md") if b.kind == "run"]
+    for protocol, text in what_runs.items():
+        found = [b for b in runs if text in b.body]
+        assert found, f"Getting started runs no {protocol} example"
+        assert all(b.lang == "bash" or b.options.get("env") == "demo" for b in found), protocol
