@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo-models",
         help="write the demo model repository (models whose extra is missing are named, not "
-        "written: inferd[demo] brings digits and the resnet pipeline)",
+        "written: the demo extra brings digits and the resnet pipeline)",
     )
     demo.add_argument("directory", help="folder to write the repository into")
     demo.add_argument(

@@ -5,7 +5,9 @@ contributor page "Writing docs"). Each page runs in a folder of its own, seeded 
 in ``./models``; its blocks talk to the page's own server (a ``<!-- run server -->`` block) or
 else to one shared server on the demo models. ``localhost:8080`` and ``localhost:8081`` in a
 block become that server's HTTP and gRPC addresses; a page server's TorchServe ports (8085,
-8086, 7070, 7071 by default) get free ports too, substituted the same way.
+8086, 7070, 7071 by default) get free ports too, substituted the same way. A run block marked
+``env=EXTRAS`` runs with only what ``pip install -e '.[EXTRAS]'`` installs (``tests.docs.extras``
+hides every other installed module): the environment its page tells the reader to make.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 from inferd_docs.examples import Block, blocks, matches
 
 from inferd.demo.models import PIPELINE_MODELS, write_demo_repository
+from tests.docs.extras import hiding_folder
 from tests.support import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,6 +134,10 @@ def _substitute(text: str, server: ServerProcess) -> str:
 def _run(block: Block, folder: Path, server: ServerProcess) -> None:
     text = _substitute(block.body, server)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    if "env" in block.options:  # only what `pip install -e '.[EXTRAS]'` installs
+        extras = tuple(e for e in block.options["env"].split(",") if e)
+        hide = hiding_folder(extras, folder / f"_env_{'_'.join(extras) or 'plain'}")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(hide), env.get("PYTHONPATH")) if p)
     if block.lang == "python":
         script = folder / f"_example_{block.line}.py"
         script.write_text(text)

@@ -128,3 +128,19 @@ def test_infer_errors_are_errors_of_the_batch(native: Any) -> None:
     )
     (result,) = executor.execute([Work({"X": np.zeros((1, 1), np.float32)}, 1, ("Y",))]).results
     assert isinstance(result, InternalError) and "returned no output 'Y'" in result.message
+
+
+def test_an_exception_in_infer_names_its_model_py_line(
+    native: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the repository given as a relative path, as ./models is
+    source = """
+        class Model:
+            def infer(self, inputs):
+                raise ValueError("x must be positive")
+        """
+    native(source, CONFIG)  # writes m/1/model.py
+    relative = python_executor("m/1/model.py", json.dumps(CONFIG), "CPU", 0, 0, "m", "1")
+    (result,) = relative.execute([Work({"X": np.zeros((1, 1), np.float32)}, 1, ("Y",))]).results
+    assert isinstance(result, InternalError)
+    assert result.message.endswith("failed: ValueError: x must be positive (model.py line 4)")

@@ -82,10 +82,15 @@ def blocks(page: Path) -> list[Block]:
     return found
 
 
+def _lines(text: str) -> str:
+    """``text`` with the spaces that end its lines and the blank lines around it left out."""
+    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()).strip("\n")
+
+
 def matches(expected: str, printed: str) -> bool:
-    """Whether ``printed`` is ``expected``, whitespace left out of both (numpy and curl break
-    lines their own way) and ``...`` standing for any text."""
-    want = "".join(expected.split())
-    got = "".join(printed.split())
+    """Whether ``printed`` is ``expected`` as the reader sees it: the same lines with the same
+    spacing, only the spaces that end a line and the blank lines around the whole left out, and
+    ``...`` standing for any text (a timestamp, an id, several lines)."""
+    want, got = _lines(expected), _lines(printed)
     pattern = ".*?".join(re.escape(part) for part in want.split("..."))
     return re.fullmatch(pattern, got, re.S) is not None

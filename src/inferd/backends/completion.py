@@ -19,6 +19,7 @@ from inferd.config.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
 from inferd.config.spec import config_enum_of, datatype_of
 from inferd.core.datatypes import DataType
 from inferd.core.errors import ConfigError, ModelLoadError
+from inferd.install import install_hint
 
 log = logging.getLogger("inferd.backends")
 
@@ -182,8 +183,7 @@ def bool_parameter(params: Mapping[str, str], key: str) -> bool:
 def missing_extra(framework: str, extra: str, exc: ImportError) -> ModelLoadError:
     """The error of a model whose framework is not installed."""
     return ModelLoadError(
-        f"this model needs {framework}, which is not installed ({exc}): "
-        f"pip install 'inferd[{extra}]'"
+        f"this model needs {framework}, which is not installed ({exc}): {install_hint(extra)}"
     )
 
 

@@ -16,6 +16,7 @@ import orjson
 
 from inferd.bench.measure import columns
 from inferd.bench.options import BenchError, BenchOptions
+from inferd.install import install_hint
 from inferd.version import __version__
 
 NA = "n/a"
@@ -135,7 +136,7 @@ def write_plot(path: Path, rows: Sequence[dict[str, Any]], options: BenchOptions
         from matplotlib.figure import Figure
         from matplotlib.ticker import MaxNLocator
     except ImportError:
-        raise BenchError("--plot needs matplotlib: pip install 'inferd[bench]'") from None
+        raise BenchError(f"--plot needs matplotlib: {install_hint('bench')}") from None
     pct = options.percentile or 99
     rate_mode = bool(options.request_rates)
     figure = Figure(figsize=(12, 4.8), layout="constrained")

@@ -23,6 +23,7 @@ from inferd.bench.encode import Workload
 from inferd.bench.measure import Window, WindowReport
 from inferd.bench.options import BenchError, BenchOptions, Target, from_args
 from inferd.bench.worker import LevelDone, LevelPlan, WorkerFailed, WorkerReady, worker_main
+from inferd.install import install_hint
 
 _START_DELAY_S = 0.05  # time for every worker to receive its plan before the shared start
 _READY_TIMEOUT_S = 60.0
@@ -144,7 +145,7 @@ def _check_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise BenchError("--plot needs matplotlib: pip install 'inferd[bench]'") from None
+        raise BenchError(f"--plot needs matplotlib: {install_hint('bench')}") from None
 
 
 class _NoProgress:

@@ -22,6 +22,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from inferd.demo import pipeline
+from inferd.install import install_hint
 
 DEMO_MODELS: tuple[str, ...] = ("half_plus_two", "digits", "resnet50")
 # The resnet pipeline: its two Python steps, then the ensemble over them and resnet50.
@@ -41,7 +42,6 @@ _BN_EPS = 1e-5
 _DIGITS_MIN_ACCURACY = 0.95
 _DIGITS_SAMPLE_ROWS = 8
 _DIGITS_CONFIG = 'name: "digits"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 64\n'
-_SKLEARN_MISSING = "install inferd[demo] (scikit-learn) to build the digits demo model"
 _RESNET_STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))  # width, blocks, stride
 _RESNET_PARAMS = 25_500_000
 _RESNET_PARAMS_TOLERANCE = 200_000
@@ -66,7 +66,7 @@ def missing_extra(name: str) -> str:
     need = _NEEDS.get(name)
     if need is None or importlib.util.find_spec(need[0]) is not None:
         return ""
-    return f"{need[1]}: pip install 'inferd[{need[2]}]'"
+    return f"{need[1]}: {install_hint(need[2])}"
 
 
 def write_available(root: Path, models: Sequence[str]) -> tuple[list[str], dict[str, str]]:
@@ -204,7 +204,7 @@ def _train_digits() -> _DigitsFit:
         from sklearn.preprocessing import StandardScaler
         from threadpoolctl import threadpool_limits  # a scikit-learn dependency
     except ImportError as exc:
-        raise ImportError(_SKLEARN_MISSING) from exc
+        raise ImportError(f"to build the digits demo model: {install_hint('demo')}") from exc
     x, y = load_digits(return_X_y=True)
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.25, random_state=0)
     scaler = StandardScaler().fit(x_train)
@@ -405,7 +405,8 @@ def _build_saved_model_half_plus_two() -> Files:
     try:
         import tensorflow as tf
     except ImportError as exc:
-        raise ImportError(f"install inferd[tensorflow] to build {SAVED_MODEL_DEMO}") from exc
+        hint = install_hint("tensorflow")
+        raise ImportError(f"to build {SAVED_MODEL_DEMO}: {hint}") from exc
 
     signature = [tf.TensorSpec([None], tf.float32, name="x")]
 

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from inferd.backends.python import pb_utils
-from inferd.backends.python.triton import TritonExecutor
+from inferd.backends.python.modelfile import where
+from inferd.backends.python.triton import TritonExecutor, log
 from inferd.core.errors import InternalError
 from inferd.scheduling import worker
 from inferd.scheduling.work import Executed, Result, Work
@@ -58,7 +59,8 @@ class DecoupledExecutor(TritonExecutor):
                 else self._execute(requests)
             )
         except Exception as exc:
-            failed = InternalError(f"model '{self.label}' failed: {exc}")
+            log.error("model '%s' failed while executing", self.label, exc_info=exc)
+            failed = InternalError(f"model '{self.label}' failed: {where(exc, self.path)}")
             return Executed([failed] * len(batch), built - started)
         if returned is not None:
             wrong = InternalError(

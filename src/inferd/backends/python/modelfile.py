@@ -28,8 +28,9 @@ def where(exc: BaseException, path: Path) -> str:
     """``TypeError: ... (model.py line 12)``: the error and the last line of ``path`` it
     passed through."""
     line = None
+    target = path.resolve()  # a relative --model-repository gives a relative ``path``
     for frame in traceback.extract_tb(exc.__traceback__):
-        if Path(frame.filename) == path:
+        if Path(frame.filename).resolve() == target:
             line = frame.lineno
     text = f"{type(exc).__name__}: {exc}"
     return f"{text} ({path.name} line {line})" if line is not None else text

@@ -19,6 +19,7 @@ past the batch dimension.
 from __future__ import annotations
 
 import inspect
+import logging
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from inferd.backends.python.triton import conform, output_types
 from inferd.core.errors import InternalError, ModelLoadError
 from inferd.core.types import Tensors
 
+log = logging.getLogger("inferd.scheduling")  # where a batch executor's failures are logged
 _TYPE_NAMES = {value: name for name, value, _ in pb_utils._TYPES} | {14: "TYPE_BF16"}
 
 
@@ -40,6 +42,7 @@ class NativeRuntime:
 
     def __init__(self, model_class: type[Any], path: Path, config: dict[str, Any], label: str):
         self.label = label
+        self.path = path
         self._types = output_types(config)
         try:
             self.model = model_class()
@@ -50,7 +53,11 @@ class NativeRuntime:
             raise ModelLoadError(f"model '{label}': load() raised {where(exc, path)}") from None
 
     def execute(self, inputs: Tensors, output_names: Sequence[str]) -> Tensors:
-        returned = self.model.infer(inputs)
+        try:
+            returned = self.model.infer(inputs)
+        except Exception as exc:
+            log.error("model '%s' failed while executing", self.label, exc_info=exc)
+            raise InternalError(f"model '{self.label}' failed: {where(exc, self.path)}") from None
         if not isinstance(returned, Mapping):
             raise InternalError(
                 f"model '{self.label}': infer() returned {type(returned).__name__}, "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +26,8 @@ from inferd.core.errors import InferdError, InternalError, ModelLoadError
 from inferd.core.types import Tensors
 from inferd.scheduling import worker
 from inferd.scheduling.work import Executed, Result, Work, check_rows
+
+log = logging.getLogger("inferd.scheduling")  # where a batch executor's failures are logged
 
 
 def conform(label: str, name: str, value: Any, wanted: Any) -> np.ndarray:
@@ -118,6 +121,7 @@ class TritonExecutor:
             if isinstance(exc, pb_utils.TritonModelException):
                 error: InferdError = InternalError(f"model '{self.label}': {exc.message()}")
             else:
+                log.error("model '%s' failed while executing", self.label, exc_info=exc)
                 error = InternalError(f"model '{self.label}' failed: {where(exc, self.path)}")
             return Executed([error] * len(batch), built - started, time.perf_counter_ns() - built)
         executed = time.perf_counter_ns()

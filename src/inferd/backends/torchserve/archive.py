@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from inferd.core.errors import ConfigError
+from inferd.install import install_hint
 
 MANIFEST = "MAR-INF/MANIFEST.json"
 SUFFIX = ".mar"
@@ -139,7 +140,7 @@ def parse_yaml(data: bytes, where: str) -> dict[str, Any]:
         import yaml
     except ImportError:
         raise ConfigError(
-            f"{where}: reading model-config.yaml needs PyYAML (pip install 'inferd[torchserve]')"
+            f"{where}: reading model-config.yaml needs PyYAML ({install_hint('torchserve')})"
         ) from None
     try:
         doc = yaml.safe_load(data)
