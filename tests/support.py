@@ -216,11 +216,17 @@ class ServerProcess:
         raise RuntimeError(f"inferd did not become ready in {timeout_s} s:\n{self.log()}")
 
     def _every_worker_listens(self) -> bool:
-        """Several workers: each has bound the port (the model host binds first, each frontend
-        once it has the host's models)."""
+        """Several workers: each has bound the port (the model host binds first and says
+        "listening: HTTP" for the server, each frontend once it has the host's models and says
+        "worker N takes connections"). A replacement worker says it again: distinct workers
+        are counted."""
         log = self.log()
         found = re.search(r"(\d+) HTTP workers", log)
-        return found is None or log.count("listening: HTTP") >= int(found.group(1))
+        if found is None:
+            return True
+        first = {0} if "listening: HTTP" in log else set()
+        others = {int(n) for n in re.findall(r"worker (\d+) takes connections", log)}
+        return len(first | others) >= int(found.group(1))
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path else ""

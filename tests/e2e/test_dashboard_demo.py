@@ -53,8 +53,22 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
     root = tmp_path_factory.mktemp("demo") / "demo-models"
     write_demo_repository(root, models=(HPT, DIGITS))
-    # The default layout (a model host and frontends); the access log for its panel.
-    args = [*demo_args(), "--http-workers", "3", "--access-log"]
+    # The default layout: a model host and frontends.
+    proc = ServerProcess(root, extra_args=[*demo_args(), "--http-workers", "3"])
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The demo's flags and the access log, in one process: the Logs panel tails the log of
+    the process that answers it, so the lines of this test's requests are all in that one."""
+    from inferd.demo.models import write_demo_repository
+
+    root = tmp_path_factory.mktemp("logged") / "demo-models"
+    write_demo_repository(root, models=(HPT,))
+    args = [*demo_args(), "--http-workers", "1", "--access-log"]
     proc = ServerProcess(root, extra_args=args)
     proc.start()
     yield proc
@@ -113,8 +127,9 @@ def test_every_panel_works_in_the_demo(
         nowhere = "needs the server's admin API"
         tab(page, "logs")
         page.click("#panel-logs button:text-is('Engine log')")
+        # The lines of the worker that answers: each has the demo's models.
         page.wait_for_function(
-            "() => document.querySelector('.log').textContent.includes('server ready')"
+            "() => document.querySelector('.log').textContent.includes(\"model 'digits'\")"
         )
         shot(page, shots, f"21-demo-{width}-logs")
         tab(page, "files")
@@ -176,8 +191,9 @@ def test_an_error_in_try_it_clears_the_previous_answer(
 
 
 def test_the_access_log_shows_traffic_not_the_page_polling(
-    browser: Any, demo: ServerProcess, shots: Path
+    browser: Any, logged: ServerProcess, shots: Path
 ) -> None:
+    demo = logged
     context, page, errors = open_page(browser, demo.http_url, "desktop")
     try:
         tab(page, "logs")
