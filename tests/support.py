@@ -220,13 +220,19 @@ class ServerProcess:
         "listening: HTTP" for the server, each frontend once it has the host's models and says
         "worker N takes connections"). A replacement worker says it again: distinct workers
         are counted."""
-        log = self.log()
-        found = re.search(r"(\d+) HTTP workers", log)
-        if found is None:
+        count = self.workers()
+        if count == 1:
             return True
+        log = self.log()
         first = {0} if "listening: HTTP" in log else set()
         others = {int(n) for n in re.findall(r"worker (\d+) takes connections", log)}
-        return len(first | others) >= int(found.group(1))
+        return len(first | others) >= count
+
+    def workers(self) -> int:
+        """The serving processes of the started server, as its log says (one if it says
+        nothing: one process, or TorchServe's APIs)."""
+        found = re.search(r"(\d+) HTTP workers", self.log())
+        return int(found.group(1)) if found else 1
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path else ""
