@@ -233,9 +233,17 @@ class ServerProcess:
         return "auto" if lazy else str(DEFAULT_WORKERS)
 
     def _every_worker_listens(self) -> bool:
-        """Several workers: each has bound the port (the model host binds first, each frontend
-        once it has the host's models)."""
-        return self.log().count("listening: HTTP") >= self.workers()
+        """Several workers: each has bound the port (the model host binds first and says
+        "listening: HTTP" for the server, each frontend once it has the host's models and says
+        "worker N takes connections"). A replacement worker says it again: distinct workers
+        are counted."""
+        count = self.workers()
+        if count == 1:
+            return True
+        log = self.log()
+        first = {0} if "listening: HTTP" in log else set()
+        others = {int(n) for n in re.findall(r"worker (\d+) takes connections", log)}
+        return len(first | others) >= count
 
     def workers(self) -> int:
         """The serving processes of the started server, as its log says (one if it says

@@ -8,14 +8,48 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
 import tarfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from tests.e2e.lifecycle_support import HALF_PLUS_THREE, HALF_PLUS_TWO
+
+CHROMIUM = os.environ.get("INFERD_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+LAUNCH_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WAIT_MS = 60_000  # a bound for what the page waits for, never a timing
+
+
+def shots_folder(fallback: Path) -> Path:
+    """Where screenshots go: $INFERD_TEST_ARTIFACTS/dashboard, else ``fallback``."""
+    folder = os.environ.get("INFERD_TEST_ARTIFACTS")
+    path = Path(folder) / "dashboard" if folder else fallback
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def shot(page: Any, folder: Path, name: str) -> None:
+    path = folder / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+
+
+def tab(page: Any, name: str) -> None:
+    page.click(f"[role=tab][data-panel={name}]")
+    page.wait_for_selector(f"#panel-{name}:not([hidden])")
+
 
 HPT = "half_plus_two"
 ECHO_BYTES = "echo_bytes"

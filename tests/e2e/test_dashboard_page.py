@@ -8,8 +8,6 @@ Screenshots are saved under $INFERD_TEST_ARTIFACTS (else a pytest temp folder) a
 from __future__ import annotations
 
 import base64
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,30 +16,26 @@ import httpx
 import pytest
 
 from tests.e2e.dashboard_support import (
+    CHROMIUM,
     ECHO_BYTES,
     HPT,
+    LAUNCH_ARGS,
+    WAIT_MS,
     envoy_clusters,
     fake_envoy_admin,
     model_archive,
+    shot,
+    shots_folder,
+    tab,
     write_repository,
 )
 from tests.e2e.lifecycle_support import HALF_PLUS_THREE
 from tests.support import ServerProcess, free_port
 
 sync_api = pytest.importorskip("playwright.sync_api")
-CHROMIUM = os.environ.get("INFERD_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 if not Path(CHROMIUM).exists():
     pytest.skip("Debian's chromium is missing (apt-get install chromium)", allow_module_level=True)
 
-LAUNCH_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-WAIT_MS = 60_000  # a bound for what the page waits for, never a timing
 HTTP = httpx.Client(timeout=30)
 X = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}]}
 # A 1x1 PNG: what the image picker sends as one BYTES element.
@@ -52,10 +46,7 @@ PNG = base64.b64decode(
 
 @pytest.fixture(scope="module")
 def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = os.environ.get("INFERD_TEST_ARTIFACTS")
-    path = Path(folder) / "dashboard" if folder else tmp_path_factory.mktemp("dashboard-shots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return shots_folder(tmp_path_factory.mktemp("dashboard-shots"))
 
 
 @pytest.fixture(scope="module")
@@ -89,17 +80,6 @@ def page(browser: Any, server: ServerProcess) -> Iterator[Any]:
     yield found
     context.close()
     assert errors == [], errors
-
-
-def shot(page: Any, folder: Path, name: str) -> None:
-    path = folder / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    print(f"screenshot: {path}")
-
-
-def tab(page: Any, name: str) -> None:
-    page.click(f"[role=tab][data-panel={name}]")
-    page.wait_for_selector(f"#panel-{name}:not([hidden])")
 
 
 def test_models_panel_lists_every_model(page: Any, shots: Path) -> None:
@@ -340,7 +320,8 @@ def test_cluster_panel_shows_envoys_nodes(page: Any, shots: Path) -> None:
 
 @pytest.fixture(scope="module")
 def default_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """As ./scripts/serve-demo starts it: no token, --model-control-mode none (admin API off)."""
+    """As a server started by hand with the defaults: no token, --model-control-mode none, so
+    the admin API is off (./scripts/serve-demo opens it: test_dashboard_demo.py)."""
     proc = ServerProcess(write_repository(tmp_path_factory.mktemp("default") / "models"))
     proc.start()
     yield proc

@@ -90,3 +90,21 @@ def test_labels_split_and_routing_that_outlives_a_reload(versions: list[ModelVer
     assert registry.shadowing("m") is routing  # ... and keeps the routing
     registry.forget("m")
     assert registry.names() == [] and registry.shadowing("m") is None
+
+
+def test_an_unknown_name_gets_the_closest_known_one(versions: list[ModelVersion]) -> None:
+    registry = registry_with(*versions)  # serves "m"
+    registry.put(ModelRecord("half_plus_two", {}))
+    with pytest.raises(NotFound) as info:
+        registry.route("half_plus_tow")
+    assert info.value.message == (
+        "Request for unknown model: 'half_plus_tow' is not found; did you mean 'half_plus_two'?"
+    )
+    with pytest.raises(NotFound) as info:
+        registry.record("resnet")
+    assert info.value.message == "Request for unknown model: 'resnet' is not found"
+    many = [f"model_{i}" for i in range(6000)]  # past the bound: no guess at all
+    assert unknown_model("model_1x", known=many) == (
+        "Request for unknown model: 'model_1x' is not found"
+    )
+    assert unknown_model("half_plus_tow", 2, known=["half_plus_two"]).endswith("is not found")

@@ -87,6 +87,9 @@ class Server:
                 "model_repository= in Python)"
             )
         self.settings = settings
+        # Whether this process says "server ready" and "listening" at info level: one worker of
+        # several does (``inferd.app.server``), so that the server says each once.
+        self.announces = True
         self.registry = Registry()
         cache = ResponseCache(settings.cache_size) if settings.cache_size > 0 else None
         self.tokens = edge.token_store(settings)
@@ -194,7 +197,7 @@ class Server:
             if not cancelled and not self._stopped:
                 self.plane.started = True
                 if not self.plane.draining:
-                    log_readiness(self.registry, self.plane.ready)
+                    log_readiness(self.registry, self.plane.ready, self.announces)
         polls = self.manager.mode is ControlMode.POLL and self.startup_loads is None
         if polls and not self._stopped:
             self.poller = Poller(

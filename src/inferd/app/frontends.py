@@ -74,6 +74,8 @@ class Core(Protocol):
     def log_settings(self) -> LogSettings: ...
     @property
     def tokens(self) -> TokenStore: ...
+    @property
+    def announces(self) -> bool: ...  # says "listening" (one worker of several does)
 
 
 def free_port(address: str) -> int:
@@ -173,9 +175,11 @@ class Frontends:
             self.http_app, self.settings.http_address, port, self.granian_options, what="HTTP"
         )
         scheme = "HTTPS" if "ssl_cert" in self.granian_options else "HTTP"
-        log.info("listening: %s (KServe v2, TF Serving REST) on %s", scheme, listener.address)
+        level = logging.INFO if self.core.announces else logging.DEBUG
+        log.log(level, "listening: %s (KServe v2, TF Serving REST) on %s", scheme, listener.address)
         if self.dashboard is not None and not self.settings.dashboard_port and not self._http:
-            log.info("dashboard: %s", page_url(scheme.lower(), self.settings.http_address, port))
+            where = page_url(scheme.lower(), self.settings.http_address, port)
+            log.log(level, "dashboard: %s", where)
         self._http.append(listener)
         if len(self._http) == 1:
             self._start_metrics_port()
@@ -232,7 +236,8 @@ class Frontends:
         )
         await server.start()
         self._grpc.append(server)
-        log.info(
+        log.log(
+            logging.INFO if self.core.announces else logging.DEBUG,
             "listening: gRPC (KServe v2 / Triton, TF Serving)%s on %s (%s server)",
             " over TLS" if self.grpc_tls else "",
             address,

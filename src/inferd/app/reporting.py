@@ -13,9 +13,10 @@ from inferd.observability.logging import Logs
 log = logging.getLogger("inferd.server")
 
 
-def log_readiness(registry: Registry, ready: bool) -> None:
+def log_readiness(registry: Registry, ready: bool, announce: bool = True) -> None:
     """ "server ready" only when the server is (``/v2/health/ready`` answers 200), and the
-    models that failed either way."""
+    models that failed either way; at debug level where another process says it (``announce``
+    false: a worker other than the first of several)."""
     records = registry.records()
     loaded = sorted(r.name for r in records if r.versions)
     failed = sorted(
@@ -24,13 +25,15 @@ def log_readiness(registry: Registry, ready: bool) -> None:
         if not r.versions and r.state is ModelState.UNAVAILABLE
     )
     if ready:
-        log.info(
+        log.log(
+            logging.INFO if announce else logging.DEBUG,
             "server ready; models ready: %s%s",
             ", ".join(loaded) or "none",
             f"; models that failed to load: {', '.join(failed)}" if failed else "",
         )
     else:
-        log.warning(
+        log.log(
+            logging.WARNING if announce else logging.DEBUG,
             "server not ready (/v2/health/ready answers 503): models that failed to load: "
             "%s; models ready: %s",
             ", ".join(failed) or "none",

@@ -48,6 +48,9 @@ class NetworkServer:
         self.worker = worker  # one of several processes on the port (--http-workers)
         self.core = Server(settings, logs=logs)
         core = self.core
+        # The first worker speaks for the server ("server ready", "listening", the warnings
+        # about its ports); each other one says only that it takes connections.
+        core.announces = worker is None or worker.index == 0
         self.plane = core.plane
         self.node: WorkerNode | None = None
         self.host: ModelHost | None = None  # worker 0 of several: the models live here
@@ -176,12 +179,15 @@ class NetworkServer:
                 if not self.stopping:
                     raise
                 return
-            edge.warn_if_open(settings, core.tokens)
+            if core.announces:
+                edge.warn_if_open(settings, core.tokens)
             if settings.allow_grpc:
                 await frontends.start_grpc(settings.grpc_port)
             if self.torchserve is not None:
                 await self.torchserve.start()
             await frontends.start_http(settings.http_port)
+            if self.worker is not None and not core.announces:
+                log.info("worker %d takes connections", self.worker.index)
             if self.stopping:  # a signal came while starting
                 frontends.stop_http()
             await frontends.http_stopped()

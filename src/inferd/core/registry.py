@@ -12,6 +12,8 @@ Lookup failures use Triton's wording, which client code tests with ``startswith`
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from inferd.config.model_config_pb2 import ModelConfig
@@ -20,6 +22,10 @@ from inferd.core.model import ModelState, ModelVersion
 from inferd.core.routing import ModelRouting
 
 _READY = ModelState.READY  # a module constant: an enum attribute lookup costs ~0.3 us here
+# A guess at a misspelt model name compares it with every name: bounded, as the name comes
+# from the network.
+_GUESS_MAX_NAMES = 5000
+_GUESS_MAX_LENGTH = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +112,7 @@ class Registry:
     def record(self, name: str) -> ModelRecord:
         found = self._models.get(name)
         if found is None:
-            raise NotFound(unknown_model(name))
+            raise NotFound(unknown_model(name, known=self._models))
         return found
 
     def get(self, name: str, version: str = "") -> ModelVersion:
@@ -120,7 +126,7 @@ class Registry:
         (hashing ``request_id`` when given), else the highest ready version."""
         record = self._models.get(name)
         if record is None:
-            raise NotFound(unknown_model(name))
+            raise NotFound(unknown_model(name, known=self._models))
         routing = self._routing.get(name)
         if routing is None and not label and not version:  # the usual request
             default = record.default_version()
@@ -152,10 +158,15 @@ class Registry:
         return True
 
 
-def unknown_model(name: str, version: int | str | None = None) -> str:
-    """Triton's words for a model (or a version of it) that is not there."""
+def unknown_model(name: str, version: int | str | None = None, known: Collection[str] = ()) -> str:
+    """Triton's words for a model (or a version of it) that is not there, then the closest of
+    the ``known`` names, as for a misspelt flag: "...; did you mean 'half_plus_two'?"."""
     which = f" version {version}" if version is not None else ""
-    return f"Request for unknown model: '{name}'{which} is not found"
+    found = f"Request for unknown model: '{name}'{which} is not found"
+    if version is not None or len(name) > _GUESS_MAX_LENGTH or len(known) > _GUESS_MAX_NAMES:
+        return found
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"{found}; did you mean '{close[0]}'?" if close else found
 
 
 def _get(record: ModelRecord, version: str) -> ModelVersion:

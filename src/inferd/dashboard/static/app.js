@@ -97,8 +97,10 @@ function connected(ok, error) {
 
 function renderHeader(doc) {
   const server = doc.server;
+  // The brand already reads "inferd": a server of that (the default) name shows no name twice.
+  const name = server.name && server.name !== 'inferd' ? `${server.name} · ` : '';
   document.getElementById('server-name').textContent =
-    `${server.name} ${server.version} · node ${server.node}`;
+    `${name}${server.version} · node ${server.node}`;
   const ready = doc.models.filter((m) => m.state === 'READY').length;
   const status = document.getElementById('server-status');
   status.classList.toggle('down', !server.ready);

@@ -32,6 +32,22 @@ function engineLevel(line) {
   return found ? found[1] : '';
 }
 
+// The requests a dashboard page makes by itself (this one, or another tab's): its tail of
+// these logs every second and its refreshes of the models table and the charts. Hidden unless
+// asked for, so that the access log shows the traffic the server was started for.
+export function isPagePolling(fields) {
+  return fields?.method === 'GET'
+    && (fields.path === '/v2/logs' || String(fields.path || '').startsWith('/v2/dashboard/'));
+}
+
+// Errors are red (5xx) or amber (4xx); a redirect or "304 Not Modified" is no error.
+export function statusClass(code) {
+  const text = String(code);
+  if (text.startsWith('5')) return 'bad';
+  if (text.startsWith('4')) return 'warn';
+  return text.startsWith('2') ? 'ok' : 'other';
+}
+
 const STATUS = [['', 'any status'], ['2', '2xx'], ['4', '4xx'], ['5', '5xx'], ['!2', 'not 2xx']];
 const LEVELS = [['', 'any level'], ['WARNING', 'warnings and errors'], ['ERROR', 'errors']];
 
@@ -49,6 +65,9 @@ export class LogsPanel {
     this.status = select(STATUS, '', {id: 'logs-status'});
     this.text = h('input', {type: 'search', id: 'logs-text', placeholder: 'text or request id'});
     this.follow = h('input', {type: 'checkbox', id: 'logs-follow', checked: true});
+    this.polling = h('input', {type: 'checkbox', id: 'logs-polling'});
+    this.pollingLabel = h('label', {class: 'check', title: 'GET /v2/logs and /v2/dashboard/…'},
+      this.polling, ' the dashboard\'s own requests');
     this.note = h('div');
     this.adminNote = h('div');
     this.count = h('span', {class: 'muted', 'aria-live': 'polite'});
@@ -58,10 +77,11 @@ export class LogsPanel {
         h('div', {class: 'segmented', role: 'group', 'aria-label': 'Which log'}, this.kindButtons)),
       h('div', {class: 'filters'}, field('Model', this.model), field('Status', this.status),
         field('Text', this.text),
-        h('label', {class: 'check'}, this.follow, ' follow new lines'), this.count),
+        h('label', {class: 'check'}, this.follow, ' follow new lines'), this.pollingLabel, this.count),
       this.adminNote, this.note, this.list);
     for (const control of [this.model, this.status]) control.addEventListener('change', () => this.render());
     this.text.addEventListener('input', () => this.render());
+    this.polling.addEventListener('change', () => this.render());
     onOverview((doc) => {
       this.server = doc.server;
       setOptions(this.model, [['', 'any model'], ...doc.models.map((m) => m.name)]);
@@ -79,6 +99,7 @@ export class LogsPanel {
       String(button.textContent.toLowerCase().startsWith(kind))));
     setOptions(this.status, kind === 'access' ? STATUS : LEVELS, '');
     this.status.previousElementSibling.textContent = kind === 'access' ? 'Status' : 'Level';
+    this.pollingLabel.hidden = kind !== 'access';
     this.renderNote();
     this.render();
     this.tick();
@@ -111,6 +132,7 @@ export class LogsPanel {
     const text = this.text.value.trim().toLowerCase();
     if (text && !line.toLowerCase().includes(text)) return false;
     if (this.kind === 'access') {
+      if (!this.polling.checked && isPagePolling(parsed)) return false;
       if (model && parsed?.model !== model) return false;
       const code = String(parsed?.status ?? '');
       if (status === '!2' ? code.startsWith('2') : (status && !code.startsWith(status))) return false;
@@ -154,7 +176,7 @@ export class LogsPanel {
 
   accessRow(f) {
     const code = String(f.status);
-    const cls = code.startsWith('2') ? 'ok' : code.startsWith('4') ? 'warn' : 'bad';
+    const cls = statusClass(code);
     const time = String(f.time || '').replace(/^.*T/, '').replace('Z', '');
     return h('div', {class: 'line access'},
       h('span', {class: 'muted'}, time), ' ',

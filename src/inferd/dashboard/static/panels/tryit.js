@@ -280,6 +280,7 @@ export class TryPanel {
 
   async send() {
     message(this.msg, '');
+    replace(this.result); // an error below must not sit above the previous request's answer
     const built = await this.build();
     if (!built) return;
     const name = this.meta.name;
