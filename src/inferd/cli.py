@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from inferd.app import flags
 from inferd.app.envoy_config import add_parser as add_envoy_parser
@@ -21,7 +23,31 @@ from inferd.version import __version__
 
 class _Parser(argparse.ArgumentParser):
     """Help as a terminal shows it: the reST double backticks of docstrings and help texts
-    (``x``) print as `x` (its subcommands' parsers are of this class too)."""
+    (``x``) print as `x` (its subcommands' parsers are of this class too). A flag is taken only
+    by its whole name (``--model-repo`` is not ``--model-repository``): an unknown one is an
+    error that names it and the closest flag."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        for extra in extras:
+            flag = extra.split("=", 1)[0]
+            if flag.startswith("--") and flag not in self._option_string_actions:
+                self.error(f"unknown flag {flag}{self._closest(flag)}")
+        return parsed, extras
+
+    def _closest(self, flag: str) -> str:
+        """`` (did you mean --model-repository?)``: the flags it begins (what it abbreviates),
+        else the one it most resembles; empty when none is close."""
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        close = [o for o in known if o.startswith(flag)][:3]
+        close = close or difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+        return f" (did you mean {' or '.join(close)}?)" if close else ""
 
     def format_help(self) -> str:
         return super().format_help().replace("``", "`")
@@ -82,7 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"inferd {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="serve the models of a model repository")
+    serve = commands.add_parser(
+        "serve",
+        help="serve the models of a model repository",
+        usage="%(prog)s [--model-repository DIR] [FLAG VALUE ...]",
+        formatter_class=flags.HelpFormatter,
+    )
     flags.add_arguments(serve)
     serve.set_defaults(func=_serve)
 

@@ -28,9 +28,12 @@ def test_every_config_field_route_and_rpc_has_a_description() -> None:
 
 def test_the_reference_pages_are_generated_from_the_code() -> None:
     flags = cli.reference()
-    assert "## `inferd serve`" in flags and "| `--model-repository MODEL_REPOSITORY` |" in flags
-    assert "| `--grpc-max-message-bytes GRPC_MAX_MESSAGE_BYTES` | `134217728` (128 MiB) |" in flags
+    assert "## `inferd serve`" in flags and "| `--model-repository VALUE` |" in flags
+    assert "| `--grpc-max-message-bytes N` | `134217728` (128 MiB) |" in flags
     assert "## `inferd repo push`" in flags
+    serve = flags.split("## `inferd serve`", 1)[1].split("\n## ", 1)[0]
+    http = serve.split("\n### HTTP\n", 1)[1].split("\n### ", 1)[0]  # the flags by topic
+    assert "| `--http-port N` | `8080` | HTTP port" in http
     fields = config.reference()
     assert "| `max_queue_delay_microseconds` | uint64 |" in fields
     routes = endpoints.reference()

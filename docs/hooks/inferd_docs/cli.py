@@ -11,6 +11,7 @@ from inferd.cli import build_parser
 
 _SUPPRESSED = {"-h", "--help", "--version"}
 _MIB = 1 << 20
+_DEFAULT_GROUPS = {"positional arguments", "options", "optional arguments"}
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentParser]]:
@@ -78,6 +79,33 @@ def _cell(text: str) -> str:
     return " ".join(text.replace("|", "\\|").split())
 
 
+def _sections(parser: argparse.ArgumentParser) -> list[tuple[str, list[argparse.Action]]]:
+    """The arguments by group, as ``--help`` lists them: the positional ones and the options
+    in one untitled section, then each titled group (``inferd serve``'s topics)."""
+    plain = [
+        a for g in parser._action_groups if g.title in _DEFAULT_GROUPS for a in g._group_actions
+    ]
+    titled = [(g.title or "", g._group_actions) for g in parser._action_groups]
+    return [("", plain)] + [(t, a) for t, a in titled if t not in _DEFAULT_GROUPS]
+
+
+def _heading(title: str) -> str:
+    """``models and repository``: ``Models and repository``; ``gRPC`` stays."""
+    return title[:1].upper() + title[1:] if title[1:2].islower() else title
+
+
+def _rows(actions: list[argparse.Action], fallback: dict[str, Any]) -> list[tuple[str, str, str]]:
+    rows = []
+    for action in actions:
+        if set(action.option_strings) & _SUPPRESSED:
+            continue
+        if isinstance(action, argparse._SubParsersAction):
+            rows.append(("`COMMAND`", "", "one of " + ", ".join(f"`{c}`" for c in action.choices)))
+            continue
+        rows.append((_usage(action), _default(action, fallback), _cell(action.help or "")))
+    return rows
+
+
 def reference() -> str:
     """The whole page: every command, then a table of its arguments."""
     root = build_parser()
@@ -89,7 +117,9 @@ def reference() -> str:
         "site is built, so it always matches `inferd COMMAND --help`. Every `inferd serve` flag is",
         "also an environment variable `INFERD_<NAME>` (for instance `INFERD_HTTP_PORT=9000`; lists",
         "are comma-separated): a flag beats the variable, which beats the default. A `BOOL` flag",
-        "alone means `true`; write `--flag=false` to turn it off.",
+        "alone means `true`; write `--flag=false` to turn it off. The `inferd serve` flags are",
+        "grouped by topic as `inferd serve --help` lists them. A flag is written whole: an",
+        "abbreviation (`--model-repo`) is an error that names the flag it may mean.",
         "",
     ]
     serve_defaults = _settings_defaults()
@@ -100,18 +130,13 @@ def reference() -> str:
         if parent:
             sub_helps = _help_of(dict(_subcommands(root))[f"inferd {parent}"])
         lines += [f"## `{prog}`", "", _cell(sub_helps.get(name.split(" ")[-1], "")), ""]
-        rows = []
-        for action in parser._actions:
-            if set(action.option_strings) & _SUPPRESSED:
+        fallback = serve_defaults if name == "serve" else {}
+        for title, actions in _sections(parser):
+            rows = _rows(actions, fallback)
+            if not rows:
                 continue
-            if isinstance(action, argparse._SubParsersAction):
-                rows.append(
-                    ("`COMMAND`", "", "one of " + ", ".join(f"`{c}`" for c in action.choices))
-                )
-                continue
-            fallback = serve_defaults if name == "serve" else {}
-            rows.append((_usage(action), _default(action, fallback), _cell(action.help or "")))
-        if rows:
+            if title:
+                lines += [f"### {_heading(title)}", ""]
             lines += ["| argument | default | meaning |", "|---|---|---|"]
             lines += [f"| {u} | {d} | {h} |" for u, d, h in rows]
             lines.append("")

@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import difflib
 import os
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -59,40 +60,277 @@ def _parse_bool(text: str) -> bool:
     raise ValueError(f"not a boolean: '{text}'")
 
 
+# ``inferd serve --help`` and the generated reference list the flags by topic, in this order.
+TOPICS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "models and repository",
+        (
+            "model_repository",
+            "model_name",
+            "load_model",
+            "model_control_mode",
+            "repository_poll_secs",
+            "repository_unload_max_fraction",
+            "repository_unload_grace_s",
+            "strict_readiness",
+            "exit_on_error",
+            "disable_auto_complete_config",
+            "default_max_batch_size",
+        ),
+    ),
+    (
+        "lazy serving and model cache",
+        (
+            "model_memory_budget",
+            "max_loaded_models",
+            "pin_model",
+            "model_cache_dir",
+            "model_cache_max_bytes",
+        ),
+    ),
+    (
+        "S3 repositories",
+        (
+            "s3_endpoint_url",
+            "s3_access_key_id",
+            "s3_secret_access_key",
+            "s3_region",
+            "s3_addressing_style",
+        ),
+    ),
+    ("HTTP", ("http_address", "http_port", "server_name")),
+    (
+        "gRPC",
+        (
+            "allow_grpc",
+            "grpc_address",
+            "grpc_port",
+            "grpc_server",
+            "grpc_max_message_bytes",
+            "tfserving_tensor_content",
+        ),
+    ),
+    (
+        "serving processes",
+        (
+            "http_workers",
+            "http_workers_copy_bytes",
+            "gil_switch_interval_us",
+            "gc_threshold",
+            "drain_timeout_s",
+        ),
+    ),
+    ("scheduling", ("rate_limit", "rate_limit_resource", "cache_size")),
+    (
+        "logging and tracing",
+        (
+            "log_verbose",
+            "log_format",
+            "log_file",
+            "log_max_bytes",
+            "log_backup_count",
+            "access_log",
+            "access_log_file",
+            "node_name",
+            "trace_exporter",
+            "trace_endpoint",
+        ),
+    ),
+    (
+        "metrics and dashboard",
+        (
+            "allow_metrics",
+            "metrics_port",
+            "allow_dashboard",
+            "dashboard_port",
+            "envoy_admin",
+            "dashboard_trace_url",
+        ),
+    ),
+    (
+        "authentication and access",
+        (
+            "auth_token",
+            "admin_token",
+            "auth_token_file",
+            "admin_token_file",
+            "auth_health",
+            "auth_metrics",
+            "allow_unauthenticated_admin",
+            "cors_allow_origin",
+            "allowed_hosts",
+        ),
+    ),
+    ("code that models may run", ("allow_pickle", "allow_python_models", "allow_unsafe_ops")),
+    (
+        "TLS",
+        (
+            "tls_cert",
+            "tls_key",
+            "tls_client_ca",
+            "grpc_use_ssl",
+            "grpc_server_cert",
+            "grpc_server_key",
+            "grpc_root_cert",
+            "grpc_use_ssl_mutual",
+        ),
+    ),
+    (
+        "HTTP connection limits",
+        (
+            "http_max_connections",
+            "http_header_timeout_s",
+            "http_body_timeout_s",
+            "http_max_header_bytes",
+            "http_max_body_bytes",
+            "http_min_body_rate_bytes",
+        ),
+    ),
+    (
+        "gRPC connection limits",
+        (
+            "grpc_max_concurrent_streams",
+            "grpc_max_header_list_bytes",
+            "grpc_header_timeout_s",
+            "grpc_body_timeout_s",
+            "grpc_idle_timeout_s",
+            "grpc_keepalive_time",
+            "grpc_keepalive_timeout",
+            "grpc_keepalive_permit_without_calls",
+            "grpc_http2_min_recv_ping_interval_without_data",
+            "grpc_http2_max_ping_strikes",
+        ),
+    ),
+    (
+        "load limits",
+        (
+            "max_inflight_requests",
+            "max_inflight_bytes",
+            "max_upload_bytes",
+            "max_concurrent_uploads",
+        ),
+    ),
+    (
+        "TorchServe APIs",
+        (
+            "allow_torchserve",
+            "model_store",
+            "models",
+            "torchserve_inference_port",
+            "torchserve_management_port",
+            "torchserve_management_address",
+            "torchserve_grpc_inference_port",
+            "torchserve_grpc_management_port",
+            "enable_model_api",
+            "default_workers_per_model",
+            "ts_config",
+            "allowed_urls",
+        ),
+    ),
+)
+_OTHER_TOPIC = "other settings"
+_MIB = 1 << 20
+
+
+def default_text(name: str) -> str:
+    """A Settings field's default as its flag writes it (``8080``, ``true``, ``134217728``
+    (128 MiB)); empty where there is none to show: an empty text or list, or one computed where
+    the server runs (the host name), which the help text tells."""
+    f = next((f for f in dataclasses.fields(Settings) if f.name == name), None)
+    if f is None or f.default is dataclasses.MISSING or f.default in ("", None):
+        return ""
+    value = f.default
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and value >= _MIB and value % _MIB == 0:
+        return f"{value} ({value // _MIB} MiB)"
+    return str(value)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """``inferd serve --help``: each flag's help ends with its default and its variable,
+    ``(default: 8080; env INFERD_HTTP_PORT)``; a flag and its value fit the first column."""
+
+    def __init__(self, prog: str, **kwargs: Any) -> None:
+        kwargs.setdefault("max_help_position", 34)
+        super().__init__(prog, **kwargs)
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        """Wrapped between words only: a flag named in the text stays whole."""
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        default = default_text(action.dest)
+        if not text or not default or not text.endswith(")") or " (env " not in text:
+            return text
+        head, env = text.rsplit(" (env ", 1)
+        return f"{head} (default: {default.replace('%', '%%')}; env {env}"
+
+
+def _topics() -> list[tuple[str, list[dataclasses.Field[Any]]]]:
+    """The fields by topic, in ``TOPICS`` order; a field no topic names comes last."""
+    by_name = {f.name: f for f in dataclasses.fields(Settings)}
+    topics = [(title, [by_name[n] for n in names if n in by_name]) for title, names in TOPICS]
+    named = {n for _, names in TOPICS for n in names}
+    rest = [f for f in dataclasses.fields(Settings) if f.name not in named]
+    return topics + ([(_OTHER_TOPIC, rest)] if rest else [])
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    for f in dataclasses.fields(Settings):
-        meta = f.metadata
-        env = _env(f.name)
-        help_text = f"{meta['help']} (env {env})"
-        if f.type == "bool":
-            parser.add_argument(
-                _flag(f.name),
-                dest=f.name,
-                nargs="?",
-                const="true",
-                default=None,
-                metavar="BOOL",
-                help=help_text,
-            )
-        elif "const" in meta:  # a value, or the bare flag meaning ``const``
-            parser.add_argument(
-                _flag(f.name),
-                dest=f.name,
-                nargs="?",
-                const=meta["const"],
-                default=None,
-                help=help_text,
-            )
-        elif meta.get("many"):  # several values after one flag, as TorchServe's --models
-            parser.add_argument(
-                _flag(f.name), dest=f.name, action="extend", nargs="+", default=None, help=help_text
-            )
-        elif meta.get("repeat"):
-            parser.add_argument(
-                _flag(f.name), dest=f.name, action="append", default=None, help=help_text
-            )
-        else:
-            parser.add_argument(_flag(f.name), dest=f.name, default=None, help=help_text)
+    """Every Settings field as a flag, in one argument group per topic."""
+    for title, fields in _topics():
+        group = parser.add_argument_group(title)
+        for f in fields:
+            _add_field(group, f)
+
+
+def _add_field(group: argparse._ArgumentGroup, f: dataclasses.Field[Any]) -> None:
+    meta = f.metadata
+    env = _env(f.name)
+    help_text = f"{meta['help']} (env {env})"
+    value = "N" if f.type in ("int", "float") else "VALUE"
+    if f.type == "bool":
+        group.add_argument(
+            _flag(f.name),
+            dest=f.name,
+            nargs="?",
+            const="true",
+            default=None,
+            metavar="BOOL",
+            help=help_text,
+        )
+    elif "const" in meta:  # a value, or the bare flag meaning ``const``
+        group.add_argument(
+            _flag(f.name),
+            dest=f.name,
+            nargs="?",
+            const=meta["const"],
+            default=None,
+            metavar=value,
+            help=help_text,
+        )
+    elif meta.get("many"):  # several values after one flag, as TorchServe's --models
+        group.add_argument(
+            _flag(f.name),
+            dest=f.name,
+            action="extend",
+            nargs="+",
+            default=None,
+            metavar=value,
+            help=help_text,
+        )
+    elif meta.get("repeat"):
+        group.add_argument(
+            _flag(f.name),
+            dest=f.name,
+            action="append",
+            default=None,
+            metavar=value,
+            help=help_text,
+        )
+    else:
+        group.add_argument(_flag(f.name), dest=f.name, default=None, metavar=value, help=help_text)
 
 
 def from_sources(args: argparse.Namespace | None, environ: Mapping[str, str]) -> Settings:
@@ -125,7 +363,9 @@ def _convert(f: dataclasses.Field[Any], raw: Any) -> Any:
 
 
 def parse(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Settings:
-    parser = argparse.ArgumentParser(prog="inferd serve")
+    parser = argparse.ArgumentParser(
+        prog="inferd serve", allow_abbrev=False, formatter_class=HelpFormatter
+    )
     add_arguments(parser)
     return from_sources(parser.parse_args(list(argv)), os.environ if environ is None else environ)
 
