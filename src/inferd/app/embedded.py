@@ -26,6 +26,7 @@ from collections.abc import (
     Coroutine,
     Iterator,
     Mapping,
+    Sequence,
 )
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -33,12 +34,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from inferd.app import edge
+from inferd.app.bind import function_config, load_function
 from inferd.app.calls import Outputs, OutputsWanted, build_request
 from inferd.app.flags import from_keywords
 from inferd.app.loop_thread import LoopThread, call_in_loop
 from inferd.app.reporting import log_readiness, logs_from
 from inferd.app.repository import lazy_serving, model_manager
 from inferd.app.settings import Settings
+from inferd.backends.function import InferFunction
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError, Unavailable
@@ -375,6 +378,58 @@ class Server:
         text = config if isinstance(config, str) or config is None else orjson.dumps(config)
         config_json = text.decode() if isinstance(text, bytes) else text
         await self.plane.load_model(name, config_json, dict(files) if files else None)
+
+    def bind(
+        self,
+        name: str,
+        infer_func: InferFunction | Sequence[InferFunction],
+        inputs: Sequence[Any],
+        outputs: Sequence[Any],
+        *,
+        max_batch_size: int = 0,
+        dynamic_batching: bool | Mapping[str, Any] = False,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Serve a Python function of this process as model ``name`` (no files): it takes a
+        list of requests (mappings of input name to array, with ``.parameters``) and returns
+        one dict of output arrays per request. ``inputs``/``outputs``: ``(name, dtype,
+        shape)`` each, the shape past the batch dimension; a list of functions runs one
+        instance each; ``dynamic_batching``: on, or Triton's fields; ``config``: more."""
+        self._block(
+            self.async_bind(
+                name,
+                infer_func,
+                inputs,
+                outputs,
+                max_batch_size=max_batch_size,
+                dynamic_batching=dynamic_batching,
+                config=config,
+            )
+        )
+
+    async def async_bind(
+        self,
+        name: str,
+        infer_func: InferFunction | Sequence[InferFunction],
+        inputs: Sequence[Any],
+        outputs: Sequence[Any],
+        *,
+        max_batch_size: int = 0,
+        dynamic_batching: bool | Mapping[str, Any] = False,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._check_loop()
+        functions = list(infer_func) if isinstance(infer_func, Sequence) else [infer_func]
+        built = function_config(
+            name,
+            inputs,
+            outputs,
+            max_batch_size=max_batch_size,
+            dynamic_batching=dynamic_batching,
+            instances=len(functions),
+            extra=config,
+        )
+        await load_function(self.manager, built, functions, self.settings.max_upload_bytes)
 
     def unload(self, name: str, unload_dependents: bool = False) -> list[str]:
         """Unload a model (and, with ``unload_dependents``, the ensembles that use it);

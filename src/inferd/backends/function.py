@@ -1,0 +1,168 @@
+"""The function backend: a Python function bound in this process (``inferd.Server.bind``) served
+as a model, with no model file.
+
+A bound function takes a list of requests (each a mapping of input name to numpy array, with
+the request's ``parameters``) and returns one mapping of output name to array per request, so
+the dynamic batcher hands it every request of a batch as it came. Instances are threads of
+this process; instance *i* runs the *i*-th function bound (one function serves them all when
+only one was given). Only code already running in the server's process binds a function: a
+config naming ``backend: "function"`` with no function bound under its name does not load.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inferd.backends.base import InstancePlacement
+from inferd.backends.completion import require_listed
+from inferd.backends.python.triton import conform, output_types
+from inferd.config.model_config_pb2 import ModelConfig
+from inferd.config.text import config_to_dict
+from inferd.core.errors import ConfigError, InferdError, InternalError
+from inferd.core.types import Parameters, Tensors
+from inferd.scheduling.work import Executed, Result, Work, as_error, check_rows
+
+InferFunction = Callable[[list["FunctionRequest"]], Sequence[Mapping[str, Any]]]
+
+_bound: dict[str, list[InferFunction]] = {}
+_lock = threading.Lock()
+
+
+def bind(name: str, functions: Sequence[InferFunction]) -> None:
+    """Bind ``functions`` (one per instance, or one for all) under model ``name``."""
+    if not functions or not all(callable(f) for f in functions):
+        raise ConfigError(f"model '{name}': bind a function, or a list of functions")
+    with _lock:
+        _bound[name] = list(functions)
+
+
+def unbind(name: str) -> None:
+    with _lock:
+        _bound.pop(name, None)
+
+
+def bound(name: str) -> list[InferFunction]:
+    with _lock:
+        functions = _bound.get(name)
+    if functions is None:
+        raise ConfigError(
+            f"model '{name}' names the function backend, but no function is bound under that "
+            "name in this process (inferd.Server.bind)"
+        )
+    return functions
+
+
+@dataclass(slots=True)
+class FunctionRequest(Mapping[str, np.ndarray]):
+    """One request as a bound function sees it: its inputs by name, and its parameters."""
+
+    data: Tensors
+    parameters: Parameters = field(default_factory=dict)
+    requested_output_names: list[str] | None = None
+    request_id: str = ""
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.data[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+class FunctionExecutor:
+    """One instance: the requests of a batch in, through the function, one result each out."""
+
+    inline = False
+
+    def __init__(self, label: str, function: InferFunction, config: ModelConfig) -> None:
+        self.label = label
+        self.function = function
+        self._types = output_types(config_to_dict(config))
+        self._batched = config.max_batch_size > 0
+
+    def execute(self, batch: Sequence[Work]) -> Executed:
+        requests = [
+            FunctionRequest(w.inputs, dict(w.parameters), list(w.outputs), w.request_id)
+            for w in batch
+        ]
+        started = time.perf_counter_ns()
+        try:
+            returned = self.function(requests)
+            if inspect.isgenerator(returned):
+                raise InternalError(
+                    f"model '{self.label}': the function is a generator, which only a "
+                    "decoupled model may be"
+                )
+            answers = list(returned)
+        except Exception as exc:
+            error = as_error(self.label, exc)
+            return Executed([error] * len(batch), 0, time.perf_counter_ns() - started)
+        infer_ns = time.perf_counter_ns() - started
+        if len(answers) != len(batch):
+            error = InternalError(
+                f"model '{self.label}' returned {len(answers)} responses for {len(batch)} requests"
+            )
+            return Executed([error] * len(batch), 0, infer_ns)
+        results = [self._result(work, answer) for work, answer in zip(batch, answers, strict=True)]
+        return Executed(results, 0, infer_ns, 0)
+
+    def _result(self, work: Work, answer: Mapping[str, Any]) -> Result:
+        try:
+            if not isinstance(answer, Mapping):
+                raise InternalError(
+                    f"model '{self.label}' returned {type(answer).__name__} for a request, "
+                    "not a dict of arrays"
+                )
+            outputs: Tensors = {}
+            for name in work.outputs:
+                if name not in answer:
+                    raise InternalError(
+                        f"model '{self.label}' returned no output '{name}' (it returned "
+                        f"{', '.join(repr(n) for n in answer) or 'none'})"
+                    )
+                outputs[name] = conform(self.label, name, answer[name], self._types.get(name))
+            if work.rows:
+                check_rows(self.label, outputs, work.rows)
+            return outputs
+        except InferdError as exc:
+            return exc
+
+    def close(self) -> None:
+        pass
+
+
+class FunctionBackend:
+    name = "function"
+    platforms: tuple[str, ...] = ()
+    default_filename = ""
+
+    def gpu_available(self) -> bool:
+        return False
+
+    def complete_config(
+        self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
+    ) -> None:
+        bound(config.name)
+        require_listed(config, f"function model '{config.name}'")
+        if not config.backend:
+            config.backend = self.name
+
+    def load_executor(
+        self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
+    ) -> FunctionExecutor:
+        functions = bound(config.name)
+        function = functions[placement.index % len(functions)]
+        return FunctionExecutor(f"{config.name}/{version_dir.name}", function, config)
+
+    def load(self, version_dir: Path, config: ModelConfig, placement: InstancePlacement) -> Any:
+        raise ConfigError(f"function model '{config.name}' runs through its executor")
