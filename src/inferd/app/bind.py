@@ -18,7 +18,7 @@ from inferd.core.errors import ConfigError, InvalidInput, ModelLoadError
 from inferd.repository.manager import ModelManager
 
 # The one file of a bound model's version folder (the function is in memory, not in a file).
-_MARKER = {"1/bound-function": b""}
+_MARKER = "bound-function"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,13 +97,19 @@ def function_config(
 
 
 async def load_function(
-    manager: ModelManager, config: ModelConfig, functions: Sequence[Any], max_bytes: int
+    manager: ModelManager,
+    config: ModelConfig,
+    functions: Sequence[Any],
+    max_bytes: int,
+    version: int = 1,
 ) -> None:
     """Bind the functions under the config's name and load the model (raises its error)."""
     name = config.name
     function.bind(name, functions)
     try:
-        outcome = await manager.load_files(name, config, dict(_MARKER), max_bytes)
+        outcome = await manager.load_files(
+            name, config, {f"{int(version)}/{_MARKER}": b""}, max_bytes
+        )
     except BaseException:
         function.unbind(name)
         raise

@@ -389,12 +389,14 @@ class Server:
         max_batch_size: int = 0,
         dynamic_batching: bool | Mapping[str, Any] = False,
         config: Mapping[str, Any] | None = None,
+        version: int = 1,
     ) -> None:
         """Serve a Python function of this process as model ``name`` (no files): it takes a
         list of requests (mappings of input name to array, with ``.parameters``) and returns
         one dict of output arrays per request. ``inputs``/``outputs``: ``(name, dtype,
         shape)`` each, the shape past the batch dimension; a list of functions runs one
-        instance each; ``dynamic_batching``: on, or Triton's fields; ``config``: more."""
+        instance each; ``dynamic_batching``: on, or Triton's fields; ``config``: more of
+        Triton's config fields (JSON form); ``version``: the version number it serves as."""
         self._block(
             self.async_bind(
                 name,
@@ -404,6 +406,7 @@ class Server:
                 max_batch_size=max_batch_size,
                 dynamic_batching=dynamic_batching,
                 config=config,
+                version=version,
             )
         )
 
@@ -417,6 +420,7 @@ class Server:
         max_batch_size: int = 0,
         dynamic_batching: bool | Mapping[str, Any] = False,
         config: Mapping[str, Any] | None = None,
+        version: int = 1,
     ) -> None:
         self._check_loop()
         functions = list(infer_func) if isinstance(infer_func, Sequence) else [infer_func]
@@ -429,7 +433,7 @@ class Server:
             instances=len(functions),
             extra=config,
         )
-        await load_function(self.manager, built, functions, self.settings.max_upload_bytes)
+        await load_function(self.manager, built, functions, self.settings.max_upload_bytes, version)
 
     def unload(self, name: str, unload_dependents: bool = False) -> list[str]:
         """Unload a model (and, with ``unload_dependents``, the ensembles that use it);

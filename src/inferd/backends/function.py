@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,8 +61,9 @@ def bound(name: str) -> list[InferFunction]:
 
 
 @dataclass(slots=True)
-class FunctionRequest(Mapping[str, np.ndarray]):
-    """One request as a bound function sees it: its inputs by name, and its parameters."""
+class FunctionRequest(MutableMapping[str, np.ndarray]):
+    """One request as a bound function sees it: its inputs by name (the function may add or
+    replace some), and its parameters."""
 
     data: Tensors
     parameters: Parameters = field(default_factory=dict)
@@ -71,6 +72,12 @@ class FunctionRequest(Mapping[str, np.ndarray]):
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.data[name]
+
+    def __setitem__(self, name: str, value: np.ndarray) -> None:
+        self.data[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        del self.data[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.data)
@@ -92,7 +99,7 @@ class FunctionExecutor:
 
     def execute(self, batch: Sequence[Work]) -> Executed:
         requests = [
-            FunctionRequest(w.inputs, dict(w.parameters), list(w.outputs), w.request_id)
+            FunctionRequest(dict(w.inputs), dict(w.parameters), list(w.outputs), w.request_id)
             for w in batch
         ]
         started = time.perf_counter_ns()
