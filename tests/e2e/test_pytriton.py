@@ -28,6 +28,7 @@ from inferd.pytriton.decorators import (
     sample,
     triton_context,
 )
+from inferd.pytriton.exceptions import PyTritonBadParameterError
 from inferd.pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from inferd.pytriton.triton import Triton, TritonConfig
 from tests.support import free_port
@@ -294,3 +295,14 @@ def test_a_model_bound_while_serving_loads_at_once(triton: Triton) -> None:
     )
     with ModelClient(f"grpc://127.0.0.1:{triton.grpc_port}", "Negate") as client:
         np.testing.assert_array_equal(client.infer_sample(x=np.array([2.0], F32))["y"], [-2.0])
+
+
+def test_binding_a_decoupled_function_is_an_error_that_says_so(triton: Triton) -> None:
+    with pytest.raises(PyTritonBadParameterError, match="decoupled"):
+        triton.bind(
+            "Stream",
+            _scale,
+            [Tensor(name="x", dtype=F32, shape=(-1,))],
+            [Tensor(name="y", dtype=F32, shape=(-1,))],
+            config=ModelConfig(decoupled=True),
+        )
