@@ -4,6 +4,7 @@ failures answered as errors while the server keeps serving."""
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -216,3 +217,48 @@ def test_a_bind_with_a_bad_tensor_is_a_config_error(
     with pytest.raises(ConfigError, match="dynamic batching needs max_batch_size"):
         server.bind("bad", lambda r: r, AB, OUT, dynamic_batching=True)
     assert "bad" not in {entry.name for entry in server.models()}
+
+
+def test_a_decoupled_function_streams_in_process_and_over_grpc(
+    served: tuple[inferd.Server, Recorder, Recorder, int, int],
+) -> None:
+    server, _, _, _, grpc_port = served
+
+    def count(requests: Sequence[Mapping[str, np.ndarray]]) -> Iterator[list[Any]]:
+        wanted = [int(r["N"][0]) for r in requests]
+        for i in range(max(wanted)):
+            if i == 3:
+                raise ValueError("three is too many")
+            yield [{"OUT": np.array([i], np.int32)} if i < n else None for n in wanted]
+
+    server.bind(
+        "count",
+        count,
+        [("N", np.int32, (1,))],
+        [("OUT", np.int32, (1,))],
+        config={"model_transaction_policy": {"decoupled": True}},
+    )
+    parts = server.infer_stream("count", {"N": np.array([3], np.int32)})
+    assert [p["OUT"].tolist() for p in parts] == [[0], [1], [2]]
+    with pytest.raises(InternalError, match="three is too many"):
+        list(server.infer_stream("count", {"N": np.array([5], np.int32)}))
+
+    answers: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
+    client = triton_grpc.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        n = triton_grpc.InferInput("N", [1], "INT32")
+        n.set_data_from_numpy(np.array([2], np.int32))
+        client.async_stream_infer("count", [n], enable_empty_final_response=True)
+        got: list[int] = []
+        while True:
+            result, error = answers.get(timeout=TIMEOUT_S)
+            assert error is None, error
+            final = result.get_response().parameters["triton_final_response"].bool_param
+            if result.get_response().outputs:
+                got.append(int(result.as_numpy("OUT")[0]))
+            if final:
+                break
+    finally:
+        client.stop_stream()
+    assert got == [0, 1]

@@ -15,9 +15,11 @@ import tritonclient.http as triton_http
 
 from inferd.pytriton.client import (
     AsyncioModelClient,
+    DecoupledModelClient,
     ModelClient,
     PyTritonClientInferenceServerError,
     PyTritonClientModelDoesntSupportBatchingError,
+    PyTritonClientValueError,
 )
 from inferd.pytriton.decorators import (
     batch,
@@ -28,7 +30,6 @@ from inferd.pytriton.decorators import (
     sample,
     triton_context,
 )
-from inferd.pytriton.exceptions import PyTritonBadParameterError
 from inferd.pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from inferd.pytriton.triton import Triton, TritonConfig
 from tests.support import free_port
@@ -297,12 +298,29 @@ def test_a_model_bound_while_serving_loads_at_once(triton: Triton) -> None:
         np.testing.assert_array_equal(client.infer_sample(x=np.array([2.0], F32))["y"], [-2.0])
 
 
-def test_binding_a_decoupled_function_is_an_error_that_says_so(triton: Triton) -> None:
-    with pytest.raises(PyTritonBadParameterError, match="decoupled"):
-        triton.bind(
-            "Stream",
-            _scale,
-            [Tensor(name="x", dtype=F32, shape=(-1,))],
-            [Tensor(name="y", dtype=F32, shape=(-1,))],
-            config=ModelConfig(decoupled=True),
-        )
+def test_a_decoupled_function_streams_its_responses_over_grpc(triton: Triton) -> None:
+    @batch
+    def count(n: np.ndarray) -> Iterator[dict[str, np.ndarray]]:
+        for i in range(int(n.max())):
+            yield {"i": np.full((len(n), 1), i, np.int32)}
+
+    triton.bind(
+        "Count",
+        count,
+        [Tensor(name="n", dtype=np.int32, shape=(1,))],
+        [Tensor(name="i", dtype=np.int32, shape=(1,))],
+        config=ModelConfig(max_batch_size=8, decoupled=True),
+    )
+    url = f"grpc://127.0.0.1:{triton.grpc_port}"
+    with DecoupledModelClient(url, "Count", inference_timeout_s=TIMEOUT_S) as client:
+        parts = list(client.infer_sample(n=np.array([3], np.int32)))
+        assert [int(p["i"][0]) for p in parts] == [0, 1, 2]
+        batches = list(client.infer_batch(n=np.array([[2], [2]], np.int32)))
+        assert [p["i"].ravel().tolist() for p in batches] == [[0, 0], [1, 1]]
+    with (
+        ModelClient(url, "Count") as plain,
+        pytest.raises(PyTritonClientInferenceServerError, match="decoupled"),
+    ):
+        plain.infer_sample(n=np.array([1], np.int32))
+    with pytest.raises(PyTritonClientValueError, match="grpc"):
+        DecoupledModelClient(f"http://127.0.0.1:{triton.http_port}", "Count")

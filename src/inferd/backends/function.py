@@ -3,7 +3,10 @@ as a model, with no model file.
 
 A bound function takes a list of requests (each a mapping of input name to numpy array, with
 the request's ``parameters``) and returns one mapping of output name to array per request, so
-the dynamic batcher hands it every request of a batch as it came. Instances are threads of
+the dynamic batcher hands it every request of a batch as it came. A decoupled model's function
+(``model_transaction_policy { decoupled: true }``) is a generator instead: each list it yields
+(one dict per request, or None for a request with nothing to send this time) is a response to
+each request, sent at once; its end is every request's final flag. Instances are threads of
 this process; instance *i* runs the *i*-th function bound (one function serves them all when
 only one was given). Only code already running in the server's process binds a function: a
 config naming ``backend: "function"`` with no function bound under its name does not load.
@@ -14,7 +17,7 @@ from __future__ import annotations
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +33,8 @@ from inferd.core.errors import ConfigError, InferdError, InternalError
 from inferd.core.types import Parameters, Tensors
 from inferd.scheduling.work import Executed, Result, Work, as_error, check_rows
 
-InferFunction = Callable[[list["FunctionRequest"]], Sequence[Mapping[str, Any]]]
+# One response per request (a list), or, decoupled, a generator of such lists.
+InferFunction = Callable[[list["FunctionRequest"]], Iterable[Any]]
 
 _bound: dict[str, list[InferFunction]] = {}
 _lock = threading.Lock()
@@ -95,7 +99,7 @@ class FunctionExecutor:
         self.label = label
         self.function = function
         self._types = output_types(config_to_dict(config))
-        self._batched = config.max_batch_size > 0
+        self._decoupled = config.model_transaction_policy.decoupled
 
     def execute(self, batch: Sequence[Work]) -> Executed:
         requests = [
@@ -103,6 +107,8 @@ class FunctionExecutor:
             for w in batch
         ]
         started = time.perf_counter_ns()
+        if self._decoupled:
+            return self._stream(batch, requests, started)
         try:
             returned = self.function(requests)
             if inspect.isgenerator(returned):
@@ -122,6 +128,30 @@ class FunctionExecutor:
             return Executed([error] * len(batch), 0, infer_ns)
         results = [self._result(work, answer) for work, answer in zip(batch, answers, strict=True)]
         return Executed(results, 0, infer_ns, 0)
+
+    def _stream(
+        self, batch: Sequence[Work], requests: list[FunctionRequest], started: int
+    ) -> Executed:
+        """A decoupled call: each yielded list answers the requests at once; the requests'
+        own results are then empty (their responses have gone)."""
+        try:
+            for yielded in self.function(requests):
+                answers: list[Any] = list(yielded)
+                if len(answers) != len(batch):
+                    raise InternalError(
+                        f"model '{self.label}' yielded {len(answers)} responses for "
+                        f"{len(batch)} requests"
+                    )
+                for work, answer in zip(batch, answers, strict=True):
+                    if answer is not None and work.responses is not None:
+                        work.responses(self._result(work, answer), False)
+        except Exception as exc:
+            error = as_error(self.label, exc)
+            return Executed([error] * len(batch), 0, time.perf_counter_ns() - started)
+        for work in batch:
+            if work.responses is not None:
+                work.responses({}, True)
+        return Executed([{} for _ in batch], 0, time.perf_counter_ns() - started)
 
     def _result(self, work: Work, answer: Mapping[str, Any]) -> Result:
         try:

@@ -1,7 +1,8 @@
 """PyTriton's clients (``pytriton.client``) over ``tritonclient``: ``ModelClient`` (blocking)
 and ``AsyncioModelClient`` call one model over HTTP or gRPC, chosen by the URL (``localhost``,
 ``host:port``, ``http://host:port``, ``grpc://host:port``; the port defaults to 8000 for HTTP
-and 8001 for gRPC). ``infer_sample`` sends one sample (the batch dimension added and removed
+and 8001 for gRPC); ``DecoupledModelClient`` streams a decoupled model's responses (gRPC).
+``infer_sample`` sends one sample (the batch dimension added and removed
 for a batching model), ``infer_batch`` a batch; inputs by position (the model's order) or by
 name. The model's configuration is read from the server before the first inference."""
 
@@ -9,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import queue
 import time
 import types
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -388,6 +390,97 @@ class ModelClient(_Base):
                 f"{self._inference_timeout_s} s Message: {exc}"
             ) from exc
         return _outputs(response)
+
+
+class DecoupledModelClient(ModelClient):
+    """A blocking client of a decoupled model over gRPC: ``infer_sample`` and ``infer_batch``
+    return an iterator of the responses as the model sends them."""
+
+    def __init__(self, url: str, model_name: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(url, model_name, *args, **kwargs)
+        if not self._grpc:
+            self.close()
+            raise PyTritonClientValueError(
+                "DecoupledModelClient is only supported for grpc protocol"
+            )
+
+    def __enter__(self) -> DecoupledModelClient:
+        return self
+
+    def infer_sample(  # type: ignore[override]
+        self,
+        *inputs: Any,
+        parameters: dict[str, str | int | bool] | None = None,
+        headers: dict[str, str | int | bool] | None = None,
+        **named_inputs: Any,
+    ) -> Iterator[dict[str, np.ndarray]]:
+        config = self.model_config
+        arrays = _inputs(config, inputs, named_inputs)
+        if config.batching:
+            arrays = {n: a[np.newaxis, ...] for n, a in arrays.items()}
+        for part in self._stream(arrays, parameters, headers):
+            yield {n: a[0] for n, a in part.items()} if config.batching else part
+
+    def infer_batch(  # type: ignore[override]
+        self,
+        *inputs: Any,
+        parameters: dict[str, str | int | bool] | None = None,
+        headers: dict[str, str | int | bool] | None = None,
+        **named_inputs: Any,
+    ) -> Iterator[dict[str, np.ndarray]]:
+        config = self.model_config
+        self._batched(config, True)
+        yield from self._stream(_inputs(config, inputs, named_inputs), parameters, headers)
+
+    def _stream(
+        self,
+        inputs: dict[str, np.ndarray],
+        parameters: dict[str, Any] | None,
+        headers: dict[str, Any] | None,
+    ) -> Iterator[dict[str, np.ndarray]]:
+        self._check_open()
+        config = self.model_config
+        if not config.decoupled:
+            raise PyTritonClientInferenceServerError(
+                "Model config is coupled. Use ModelClient instead."
+            )
+        answers: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
+        lib = tritonclient.grpc
+        self._client.start_stream(
+            callback=lambda result, error: answers.put((result, error)),
+            stream_timeout=self._inference_timeout_s,
+            headers={**(self._headers or {}), **(headers or {})} or None,
+        )
+        try:
+            self._client.async_stream_infer(
+                model_name=self._model_name,
+                model_version=self._model_version,
+                inputs=_wrap(lib, inputs),
+                outputs=[lib.InferRequestedOutput(s.name) for s in config.outputs or ()],
+                request_id=self._request_id(),
+                parameters=parameters,
+                enable_empty_final_response=True,
+            )
+            while True:
+                try:
+                    result, error = answers.get(timeout=self._inference_timeout_s)
+                except queue.Empty:
+                    raise PyTritonClientTimeoutError(
+                        f"Timeout occurred during inference request. Timeout: "
+                        f"{self._inference_timeout_s} s"
+                    ) from None
+                if error is not None:
+                    raise PyTritonClientInferenceServerError(
+                        f"Error occurred during inference request. Message: {error.message()}"
+                    )
+                response = result.get_response()
+                if response.outputs:
+                    yield _outputs(result)
+                final = response.parameters.get("triton_final_response")
+                if final is not None and final.bool_param:
+                    return
+        finally:
+            self._client.stop_stream(cancel_requests=True)
 
 
 class AsyncioModelClient(_Base):

@@ -148,10 +148,6 @@ def triton_model_config(
 ) -> TritonModelConfig:
     if config.model_warmup:
         raise PyTritonBadParameterError(f"model '{name}': model_warmup is not supported here")
-    if config.decoupled:
-        raise PyTritonBadParameterError(
-            f"model '{name}': decoupled (streaming) functions are not supported yet"
-        )
     if config.batching and config.max_batch_size <= 0:
         raise PyTritonBadParameterError(
             f"model '{name}': a batching model needs max_batch_size > 0"
