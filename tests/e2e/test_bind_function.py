@@ -4,6 +4,7 @@ failures answered as errors while the server keeps serving."""
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -11,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as triton_grpc
@@ -262,3 +264,29 @@ def test_a_decoupled_function_streams_in_process_and_over_grpc(
     finally:
         client.stop_stream()
     assert got == [0, 1]
+
+
+def test_a_load_over_the_network_cannot_name_a_bound_function(tmp_path: Path) -> None:
+    repo = tmp_path / "models"
+    repo.mkdir()
+    with inferd.Server(
+        model_repository=str(repo), model_control_mode="explicit", http_address="127.0.0.1"
+    ) as server:
+        server.bind("add", Recorder().function(0), AB, OUT, max_batch_size=4)
+        key = server.model_config("add").parameters["bound_function_key"].string_value
+        port = server.serve_http(free_port())
+        config = {
+            "backend": "function",
+            "max_batch_size": 4,
+            "input": [{"name": "A", "data_type": "TYPE_FP32", "dims": [-1]}],
+            "output": [{"name": "SUM", "data_type": "TYPE_FP32", "dims": [-1]}],
+            "parameters": {"bound_function_key": {"string_value": key[::-1]}},
+        }
+        reply = httpx.post(
+            f"http://127.0.0.1:{port}/v2/repository/models/add/load",
+            json={"parameters": {"config": json.dumps(config), "file:1/x": ""}},
+            timeout=TIMEOUT_S,
+        )
+        assert reply.status_code == 400, reply.text
+        assert "no function of this process is bound to it" in reply.json()["error"]
+        assert server.model_ready("add")

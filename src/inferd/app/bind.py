@@ -102,17 +102,20 @@ async def load_function(
     functions: Sequence[Any],
     max_bytes: int,
     version: int = 1,
-) -> None:
-    """Bind the functions under the config's name and load the model (raises its error)."""
+) -> str:
+    """Bind the functions and load the model with their key (raises the load's error);
+    returns the key (``function.unbind`` it once the model is gone)."""
     name = config.name
-    function.bind(name, functions)
+    key = function.bind(functions)
+    config.parameters[function.KEY_PARAMETER].string_value = key
     try:
         outcome = await manager.load_files(
             name, config, {f"{int(version)}/{_MARKER}": b""}, max_bytes
         )
     except BaseException:
-        function.unbind(name)
+        function.unbind(key)
         raise
     if not outcome.ok:
-        function.unbind(name)
+        function.unbind(key)
         raise ModelLoadError(f"failed to load model '{name}': {outcome.reason}")
+    return key

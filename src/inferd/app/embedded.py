@@ -41,7 +41,7 @@ from inferd.app.loop_thread import LoopThread, call_in_loop
 from inferd.app.reporting import log_readiness, logs_from
 from inferd.app.repository import lazy_serving, model_manager
 from inferd.app.settings import Settings
-from inferd.backends.function import InferFunction
+from inferd.backends.function import InferFunction, unbind
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError, Unavailable
@@ -147,6 +147,7 @@ class Server:
         self._loader: asyncio.Task[None] | None = None
         self._frontends: Frontends | None = None
         self._stopped = False
+        self._bound: dict[str, str] = {}  # bound functions' keys by model name
 
     def __repr__(self) -> str:
         state = "stopped" if self._stopped else "running" if self._loop else "not started"
@@ -220,6 +221,8 @@ class Server:
         if self.poller is not None:
             await self.poller.stop()
         await self.manager.close()
+        for key in self._bound.values():
+            unbind(key)
         self.plane.shared_memory.close()
         if self.tracer is not None:
             self.tracer.close()

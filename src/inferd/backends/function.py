@@ -15,6 +15,7 @@ config naming ``backend: "function"`` with no function bound under its name does
 from __future__ import annotations
 
 import inspect
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
@@ -36,30 +37,40 @@ from inferd.scheduling.work import Executed, Result, Work, as_error, check_rows
 # One response per request (a list), or, decoupled, a generator of such lists.
 InferFunction = Callable[[list["FunctionRequest"]], Iterable[Any]]
 
+# The parameter of a bound model's config that names its functions here: a random key that
+# ``bind`` returns, so a config from anywhere else (a load over the network) names none.
+KEY_PARAMETER = "bound_function_key"
+
 _bound: dict[str, list[InferFunction]] = {}
 _lock = threading.Lock()
 
 
-def bind(name: str, functions: Sequence[InferFunction]) -> None:
-    """Bind ``functions`` (one per instance, or one for all) under model ``name``."""
+def bind(functions: Sequence[InferFunction]) -> str:
+    """Hold ``functions`` (one per instance, or one for all); returns their key."""
     if not functions or not all(callable(f) for f in functions):
-        raise ConfigError(f"model '{name}': bind a function, or a list of functions")
+        raise ConfigError("bind a function, or a list of functions")
+    key = secrets.token_hex(16)
     with _lock:
-        _bound[name] = list(functions)
+        _bound[key] = list(functions)
+    return key
 
 
-def unbind(name: str) -> None:
+def unbind(key: str) -> None:
     with _lock:
-        _bound.pop(name, None)
+        _bound.pop(key, None)
 
 
-def bound(name: str) -> list[InferFunction]:
+def bound(config: ModelConfig) -> list[InferFunction]:
+    """The functions a model's config names (its ``bound_function_key`` parameter)."""
+    key = (
+        config.parameters[KEY_PARAMETER].string_value if KEY_PARAMETER in config.parameters else ""
+    )
     with _lock:
-        functions = _bound.get(name)
+        functions = _bound.get(key)
     if functions is None:
         raise ConfigError(
-            f"model '{name}' names the function backend, but no function is bound under that "
-            "name in this process (inferd.Server.bind)"
+            f"model '{config.name}' names the function backend, but no function of this "
+            "process is bound to it (inferd.Server.bind binds one)"
         )
     return functions
 
@@ -189,7 +200,7 @@ class FunctionBackend:
     def complete_config(
         self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
     ) -> None:
-        bound(config.name)
+        bound(config)
         require_listed(config, f"function model '{config.name}'")
         if not config.backend:
             config.backend = self.name
@@ -197,7 +208,7 @@ class FunctionBackend:
     def load_executor(
         self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
     ) -> FunctionExecutor:
-        functions = bound(config.name)
+        functions = bound(config)
         function = functions[placement.index % len(functions)]
         return FunctionExecutor(f"{config.name}/{version_dir.name}", function, config)
 
