@@ -119,3 +119,46 @@ async def load_function(
         function.unbind(key)
         raise ModelLoadError(f"failed to load model '{name}': {outcome.reason}")
     return key
+
+
+class BoundFunctions:
+    """A server's bound functions: binds and loads them, and releases them when the server
+    stops (a function bound again under a model's name replaces the one before)."""
+
+    def __init__(self, manager: ModelManager, max_bytes: int) -> None:
+        self.manager = manager
+        self.max_bytes = max_bytes
+        self._keys: dict[str, str] = {}  # model name -> its functions' key
+
+    async def bind(
+        self,
+        name: str,
+        infer_func: Any,
+        inputs: Sequence[Any],
+        outputs: Sequence[Any],
+        *,
+        max_batch_size: int = 0,
+        dynamic_batching: bool | Mapping[str, Any] = False,
+        config: Mapping[str, Any] | None = None,
+        version: int = 1,
+    ) -> None:
+        functions = list(infer_func) if isinstance(infer_func, Sequence) else [infer_func]
+        built = function_config(
+            name,
+            inputs,
+            outputs,
+            max_batch_size=max_batch_size,
+            dynamic_batching=dynamic_batching,
+            instances=len(functions),
+            extra=config,
+        )
+        key = await load_function(self.manager, built, functions, self.max_bytes, version)
+        replaced = self._keys.get(name)
+        self._keys[name] = key
+        if replaced is not None:
+            function.unbind(replaced)
+
+    def close(self) -> None:
+        for key in self._keys.values():
+            function.unbind(key)
+        self._keys.clear()

@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from inferd.app import edge
-from inferd.app.bind import function_config, load_function
+from inferd.app.bind import BoundFunctions
 from inferd.app.calls import Outputs, OutputsWanted, build_request
 from inferd.app.flags import from_keywords
 from inferd.app.loop_thread import LoopThread, call_in_loop
 from inferd.app.reporting import log_readiness, logs_from
 from inferd.app.repository import lazy_serving, model_manager
 from inferd.app.settings import Settings
-from inferd.backends.function import InferFunction, unbind
+from inferd.backends.function import InferFunction
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError, Unavailable
@@ -103,6 +103,7 @@ class Server:
         # Models in worker processes (Python models) call other models through the data plane;
         # metrics a model's own code records (TorchServe handlers) join the server's.
         self.model_metrics = ModelMetrics()
+        self.functions = BoundFunctions(self.manager, settings.max_upload_bytes)  # ``bind``
         lifecycle = self.manager.lifecycle
         # Triton's rate limiter: one per process, over every model this process runs.
         self.rate_limiter = limiter_from(settings.rate_limit, settings.rate_limit_resource)
@@ -147,7 +148,6 @@ class Server:
         self._loader: asyncio.Task[None] | None = None
         self._frontends: Frontends | None = None
         self._stopped = False
-        self._bound: dict[str, str] = {}  # bound functions' keys by model name
 
     def __repr__(self) -> str:
         state = "stopped" if self._stopped else "running" if self._loop else "not started"
@@ -221,8 +221,7 @@ class Server:
         if self.poller is not None:
             await self.poller.stop()
         await self.manager.close()
-        for key in self._bound.values():
-            unbind(key)
+        self.functions.close()
         self.plane.shared_memory.close()
         if self.tracer is not None:
             self.tracer.close()
@@ -388,30 +387,15 @@ class Server:
         infer_func: InferFunction | Sequence[InferFunction],
         inputs: Sequence[Any],
         outputs: Sequence[Any],
-        *,
-        max_batch_size: int = 0,
-        dynamic_batching: bool | Mapping[str, Any] = False,
-        config: Mapping[str, Any] | None = None,
-        version: int = 1,
+        **options: Any,
     ) -> None:
         """Serve a Python function of this process as model ``name`` (no files): it takes a
         list of requests (mappings of input name to array, with ``.parameters``) and returns
         one dict of output arrays per request. ``inputs``/``outputs``: ``(name, dtype,
         shape)`` each, the shape past the batch dimension; a list of functions runs one
-        instance each; ``dynamic_batching``: on, or Triton's fields; ``config``: more of
-        Triton's config fields (JSON form); ``version``: the version number it serves as."""
-        self._block(
-            self.async_bind(
-                name,
-                infer_func,
-                inputs,
-                outputs,
-                max_batch_size=max_batch_size,
-                dynamic_batching=dynamic_batching,
-                config=config,
-                version=version,
-            )
-        )
+        instance each. ``options``: ``max_batch_size``, ``dynamic_batching`` (on, or Triton's
+        fields), ``config`` (more of Triton's config fields, JSON form), ``version``."""
+        self._block(self.async_bind(name, infer_func, inputs, outputs, **options))
 
     async def async_bind(
         self,
@@ -419,24 +403,10 @@ class Server:
         infer_func: InferFunction | Sequence[InferFunction],
         inputs: Sequence[Any],
         outputs: Sequence[Any],
-        *,
-        max_batch_size: int = 0,
-        dynamic_batching: bool | Mapping[str, Any] = False,
-        config: Mapping[str, Any] | None = None,
-        version: int = 1,
+        **options: Any,
     ) -> None:
         self._check_loop()
-        functions = list(infer_func) if isinstance(infer_func, Sequence) else [infer_func]
-        built = function_config(
-            name,
-            inputs,
-            outputs,
-            max_batch_size=max_batch_size,
-            dynamic_batching=dynamic_batching,
-            instances=len(functions),
-            extra=config,
-        )
-        await load_function(self.manager, built, functions, self.settings.max_upload_bytes, version)
+        await self.functions.bind(name, infer_func, inputs, outputs, **options)
 
     def unload(self, name: str, unload_dependents: bool = False) -> list[str]:
         """Unload a model (and, with ``unload_dependents``, the ensembles that use it);
