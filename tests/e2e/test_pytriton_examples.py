@@ -72,3 +72,12 @@ def test_identity_python_runs_as_written() -> None:
     sent = _logged(output, "INPUT_1")
     assert _logged(output, "OUTPUT_1") == sent
     assert _logged(output, "OUTPUT_2") == [[b"\xff\x00\x00\x00"]] * 4
+
+
+def test_add_sub_python_with_optional_runs_as_written() -> None:
+    output = _run("add_sub_python_with_optional")
+    adds = [ast.literal_eval(m) for m in re.findall(r"client: add: (.+)$", output, re.M)]
+    subs = [ast.literal_eval(m) for m in re.findall(r"client: sub: (.+)$", output, re.M)]
+    # a = b = 1; t defaults to 2 (fill_optionals), w to 1; the client then sends w=3, t=5, both.
+    assert adds == [[[4.0]] * 2, [[6.0]] * 2, [[7.0]] * 2, [[9.0]] * 2]
+    assert subs == [[[2.0]] * 2, [[4.0]] * 2, [[5.0]] * 2, [[7.0]] * 2]
