@@ -324,3 +324,21 @@ def test_a_decoupled_function_streams_its_responses_over_grpc(triton: Triton) ->
         plain.infer_sample(n=np.array([1], np.int32))
     with pytest.raises(PyTritonClientValueError, match="grpc"):
         DecoupledModelClient(f"http://127.0.0.1:{triton.http_port}", "Count")
+
+
+def test_a_raw_function_gets_requests_with_their_parameters(triton: Triton) -> None:
+    from inferd.pytriton.proxy.types import Request
+
+    def scale(requests: list[Request]) -> list[dict[str, np.ndarray]]:
+        assert all(isinstance(r, Request) for r in requests)
+        return [{"y": r["x"] * float(str(r.parameters.get("factor", 1)))} for r in requests]
+
+    triton.bind(
+        "RawScale",
+        scale,
+        [Tensor(name="x", dtype=F32, shape=(-1,))],
+        [Tensor(name="y", dtype=F32, shape=(-1,))],
+    )
+    with ModelClient(f"http://127.0.0.1:{triton.http_port}", "RawScale") as client:
+        result = client.infer_sample(x=np.array([1.0, 2.0], F32), parameters={"factor": 3})
+        np.testing.assert_array_equal(result["y"], np.array([3.0, 6.0], F32))
