@@ -26,6 +26,7 @@ from collections.abc import (
     Coroutine,
     Iterator,
     Mapping,
+    Sequence,
 )
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -33,12 +34,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from inferd.app import edge
+from inferd.app.bind import BoundFunctions
 from inferd.app.calls import Outputs, OutputsWanted, build_request
 from inferd.app.flags import from_keywords
 from inferd.app.loop_thread import LoopThread, call_in_loop
 from inferd.app.reporting import log_readiness, logs_from
 from inferd.app.repository import lazy_serving, model_manager
 from inferd.app.settings import Settings
+from inferd.backends.function import InferFunction
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError, Unavailable
@@ -103,6 +106,7 @@ class Server:
         # Models in worker processes (Python models) call other models through the data plane;
         # metrics a model's own code records (TorchServe handlers) join the server's.
         self.model_metrics = ModelMetrics()
+        self.functions = BoundFunctions(self.manager, settings.max_upload_bytes)  # ``bind``
         lifecycle = self.manager.lifecycle
         # Triton's rate limiter: one per process, over every model this process runs.
         self.rate_limiter = limiter_from(settings.rate_limit, settings.rate_limit_resource)
@@ -220,6 +224,7 @@ class Server:
         if self.poller is not None:
             await self.poller.stop()
         await self.manager.close()
+        self.functions.close()
         self.plane.shared_memory.close()
         if self.tracer is not None:
             self.tracer.close()
@@ -378,6 +383,33 @@ class Server:
         text = config if isinstance(config, str) or config is None else orjson.dumps(config)
         config_json = text.decode() if isinstance(text, bytes) else text
         await self.plane.load_model(name, config_json, dict(files) if files else None)
+
+    def bind(
+        self,
+        name: str,
+        infer_func: InferFunction | Sequence[InferFunction],
+        inputs: Sequence[Any],
+        outputs: Sequence[Any],
+        **options: Any,
+    ) -> None:
+        """Serve a Python function of this process as model ``name`` (no files): it takes a
+        list of requests (mappings of input name to array, with ``.parameters``) and returns
+        one dict of output arrays per request. ``inputs``/``outputs``: ``(name, dtype,
+        shape)`` each, the shape past the batch dimension; a list of functions runs one
+        instance each. ``options``: ``max_batch_size``, ``dynamic_batching`` (on, or Triton's
+        fields), ``config`` (more of Triton's config fields, JSON form), ``version``."""
+        self._block(self.async_bind(name, infer_func, inputs, outputs, **options))
+
+    async def async_bind(
+        self,
+        name: str,
+        infer_func: InferFunction | Sequence[InferFunction],
+        inputs: Sequence[Any],
+        outputs: Sequence[Any],
+        **options: Any,
+    ) -> None:
+        self._check_loop()
+        await self.functions.bind(name, infer_func, inputs, outputs, **options)
 
     def unload(self, name: str, unload_dependents: bool = False) -> list[str]:
         """Unload a model (and, with ``unload_dependents``, the ensembles that use it);

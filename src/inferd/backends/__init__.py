@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # a Python model's worker imports this package without protob
 # imports its framework), the way entry points name third-party ones: this table imports none.
 BUILTIN: dict[str, str] = {
     "echo": "inferd.backends.echo:EchoBackend",
+    "function": "inferd.backends.function:FunctionBackend",
     "ensemble": "inferd.backends.ensemble:EnsembleBackend",
     "python": "inferd.backends.python.backend:PythonBackend",
     "torchserve": "inferd.backends.torchserve.backend:TorchServeBackend",

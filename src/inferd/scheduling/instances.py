@@ -45,6 +45,7 @@ from inferd.scheduling.work import (
     Executed,
     Executor,
     InstanceFailed,
+    Result,
     Work,
     as_error,
     run_live,
@@ -159,6 +160,9 @@ class ThreadInstances:
             instance = self._least_busy()
         elif not 0 <= instance < self.count:
             raise ValueError(f"model '{self.name}' has no instance {instance}")
+        for work in batch:
+            if work.responses is not None:  # a decoupled model's: its sink is the loop's
+                work.responses = _on_loop(loop, work.responses)
         self._pending[instance] += 1
         self._busy += 1
         self._queues[instance].put(_Job(batch, future, loop))
@@ -318,3 +322,14 @@ class ThreadInstances:
                 executor.close()
             except Exception:
                 log.exception("closing instance %d of '%s' failed", i, self.name)
+
+
+def _on_loop(
+    loop: asyncio.AbstractEventLoop, sink: Callable[[Result, bool], None]
+) -> Callable[[Result, bool], None]:
+    """A decoupled request's sink, called from an instance's thread, run on the event loop."""
+
+    def send(result: Result, final: bool) -> None:
+        loop.call_soon_threadsafe(sink, result, final)
+
+    return send

@@ -1,0 +1,39 @@
+"""PyTriton's exceptions, by PyTriton's names (``pytriton.exceptions``)."""
+
+from __future__ import annotations
+
+
+class PyTritonError(Exception):
+    """The base of PyTriton's server-side errors."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self._message = message
+
+    @property
+    def message(self) -> str:
+        return self._message
+
+
+class PyTritonValidationError(PyTritonError):
+    """A value that fails validation."""
+
+
+class PyTritonInvalidOperationError(PyTritonError):
+    """An operation the object's state does not allow."""
+
+
+class PyTritonBadParameterError(PyTritonError):
+    """A bad parameter."""
+
+
+class PyTritonModelConfigError(PyTritonError):
+    """A model configuration that cannot be served."""
+
+
+class PyTritonUnrecoverableError(PyTritonError):
+    """An error the server cannot recover from."""
+
+
+class PyTritonRuntimeError(PyTritonError):
+    """An error while the server runs (in a decorator, say)."""

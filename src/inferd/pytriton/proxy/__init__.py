@@ -1,0 +1,1 @@
+"""PyTriton's ``pytriton.proxy`` names that scripts import (``types.Request``)."""
