@@ -94,5 +94,5 @@ def test_missing_extra_says_what_to_install(
     from inferd.core.errors import ModelLoadError
 
     monkeypatch.setitem(sys.modules, "lightgbm", None)
-    with pytest.raises(ModelLoadError, match=r"inferd\[lightgbm\]"):
+    with pytest.raises(ModelLoadError, match=r"pip install .*\[lightgbm\]"):
         LightGBMBackend().complete_config(tmp_path, parse_config_text(""), 8)

@@ -125,5 +125,5 @@ def test_missing_extra_says_what_to_install(
     from inferd.core.errors import ModelLoadError
 
     monkeypatch.setitem(sys.modules, "openvino", None)
-    with pytest.raises(ModelLoadError, match=r"inferd\[openvino\]"):
+    with pytest.raises(ModelLoadError, match=r"pip install .*\[openvino\]"):
         OpenVinoBackend().complete_config(tmp_path, parse_config_text(""), 8)

@@ -152,6 +152,6 @@ def test_missing_extra_says_what_to_install(
     config = parse_config_text("")
     with (
         granted(CodePolicy().grants(Origin.STARTUP)),
-        pytest.raises(ModelLoadError, match=r"inferd\[sklearn\]"),
+        pytest.raises(ModelLoadError, match=r"pip install .*\[sklearn\]"),
     ):
         SklearnBackend().complete_config(tmp_path, config, 8)

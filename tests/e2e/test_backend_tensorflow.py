@@ -173,5 +173,5 @@ def test_missing_extra_says_what_to_install(
     from inferd.core.errors import ModelLoadError
 
     monkeypatch.setitem(sys.modules, "tensorflow", None)
-    with pytest.raises(ModelLoadError, match=r"inferd\[tensorflow\]"):
+    with pytest.raises(ModelLoadError, match=r"pip install .*\[tensorflow\]"):
         TensorFlowBackend().complete_config(tmp_path, parse_config_text(""), 8)

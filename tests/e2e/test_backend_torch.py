@@ -133,7 +133,7 @@ def test_missing_extra_says_what_to_install(
     from inferd.core.errors import ModelLoadError
 
     monkeypatch.setitem(sys.modules, "torch", None)
-    with pytest.raises(ModelLoadError, match=r"inferd\[torch\]"):
+    with pytest.raises(ModelLoadError, match=r"pip install .*\[torch\]"):
         TorchBackend().load(
             tmp_path, parse_config_text(SCRIPT_CONFIG), InstancePlacement("CPU", 0, 1)
         )

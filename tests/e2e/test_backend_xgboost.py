@@ -96,5 +96,5 @@ def test_missing_extra_says_what_to_install(
     from inferd.core.errors import ModelLoadError
 
     monkeypatch.setitem(sys.modules, "xgboost", None)
-    with pytest.raises(ModelLoadError, match=r"inferd\[xgboost\]"):
+    with pytest.raises(ModelLoadError, match=r"pip install .*\[xgboost\]"):
         XGBoostBackend().complete_config(tmp_path, parse_config_text(""), 8)
