@@ -19,17 +19,14 @@ import asyncio
 import logging
 import threading
 from collections.abc import (
-    AsyncGenerator,
-    AsyncIterator,
     Awaitable,
     Callable,
     Coroutine,
-    Iterator,
     Mapping,
     Sequence,
 )
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -37,14 +34,15 @@ from inferd.app import edge
 from inferd.app.bind import BoundFunctions
 from inferd.app.calls import Outputs, OutputsWanted, build_request
 from inferd.app.flags import from_keywords
-from inferd.app.loop_thread import LoopThread, call_in_loop
+from inferd.app.loop_thread import LoopThread
 from inferd.app.reporting import log_readiness, logs_from
 from inferd.app.repository import lazy_serving, model_manager
+from inferd.app.server_streams import StreamCalls
 from inferd.app.settings import Settings
 from inferd.backends.function import InferFunction
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.dataplane import DataPlane
-from inferd.core.errors import ConfigError, Unavailable
+from inferd.core.errors import ConfigError
 from inferd.core.registry import Registry
 from inferd.core.stats import ModelStatistics
 from inferd.core.types import InferRequest
@@ -69,15 +67,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("inferd.server")
 
-T = TypeVar("T")
-_END = object()  # what ``_next`` returns when a stream has ended
 
-
-class Server:
+class Server(StreamCalls):
     """An inferd server in this process: ``Server(model_repository="models", **settings)``.
 
     The keyword arguments are ``inferd serve``'s settings (``--model-control-mode`` ->
-    ``model_control_mode``...), or pass one ``Settings``. The environment is not read."""
+    ``model_control_mode``...), or pass one ``Settings``. The environment is not read.
+    Its streaming calls are ``inferd.app.server_streams``'s; how its methods reach its event
+    loop, ``inferd.app.server_loop``'s."""
 
     def __init__(
         self, settings: Settings | None = None, /, *, logs: Logs | None = None, **options: Any
@@ -307,50 +304,6 @@ class Server:
     async def _infer(self, request: InferRequest) -> Outputs:
         return Outputs(await self.plane.infer(request))
 
-    def infer_stream(
-        self,
-        model: str,
-        inputs: Mapping[str, Any],
-        *,
-        version: str | int = "",
-        outputs: OutputsWanted | None = None,
-        parameters: Mapping[str, Any] | None = None,
-        request_id: str = "",
-    ) -> Iterator[Outputs]:
-        """The responses to one request as the model sends them: a decoupled model's 0..N,
-        any other model's one. Leaving the loop early cancels the request."""
-        request = build_request(model, inputs, version, outputs, parameters, request_id)
-        stream = self._stream(request)
-        try:
-            while True:
-                item = self._block(_next(stream))
-                if item is _END:
-                    return
-                assert isinstance(item, Outputs)
-                yield item
-        finally:
-            if self._loop is not None and not self._stopped and not self._loop.is_closed():
-                self._block(stream.aclose())
-
-    def async_infer_stream(
-        self,
-        model: str,
-        inputs: Mapping[str, Any],
-        *,
-        version: str | int = "",
-        outputs: OutputsWanted | None = None,
-        parameters: Mapping[str, Any] | None = None,
-        request_id: str = "",
-    ) -> AsyncIterator[Outputs]:
-        """``infer_stream`` as an async iterator on the server's event loop."""
-        self._check_loop()
-        return self._stream(build_request(model, inputs, version, outputs, parameters, request_id))
-
-    async def _stream(self, request: InferRequest) -> AsyncGenerator[Outputs, None]:
-        async for response in self.plane.infer_stream(request):
-            if response.outputs or not response.parameters.get("triton_final_response"):
-                yield Outputs(response)  # a bare final flag ends the stream: not a response
-
     # ------------------------------------------------------------------ models
 
     def models(self, ready_only: bool = False) -> list[IndexEntry]:
@@ -489,52 +442,3 @@ class Server:
 
             self._frontends = Frontends(self, metrics_text=metrics_text, workers=workers)
         return self._frontends
-
-    # ------------------------------------------------------------------ threads and loops
-
-    def _check_loop(self) -> None:
-        """An ``async_`` method is awaited on the server's own loop."""
-        if self._loop is None or self._stopped:
-            raise Unavailable(_NOT_RUNNING)
-        if asyncio.get_running_loop() is not self._loop:
-            raise RuntimeError(
-                "this inferd.Server runs on another event loop: await its async_ methods "
-                "there, or call its blocking methods from a thread"
-            )
-
-    def _block(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the server's loop from another thread and wait for its result."""
-        loop = self._loop
-        if loop is None or self._stopped or loop.is_closed():
-            coro.close()
-            raise Unavailable(_NOT_RUNNING)
-        if threading.get_ident() == self._loop_thread_id:
-            coro.close()
-            raise RuntimeError(
-                "a blocking inferd.Server method was called on the server's own event loop: "
-                "await the async_ form instead (server.async_infer...)"
-            )
-        return call_in_loop(loop, coro)
-
-    def _here(self, function: Callable[..., T], *args: Any) -> T:
-        """Call ``function`` on the server's loop thread: at once when this is it."""
-        if threading.get_ident() == self._loop_thread_id:
-            return function(*args)
-        return self._block(_apply(function, *args))
-
-
-_NOT_RUNNING = (
-    "the server is not running: start it with `with inferd.Server(...)`, open() or "
-    "`await server.start()`"
-)
-
-
-async def _apply(function: Callable[..., T], *args: Any) -> T:
-    return function(*args)
-
-
-async def _next(stream: AsyncIterator[Outputs]) -> object:
-    try:
-        return await stream.__anext__()
-    except StopAsyncIteration:
-        return _END

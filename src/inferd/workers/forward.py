@@ -8,14 +8,14 @@ into an arena the host reads in place (and the host's answers come back the same
 requests and answers of one event-loop iteration travel as one message each way.
 
 Each model version here is a stand-in (``workers.table``) whose scheduler is a
-``RemoteScheduler``: the frontend validates a request and keeps the request's statistics; the
-host runs it through the version's own scheduler (its dynamic batcher sees the requests of
-every worker), answers it from its response cache when the model has one, and keeps the
-execution statistics. A client that leaves cancels its request on the host too. A request for a
-version the host retired since the frontend routed it (a swap) comes back with the number of the
-host's table that says so, and fails here only once that table is applied: the stand-in is then
-retired too, and the data plane routes the request again. Both ends are processes of the same
-server, so messages are unpickled as they come.
+``RemoteScheduler`` (``workers.remote_scheduler``): the frontend validates a request and keeps
+the request's statistics; the host runs it through the version's own scheduler (its dynamic
+batcher sees the requests of every worker), answers it from its response cache when the model
+has one, and keeps the execution statistics. A client that leaves cancels its request on the
+host too. A request for a version the host retired since the frontend routed it (a swap) comes
+back with the number of the host's table that says so, and fails here only once that table is
+applied: the stand-in is then retired too, and the data plane routes the request again. Both
+ends are processes of the same server, so messages are unpickled as they come.
 
 When the host goes away (it died and is being restarted), requests fail at once with
 ``Unavailable``, the frontend reports not ready, and the link reconnects; the host's first
@@ -30,7 +30,7 @@ import itertools
 import logging
 import socket
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ from inferd.scheduling.work import CANCELLED, Result, Work
 from inferd.workers import rows
 from inferd.workers.mirror import Mirror
 from inferd.workers.queues import QueueView
+from inferd.workers.remote_scheduler import RemoteScheduler
 from inferd.workers.status import status_from_doc
 
 log = logging.getLogger("inferd.workers")
@@ -77,46 +78,6 @@ class _Out:
     call_id: int
     scheduler: RemoteScheduler
     work: Work
-
-
-class RemoteScheduler:
-    """The scheduler of a frontend's stand-in version: the host runs the request.
-    ``rows``: how many rows of compatible requests may travel as one (``workers.rows``);
-    ``queue``: [the byte that says the host's queue is full, the host's answer then]
-    (``workers.queues``), for a queue-limited version."""
-
-    __slots__ = ("link", "name", "queue", "rows", "version")
-
-    def __init__(
-        self,
-        link: HostLink,
-        name: str,
-        version: int,
-        rows: int = 0,
-        queue: list[Any] | None = None,
-    ) -> None:
-        self.link = link
-        self.name = name
-        self.version = version
-        self.rows = rows
-        self.queue = queue
-
-    @property
-    def queue_limited(self) -> bool:
-        return self.queue is not None
-
-    def queue_full(self) -> Unavailable | None:
-        """The host's answer, at once, while the host's queue for the version is full."""
-        queue = self.queue
-        if queue is None or not self.link.queues.full(queue[0]):
-            return None
-        return Unavailable(queue[1])
-
-    def run(self, work: Work, timings: Timings) -> Coroutine[Any, Any, Tensors]:
-        return self.link.run(self, work, timings)  # the link's coroutine: no frame of ours
-
-    async def close(self) -> None:
-        return None  # the host closes the version itself
 
 
 class HostLink:
