@@ -6,6 +6,7 @@ Every wait is bounded; figures (latencies under idle connections) are printed, n
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import select
@@ -240,6 +241,10 @@ def test_the_grpc_in_flight_limit_answers_at_once(limited: ServerProcess) -> Non
     channel.close()
 
 
+def _counted_or_answered(server: ServerProcess, call: Future[httpx.Response], count: int) -> bool:
+    return call.done() or pending_requests(server, "queued") == count
+
+
 def test_a_full_queue_answers_before_the_body_is_read(limited: ServerProcess) -> None:
     url = f"{limited.http_url}/v2/models/queued/infer"
     with ThreadPoolExecutor(4) as pool:
@@ -254,7 +259,7 @@ def test_a_full_queue_answers_before_the_body_is_read(limited: ServerProcess) ->
             assert len(calls) < 4 and len(shed) < 12, (len(calls), shed)
             call = pool.submit(httpx.post, url, json=body(), timeout=60)
             wait_for(
-                lambda c=call: c.done() or pending_requests(limited, "queued") == len(calls) + 1,
+                functools.partial(_counted_or_answered, limited, call, len(calls) + 1),
                 f"request {len(calls) + 1} counted or answered",
             )
             if not call.done():
