@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import difflib
 import logging
 import os
@@ -64,12 +66,31 @@ def _setup_logging(verbose: int) -> None:
     )
 
 
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter (glibc's malloc.h)
+MMAP_THRESHOLD_BYTES = 256 << 10
+
+
+def _large_blocks_mapped() -> None:
+    """glibc: every block of 256 KiB or more gets pages of its own, given back when it is
+    freed. By default the threshold rises to each large block freed, so that request bodies
+    and a model's working buffers soon come from the heap, which a burst leaves large; the
+    serving and worker processes, forked from this one, keep the setting. A threshold the
+    operator set (glibc's environment) stays; without glibc, nothing changes."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ or "mmap_threshold" in os.environ.get(
+        "GLIBC_TUNABLES", ""
+    ):
+        return  # the operator's choice
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+
+
 def _serve(args: argparse.Namespace) -> int:
     try:
         config = flags.from_sources(args, os.environ)
     except ConfigError as exc:
         print(f"inferd: {exc.message}", file=sys.stderr)
         return 2
+    _large_blocks_mapped()
     from inferd.app.server import serve
 
     return serve(config)

@@ -4,11 +4,15 @@ only once the port is bound."""
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.support import ServerProcess, free_port
 
@@ -98,3 +102,46 @@ def test_help_prints_no_double_backticks() -> None:
         [sys.executable, "-m", "inferd", "--help"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0 and "``" not in done.stdout and "`inferd`" in done.stdout
+
+
+MAPPED_PROBE = """
+import ctypes, sys
+from inferd import cli
+if sys.argv[1] == "set":
+    cli._large_blocks_mapped()
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+libc.mallinfo2.restype = Info
+libc.free(libc.malloc(1 << 20))  # glibc alone: the threshold rises past 1 MiB here
+mapped = libc.mallinfo2().hblkhd
+block = libc.malloc(1 << 20)
+print(libc.mallinfo2().hblkhd - mapped >= 1 << 20)
+"""
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+    reason="glibc's allocator",
+)
+def test_the_server_maps_large_blocks_of_their_own_and_keeps_the_operators_threshold() -> None:
+    # A burst of large request bodies otherwise comes from the heap and leaves it large.
+    def run(how: str, **env: str) -> str:
+        found = subprocess.run(
+            [sys.executable, "-c", MAPPED_PROBE, how],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+            timeout=120,
+            check=True,
+        )
+        return found.stdout.strip()
+
+    assert run("glibc") == "False"
+    assert run("set") == "True"
+    assert run("set", GLIBC_TUNABLES="glibc.malloc.mmap_threshold=4194304") == "False"

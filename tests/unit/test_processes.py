@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from inferd.config.text import parse_config_text
 from inferd.core.errors import ModelLoadError
 from inferd.scheduling.processes import ProcessInstances
 from inferd.scheduling.recipe import WorkerRecipe, backend_recipe
+from inferd.scheduling.shm import Arenas
 from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Work
 from tests.echo_support import ok
 
@@ -151,6 +153,35 @@ def test_a_large_tensor_crosses_through_shared_memory(closing: list[ProcessInsta
             del out, executed
 
     asyncio.run(run())
+
+
+def test_a_large_batch_is_copied_into_shared_memory_off_the_event_loop(
+    closing: list[ProcessInstances], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A large copy on the loop held every other request of the process; the batches still go
+    # out in order, and a small one is copied on the loop (no thread hop per request).
+    pool = ProcessInstances("copied", _recipes("copied", 1, dims="[-1]"))
+    closing.append(pool)
+    copied_on: list[tuple[int, bool]] = []
+    real_put = Arenas.put
+
+    def put(arenas: Arenas, array: np.ndarray) -> Any:
+        copied_on.append((array.size, threading.current_thread() is threading.main_thread()))
+        return real_put(arenas, array)
+
+    monkeypatch.setattr(Arenas, "put", put)
+    big = np.arange(2 * 1_500_000, dtype=np.float32).reshape(2, -1)  # 12 MB
+    small = np.arange(2 * 10_000, dtype=np.float32).reshape(2, -1)  # 80 KB: an arena too
+
+    async def run() -> list[float]:
+        sent = [
+            pool.submit([Work({"INPUT0": a}, 2, ("OUTPUT0",))]) for a in (big, small, big, small)
+        ]
+        executed = await asyncio.gather(*sent)
+        return [float(ok(e.results[0])["OUTPUT0"][1, -1]) for e in executed]
+
+    assert asyncio.run(run()) == [float(big[1, -1]), float(small[1, -1])] * 2
+    assert copied_on == [(big.size, False), (small.size, True)] * 2
 
 
 def test_bytes_tensors_keep_any_bytes(closing: list[ProcessInstances]) -> None:

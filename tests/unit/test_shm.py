@@ -60,3 +60,17 @@ def test_bytes_are_copied_out_and_released_at_once() -> None:
     _connect(writer, reader)
     assert reader.read(ref) == b"\x00hello\xff"
     assert reader.releases() == [ref]
+
+
+def test_large_bytes_and_parts_arrive_whole() -> None:
+    # Copies of 1 MiB or more go through numpy (the GIL let go): every byte where it belongs.
+    writer, reader = Arenas(), Mapped()
+    rng = np.random.default_rng(0)
+    one = rng.integers(0, 256, 3_000_001, dtype=np.uint8).tobytes()
+    parts: list[bytes | bytearray] = [b"ab", bytearray(one), b"", one[:1_500_000], b"z"]
+    size = sum(len(p) for p in parts)
+    whole, joined = writer.put_bytes(memoryview(one)), writer.put_parts(parts, size)
+    _connect(writer, reader)
+    assert reader.read(whole) == one
+    assert reader.read(joined) == b"".join(parts)
+    writer.close()

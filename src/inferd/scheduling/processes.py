@@ -45,6 +45,7 @@ from inferd.scheduling.wire import (
     decode_executed,
     decode_result,
     encode_works,
+    works_bytes,
 )
 from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Work, live
 
@@ -54,6 +55,9 @@ DEPTH = 2  # jobs a worker holds: one running, one waiting, so it never idles be
 RESTART_BACKOFF_FIRST_S = 0.5
 RESTART_BACKOFF_MAX_S = 30.0
 IDLE_FLUSH_S = 0.01  # a worker left idle gets the releases of its output blocks this soon
+# A batch whose tensors are larger than this is copied into shared memory on a thread: copying
+# a 120 MB body on the event loop held every other request of the process (``/ping`` too).
+COPY_OFF_LOOP_BYTES = 4 << 20
 
 # Receives the metrics a model's own code records: (model label, records).
 MetricsSink = Callable[[str, list[Any]], None]
@@ -83,10 +87,11 @@ class _Worker:
     reason: str = ""  # why it is broken
     backoff_s: float = RESTART_BACKOFF_FIRST_S
     flush_armed: bool = False
+    copying: _Job | None = None  # being copied into shared memory on a thread, next to send
 
     @property
     def load(self) -> int:
-        return len(self.queue) + len(self.sent)
+        return len(self.queue) + len(self.sent) + (self.copying is not None)
 
 
 class ProcessInstances:
@@ -171,8 +176,10 @@ class ProcessInstances:
     def _pump(self, worker: _Worker) -> None:
         """Send queued jobs while the worker has room."""
         channel = worker.channel
-        while worker.state is _UP and len(worker.sent) < DEPTH and worker.queue:
-            assert channel is not None
+        while (
+            worker.state is _UP and len(worker.sent) < DEPTH and worker.queue and not worker.copying
+        ):
+            assert channel is not None and self._loop is not None
             job = worker.queue.popleft()
             if job.future.done():  # the caller left while it was queued: never run
                 self._settled()
@@ -183,15 +190,45 @@ class ProcessInstances:
                 self._settled()
                 continue
             job.works = job.batch if wanted is None else wanted
+            if works_bytes(job.works) > COPY_OFF_LOOP_BYTES:
+                worker.copying = job  # the jobs behind it wait: they go out in order
+                copy = self._loop.run_in_executor(None, encode_works, channel, job.works)
+                copy.add_done_callback(functools.partial(self._copied, worker, job, channel))
+                return
             try:
                 payload = encode_works(channel, job.works)
             except Exception as exc:
                 job.future.set_exception(InternalError(f"cannot send a batch to a worker: {exc}"))
                 self._settled()
                 continue
-            worker.sent[job.id] = job
-            job.future.add_done_callback(functools.partial(self._cancel, worker, job.id))
-            self._send(worker, "job", (job.id, payload))
+            self._send_job(worker, job, payload)
+
+    def _copied(
+        self, worker: _Worker, job: _Job, channel: Channel, copy: asyncio.Future[Any]
+    ) -> None:
+        """A large batch is in shared memory: send it, then what waited behind it."""
+        worker.copying = None
+        error = copy.exception()
+        if error is not None:
+            if not job.future.done():
+                job.future.set_exception(InternalError(f"cannot send a batch to a worker: {error}"))
+            self._settled()
+        elif worker.channel is channel and worker.state is _UP:
+            self._send_job(worker, job, copy.result())
+        elif worker.state is _BROKEN or worker.state is _CLOSED:
+            if not job.future.done():
+                job.future.set_exception(
+                    InstanceFailed(worker.reason or f"model '{self.name}' has no running instance")
+                )
+            self._settled()
+        else:  # the worker died meanwhile (its blocks went with it): copied again for the next
+            worker.queue.appendleft(job)
+        self._pump(worker)
+
+    def _send_job(self, worker: _Worker, job: _Job, payload: Any) -> None:
+        worker.sent[job.id] = job
+        job.future.add_done_callback(functools.partial(self._cancel, worker, job.id))
+        self._send(worker, "job", (job.id, payload))
 
     def _send(self, worker: _Worker, kind: str, payload: Any) -> None:
         channel = worker.channel
@@ -308,7 +345,7 @@ class ProcessInstances:
             self._drained.set_result(None)
 
     def _busy(self) -> bool:
-        return any(w.queue or w.sent for w in self._workers)
+        return any(w.queue or w.sent or w.copying for w in self._workers)
 
     # ------------------------------------------------------------------ calls to other models
 

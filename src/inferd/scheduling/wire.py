@@ -188,6 +188,18 @@ def decode_error(name: str, message: str, status: int | None = None) -> InferdEr
 # ---------------------------------------------------------------------- requests and results
 
 
+def tensor_bytes(array: np.ndarray) -> int:
+    """What ``array``'s data takes: its elements' lengths for BYTES (object) tensors."""
+    if array.dtype.kind != "O":
+        return int(array.nbytes)
+    return sum(len(x) for x in array.flat if isinstance(x, (bytes, bytearray, memoryview, str)))
+
+
+def works_bytes(works: Sequence[Work]) -> int:
+    """What the tensors of ``works`` take (``tensor_bytes``)."""
+    return sum(tensor_bytes(np.asarray(a)) for w in works for a in w.inputs.values())
+
+
 def encode_works(channel: Channel, works: Sequence[Work]) -> list[tuple[Any, ...]]:
     encoder = Encoder(channel)
     return [

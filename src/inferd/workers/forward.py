@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import socket
@@ -40,7 +41,8 @@ from inferd.core.registry import Registry
 from inferd.core.types import Tensors, Timings
 from inferd.repository.manager import RepositoryStatus
 from inferd.scheduling.channel import SOCKET_BUFFER_BYTES, Channel
-from inferd.scheduling.wire import Encoder, decode_result
+from inferd.scheduling.processes import COPY_OFF_LOOP_BYTES
+from inferd.scheduling.wire import Encoder, decode_result, works_bytes
 from inferd.scheduling.work import CANCELLED, Result, Work
 from inferd.workers import rows
 from inferd.workers.mirror import Mirror
@@ -262,6 +264,9 @@ class HostLink:
                 continue
             if item.call_id not in calls:
                 continue  # its caller left before it went out
+            if works_bytes((item.work,)) > COPY_OFF_LOOP_BYTES:  # travels alone
+                self._copy_off_loop(channel, item)
+                continue
             joint = rows.key(item.work) if item.scheduler.rows else None
             if joint is None:
                 sent.append(self._encode(encoder, item.call_id, item.scheduler, item.work))
@@ -272,6 +277,26 @@ class HostLink:
                 sent.append(self._encode_joined(encoder, chunk))
         if sent:
             self._send("calls", sent)
+
+    def _copy_off_loop(self, channel: Channel, item: _Out) -> None:
+        """Copy a large request into shared memory on a thread (on the loop, the copy held
+        every other request of this process), then send it."""
+        assert self._loop is not None
+        copy = self._loop.run_in_executor(
+            None, self._encode, Encoder(channel), item.call_id, item.scheduler, item.work
+        )
+        copy.add_done_callback(functools.partial(self._copied, channel, item.call_id))
+
+    def _copied(self, channel: Channel, call_id: int, copy: asyncio.Future[Any]) -> None:
+        error = copy.exception()
+        if error is not None:
+            call = self._calls.pop(call_id, None)
+            if call is not None and not call.future.done():
+                call.future.set_exception(InternalError(f"cannot send a request: {error}"))
+        elif self.channel is channel:  # else the host went away, and the call failed with it
+            # A caller that left meanwhile: the host frees the request's blocks and drops it.
+            gone = [] if call_id in self._calls else [("c", call_id)]
+            self._send("calls", [copy.result(), *gone])
 
     def _encode(
         self,
