@@ -5,13 +5,16 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from inferd.core.registry import Registry
+from inferd.core.routing import ShadowCounts
 from inferd.core.stats import ModelStats
 from inferd.dashboard.series import FIELDS
 from inferd.observability.metrics import EndpointStats, build_registry, render
 from inferd.workers.merge import (
     merge_metrics,
+    merge_shadow_counts,
     merge_statistics,
     merge_traffic,
+    shadow_document,
     statistics_document,
     statistics_from_document,
 )
@@ -123,3 +126,17 @@ def test_traffic_rows_add_up_per_whole_second() -> None:
     assert merged["models"]["m"]["rows"] == rows
     later = merge_traffic([one, other], now_t=102.0)
     assert [r[at["t"]] for r in later["server"]["rows"]] == [100.0, 101.0]
+
+
+def test_shadow_counts_add_up_and_keep_the_largest_difference() -> None:
+    own = {"a": ShadowCounts(2, 2, 0, 0, 0, 0.5), "b": ShadowCounts(1, 0, 0, 1, 0, None)}
+    theirs = shadow_document(
+        {"a": ShadowCounts(3, 2, 1, 0, 1, 2.0), "c": ShadowCounts(1, 1, 0, 0, 0, None)}
+    )
+    quiet = shadow_document({"a": ShadowCounts(0, 0, 0, 0, 0, None)})
+    totals = merge_shadow_counts(own, [theirs, quiet])
+    assert totals == {
+        "a": ShadowCounts(5, 4, 1, 0, 1, 2.0),
+        "b": ShadowCounts(1, 0, 0, 1, 0, None),
+        "c": ShadowCounts(1, 1, 0, 0, 0, None),
+    }

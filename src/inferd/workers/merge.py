@@ -1,4 +1,5 @@
-"""Totals across workers: Prometheus expositions, statistics and dashboard traffic, merged.
+"""Totals across workers: Prometheus expositions, statistics, shadow counts and dashboard
+traffic, merged.
 
 Counters, histograms and most gauges add up (requests, rows, CPU seconds, memory, requests in
 flight); a few gauges describe a state rather than an amount, and take the lowest or highest
@@ -16,6 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from inferd.core.routing import ShadowCounts
 from inferd.core.stats import BatchStatistics, InferStatistics, ModelStatistics, StatDuration
 
 _COMBINE: dict[str, Callable[[Iterable[float]], float]] = {
@@ -150,6 +152,39 @@ def merge_statistics(
             key = (s.name, s.version)
             totals[key] = _add_stats(totals[key], s) if key in totals else s
     return tuple(sorted(totals.values(), key=lambda s: (s.name, int(s.version or 0))))
+
+
+# --------------------------------------------------------------------------- shadow counts
+
+
+def shadow_document(counts: dict[str, ShadowCounts]) -> dict[str, dict[str, Any]]:
+    """Shadow counts by model name as plain JSON values (what a worker sends its peers)."""
+    return {name: asdict(c) for name, c in counts.items()}
+
+
+def merge_shadow_counts(
+    own: dict[str, ShadowCounts], others: Iterable[dict[str, dict[str, Any]]]
+) -> dict[str, ShadowCounts]:
+    """Each model's counts added up over the workers; the largest difference is the largest
+    any worker saw (None where none could compare an answer)."""
+    totals = dict(own)
+    for doc in others:
+        for name, found in doc.items():
+            theirs = ShadowCounts(**found)
+            mine = totals.get(name)
+            if mine is None:
+                totals[name] = theirs
+                continue
+            diffs = [d for d in (mine.max_abs_diff, theirs.max_abs_diff) if d is not None]
+            totals[name] = ShadowCounts(
+                mine.sent + theirs.sent,
+                mine.agreed + theirs.agreed,
+                mine.disagreed + theirs.disagreed,
+                mine.failed + theirs.failed,
+                mine.skipped + theirs.skipped,
+                max(diffs) if diffs else None,
+            )
+    return totals
 
 
 # --------------------------------------------------------------------------- dashboard traffic
