@@ -204,8 +204,13 @@ _WEIGHTED_BY_EXECUTIONS = ("batch_size",)
 Row = list[float]
 
 
-def _mean_rows(rows: list[Row]) -> Row:
-    return [sum(column) / len(rows) for column in zip(*rows, strict=True)]
+def _mean_rows(end: int, rows: list[Row], at: dict[str, int]) -> Row:
+    """One worker's two samples in one second as one: the mean of its rates, and its means
+    weighted as across workers (a sample with no executions leaves batch_size alone)."""
+    combined = _combine_rows(end, rows, at)
+    for name in _SUMMED:
+        combined[at[name]] = round(combined[at[name]] / len(rows), 3)
+    return combined
 
 
 def _combine_rows(end: int, rows: list[Row], at: dict[str, int]) -> Row:
@@ -235,7 +240,9 @@ def _rows(per_worker: list[list[Row]], at: dict[str, int], cutoff_t: float) -> l
             if end <= cutoff_t:
                 mine.setdefault(end, []).append(list(row))
         for end, found in mine.items():  # a worker's two samples in one second: their mean
-            seconds.setdefault(end, []).append(_mean_rows(found))
+            seconds.setdefault(end, []).append(
+                found[0] if len(found) == 1 else _mean_rows(end, found, at)
+            )
     return [_combine_rows(end, rows, at) for end, rows in sorted(seconds.items())]
 
 
