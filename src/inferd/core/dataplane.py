@@ -16,6 +16,7 @@ import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from inferd.config.model_config_pb2 import ModelConfig
@@ -30,9 +31,8 @@ from inferd.core.routing import (
     ShadowCounts,
     check_label,
     check_version,
-    labels_from_mapping,
-    shadow_from_mapping,
-    split_from_mapping,
+    routing_fields,
+    with_labels,
 )
 from inferd.core.shadows import Shadows
 from inferd.core.shared_memory import SystemSharedMemory
@@ -467,47 +467,16 @@ class DataPlane:
                 )
             updates[label] = version
 
-        def change(policy: RoutingPolicy) -> RoutingPolicy:
-            labels = dict(policy.labels)
-            for label, number in updates.items():
-                if number is None:
-                    labels.pop(label, None)
-                else:
-                    labels[label] = number
-            return replace(policy, labels=labels)
-
-        await self._change_routing(name, change, {"labels"})
+        await self._change_routing(name, partial(with_labels, updates=updates), {"labels"})
         return await self.total_routing(name)
 
     async def set_routing(self, name: str, doc: dict[str, Any]) -> RoutingView:
         """Replace any of labels, traffic_split and shadow (null clears it)."""
         self.registry.record(name)
-        unknown = set(doc) - {"labels", "traffic_split", "shadow"}
-        if unknown:
-            raise InvalidInput(f"unknown routing key(s) {sorted(unknown)}")
-        fields: dict[str, Any] = {}
-        if "labels" in doc:
-            fields["labels"] = labels_from_mapping(_mapping(doc["labels"], "labels"), "labels")
-        if "traffic_split" in doc:
-            fields["split"] = split_from_mapping(
-                _mapping(doc["traffic_split"], "traffic_split"), "traffic_split"
-            )
-        if "shadow" in doc:
-            value = doc["shadow"]
-            fields["shadow"] = (
-                None if value is None else shadow_from_mapping(_mapping(value, "shadow"), "shadow")
-            )
+        fields = routing_fields(doc)
         await self._change_routing(name, lambda policy: replace(policy, **fields), set(doc))
         return await self.total_routing(name)
 
 
 def _always() -> bool:
     return True
-
-
-def _mapping(value: Any, what: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise InvalidInput(f"'{what}' must be an object")
-    return value
