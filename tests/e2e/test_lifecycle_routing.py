@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as triton_grpc
@@ -179,3 +180,51 @@ def test_tf_serving_grpc_labels_and_split(routed: ServerProcess) -> None:
         with pytest.raises(grpc.RpcError) as info:
             predict("beta")
         assert info.value.code() is grpc.StatusCode.NOT_FOUND
+
+
+@pytest.fixture(scope="module")
+def workers3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The layout ``inferd serve`` runs by default: a model host and two frontends, each with
+    a copy of this small model (each makes the shadow copies of the requests it runs)."""
+    root = tmp_path_factory.mktemp("routing3") / "models"
+    write_version(root / M, 1)
+    write_version(root / M, 2, HALF_PLUS_THREE)
+    (root / M / "config.pbtxt").write_text(CONFIG)
+    args = ["--model-control-mode", "explicit", "--load-model", "*", "--http-workers", "3"]
+    server = ServerProcess(root, extra_args=args)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_shadow_counts_are_the_servers_whichever_worker_answers(workers3: ServerProcess) -> None:
+    base = workers3.http_url
+    shadow = {"version": 2, "fraction": 1.0, "tolerance": 1.5}
+    assert _routing(workers3, shadow=shadow)["shadow_stats"]["sent"] == 0
+    sent = 12
+    for value in range(sent):  # a connection each: the kernel spreads them over the workers
+        body = {"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [value]}]}
+        r = httpx.post(f"{base}/v2/models/{M}/versions/1/infer", json=body, timeout=30)
+        assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [value / 2 + 2]
+
+    def stats_once() -> dict[str, Any]:
+        r = httpx.get(f"{base}/v2/models/{M}/routing", timeout=30)  # a fresh connection
+        assert r.status_code == 200, r.text
+        found: dict[str, Any] = r.json()["shadow_stats"]
+        return found
+
+    def counted() -> dict[str, Any] | None:
+        stats = stats_once()
+        return stats if stats["agreed"] == sent else None
+
+    wait_for(counted, f"{sent} shadow answers agreed, server-wide")
+    expected = {"sent": sent, "agreed": sent, "disagreed": 0, "failed": 0, "skipped": 0}
+    for _ in range(9):  # whichever worker each connection reaches
+        stats = stats_once()
+        assert {k: stats[k] for k in expected} == expected and stats["max_abs_diff"] == 1.0
+        models = httpx.get(f"{base}/v2/dashboard/models", timeout=30).json()["models"]
+        row = next(m for m in models if m["name"] == M)
+        assert row["routing"]["shadow_stats"]["sent"] == sent
+        assert row["routing"]["shadow_stats"]["agreed"] == sent
+    cleared = _routing(workers3, shadow=None)
+    assert cleared["shadow"] is None and cleared["shadow_stats"]["sent"] == 0

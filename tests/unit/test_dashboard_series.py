@@ -119,3 +119,12 @@ def test_the_sampler_runs_and_stops(tmp_path: Path) -> None:
         return len(series.as_json()["server"]["rows"])
 
     assert asyncio.run(run()) >= 2
+
+
+def test_every_worker_samples_the_middle_of_the_same_wall_clock_seconds(tmp_path: Path) -> None:
+    series = TrafficSeries(_registry(echo_version(tmp_path)))
+    assert series.until_next(now_t=100.0) == 0.5
+    assert series.until_next(now_t=100.2) == pytest.approx(0.3)
+    assert series.until_next(now_t=100.49) == pytest.approx(1.01)  # woke early: not twice
+    assert series.until_next(now_t=100.5) == 1.0
+    assert series.until_next(now_t=100.9) == pytest.approx(0.6)

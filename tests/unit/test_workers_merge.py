@@ -5,13 +5,16 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from inferd.core.registry import Registry
+from inferd.core.routing import ShadowCounts
 from inferd.core.stats import ModelStats
 from inferd.dashboard.series import FIELDS
 from inferd.observability.metrics import EndpointStats, build_registry, render
 from inferd.workers.merge import (
     merge_metrics,
+    merge_shadow_counts,
     merge_statistics,
     merge_traffic,
+    shadow_document,
     statistics_document,
     statistics_from_document,
 )
@@ -123,3 +126,43 @@ def test_traffic_rows_add_up_per_whole_second() -> None:
     assert merged["models"]["m"]["rows"] == rows
     later = merge_traffic([one, other], now_t=102.0)
     assert [r[at["t"]] for r in later["server"]["rows"]] == [100.0, 101.0]
+
+
+def test_shadow_counts_add_up_and_keep_the_largest_difference() -> None:
+    own = {"a": ShadowCounts(2, 2, 0, 0, 0, 0.5), "b": ShadowCounts(1, 0, 0, 1, 0, None)}
+    theirs = shadow_document(
+        {"a": ShadowCounts(3, 2, 1, 0, 1, 2.0), "c": ShadowCounts(1, 1, 0, 0, 0, None)}
+    )
+    quiet = shadow_document({"a": ShadowCounts(0, 0, 0, 0, 0, None)})
+    totals = merge_shadow_counts(own, [theirs, quiet])
+    assert totals == {
+        "a": ShadowCounts(5, 4, 1, 0, 1, 2.0),
+        "b": ShadowCounts(1, 0, 0, 1, 0, None),
+        "c": ShadowCounts(1, 1, 0, 0, 0, None),
+    }
+
+
+def _executed(t: float, requests: float, executions: float, batch: float) -> list[float]:
+    values = dict.fromkeys(FIELDS, 0.0)
+    values.update(t=t, requests_per_s=requests, executions_per_s=executions, batch_size=batch)
+    return [values[name] for name in FIELDS]
+
+
+def test_batch_size_is_the_executing_workers_whatever_the_others_counted() -> None:
+    at = {name: i for i, name in enumerate(FIELDS)}
+    # A frontend counts the requests it forwarded, the model host their executions; the host
+    # sampled twice in second 100, once with nothing executed (a request still pending).
+    frontend = _traffic([_executed(99.5, 20, 0, 0.0)], {})
+    host = _traffic([_executed(99.05, 0, 10, 2.0), _executed(99.95, 0, 0, 0.0)], {"2": 10})
+    rows = merge_traffic([frontend, host], now_t=102.0)["models"]["m"]["rows"]
+    assert len(rows) == 1
+    assert rows[0][at["requests_per_s"]] == 20 and rows[0][at["batch_size"]] == 2.0
+    assert rows[0][at["executions_per_s"]] == 5.0  # the host's two samples: their mean
+
+
+def test_a_worker_s_two_samples_weigh_their_means_by_requests() -> None:
+    at = {name: i for i, name in enumerate(FIELDS)}
+    one = _traffic([_row(99.05, 30, 2.0, 5.0), _row(99.95, 0, 0.0, 0.0)], {})
+    rows = merge_traffic([one], now_t=102.0)["server"]["rows"]
+    assert rows[0][at["queue_ms"]] == 2.0 and rows[0][at["requests_per_s"]] == 15.0
+    assert rows[0][at["p99_ms"]] == 5.0

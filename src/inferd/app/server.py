@@ -63,6 +63,7 @@ class NetworkServer:
             control.share_regions(core.plane.shared_memory)
             control.share_settings(core.trace_settings, core.log_settings)
             core.plane.total_statistics = self.node.statistics
+            core.plane.total_shadow_stats = self.node.shadow_stats
         self.frontends = core.frontends(
             metrics_text=self.node.metrics_text if self.node is not None else None,
             workers=worker.count if worker is not None else 1,
@@ -74,6 +75,7 @@ class NetworkServer:
         if dashboard is not None and self.node is not None and worker is not None:
             self.node.series = dashboard.series
             dashboard.traffic_totals = self.node.traffic
+            dashboard.overview.shadow_totals = self.node.shadow_stats
             if worker.started_unix_s:  # the server's uptime, a replaced worker's too
                 facts = dashboard.overview.facts
                 dashboard.overview.facts = replace(facts, started_s=worker.started_unix_s)

@@ -16,6 +16,7 @@ import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from inferd.config.model_config_pb2 import ModelConfig
@@ -27,11 +28,11 @@ from inferd.core.routing import (
     LABEL_PARAMETER,
     RoutingPolicy,
     RoutingView,
+    ShadowCounts,
     check_label,
     check_version,
-    labels_from_mapping,
-    shadow_from_mapping,
-    split_from_mapping,
+    routing_fields,
+    with_labels,
 )
 from inferd.core.shadows import Shadows
 from inferd.core.shared_memory import SystemSharedMemory
@@ -91,6 +92,10 @@ class DataPlane:
         # Several workers on one port: their statistics added up (see inferd.workers).
         self.total_statistics: Callable[[str, str], Awaitable[tuple[ModelStatistics, ...]]] = (
             self._own_statistics
+        )
+        # ... and each model's shadow counts, by name (those of the routing document).
+        self.total_shadow_stats: Callable[[list[str]], Awaitable[dict[str, ShadowCounts]]] = (
+            self._own_shadow_stats
         )
         self._routing_changes = asyncio.Lock()
         self.tfserving = TfServing(self.registry, self.run)
@@ -432,9 +437,19 @@ class DataPlane:
         return [e for e in await self.index() if e.name == name]
 
     def routing(self, name: str) -> RoutingView:
-        """Labels, traffic split, shadow policy and shadow counts of a model."""
+        """Labels, traffic split, shadow policy and shadow counts of a model (this process's
+        counts: ``total_routing`` has the server's)."""
         self.registry.record(name)
         return self.registry.routing(name).view()
+
+    async def total_routing(self, name: str) -> RoutingView:
+        """``routing`` with the shadow counts of every serving process added up."""
+        view = self.routing(name)
+        totals = await self.total_shadow_stats([name])
+        return replace(view, shadow_stats=totals.get(name, view.shadow_stats))
+
+    async def _own_shadow_stats(self, names: list[str]) -> dict[str, ShadowCounts]:
+        return self.registry.shadow_counts(names)
 
     async def set_labels(self, name: str, changes: dict[str, Any]) -> RoutingView:
         """Set (a version) or remove (None) version labels; a label must name a ready version."""
@@ -452,47 +467,16 @@ class DataPlane:
                 )
             updates[label] = version
 
-        def change(policy: RoutingPolicy) -> RoutingPolicy:
-            labels = dict(policy.labels)
-            for label, number in updates.items():
-                if number is None:
-                    labels.pop(label, None)
-                else:
-                    labels[label] = number
-            return replace(policy, labels=labels)
-
-        await self._change_routing(name, change, {"labels"})
-        return self.routing(name)
+        await self._change_routing(name, partial(with_labels, updates=updates), {"labels"})
+        return await self.total_routing(name)
 
     async def set_routing(self, name: str, doc: dict[str, Any]) -> RoutingView:
         """Replace any of labels, traffic_split and shadow (null clears it)."""
         self.registry.record(name)
-        unknown = set(doc) - {"labels", "traffic_split", "shadow"}
-        if unknown:
-            raise InvalidInput(f"unknown routing key(s) {sorted(unknown)}")
-        fields: dict[str, Any] = {}
-        if "labels" in doc:
-            fields["labels"] = labels_from_mapping(_mapping(doc["labels"], "labels"), "labels")
-        if "traffic_split" in doc:
-            fields["split"] = split_from_mapping(
-                _mapping(doc["traffic_split"], "traffic_split"), "traffic_split"
-            )
-        if "shadow" in doc:
-            value = doc["shadow"]
-            fields["shadow"] = (
-                None if value is None else shadow_from_mapping(_mapping(value, "shadow"), "shadow")
-            )
+        fields = routing_fields(doc)
         await self._change_routing(name, lambda policy: replace(policy, **fields), set(doc))
-        return self.routing(name)
+        return await self.total_routing(name)
 
 
 def _always() -> bool:
     return True
-
-
-def _mapping(value: Any, what: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise InvalidInput(f"'{what}' must be an object")
-    return value

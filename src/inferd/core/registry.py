@@ -13,13 +13,13 @@ Lookup failures use Triton's wording, which client code tests with ``startswith`
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.errors import InvalidInput, NotFound, Unavailable
 from inferd.core.model import ModelState, ModelVersion
-from inferd.core.routing import ModelRouting
+from inferd.core.routing import ModelRouting, ShadowCounts
 
 _READY = ModelState.READY  # a module constant: an enum attribute lookup costs ~0.3 us here
 # A guess at a misspelt model name compares it with every name: bounded, as the name comes
@@ -89,6 +89,11 @@ class Registry:
     def routing_of(self, name: str) -> ModelRouting | None:
         """The routing state of a model name if it has any (none is created)."""
         return self._routing.get(name)
+
+    def shadow_counts(self, names: Iterable[str]) -> dict[str, ShadowCounts]:
+        """The shadow counts of the named models that have routing state here."""
+        found = ((name, self._routing.get(name)) for name in names)
+        return {name: r.view().shadow_stats for name, r in found if r is not None}
 
     def shadowing(self, name: str) -> ModelRouting | None:
         """The routing state of a model that mirrors requests to a shadow version, else None."""

@@ -160,6 +160,46 @@ def shadow_from_mapping(value: Mapping[str, Any], where: str) -> ShadowPolicy:
     return ShadowPolicy(target, numbers["fraction"], numbers["tolerance"])
 
 
+def routing_fields(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A routing document's changes (any of labels, traffic_split and shadow; a null shadow
+    clears it) as ``RoutingPolicy`` fields; InvalidInput naming what is wrong."""
+    unknown = set(doc) - {"labels", "traffic_split", "shadow"}
+    if unknown:
+        raise InvalidInput(f"unknown routing key(s) {sorted(unknown)}")
+    fields: dict[str, Any] = {}
+    if "labels" in doc:
+        fields["labels"] = labels_from_mapping(_mapping(doc["labels"], "labels"), "labels")
+    if "traffic_split" in doc:
+        fields["split"] = split_from_mapping(
+            _mapping(doc["traffic_split"], "traffic_split"), "traffic_split"
+        )
+    if "shadow" in doc:
+        value = doc["shadow"]
+        fields["shadow"] = (
+            None if value is None else shadow_from_mapping(_mapping(value, "shadow"), "shadow")
+        )
+    return fields
+
+
+def with_labels(policy: RoutingPolicy, updates: Mapping[str, int | None]) -> RoutingPolicy:
+    """``policy`` with each label set to its version, or removed where None."""
+    labels = dict(policy.labels)
+    for label, number in updates.items():
+        if number is None:
+            labels.pop(label, None)
+        else:
+            labels[label] = number
+    return replace(policy, labels=labels)
+
+
+def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput(f"'{what}' must be an object")
+    return value
+
+
 def policy_from_config(config: ModelConfig) -> RoutingPolicy:
     """The routing parameters of a config; a malformed one is a ConfigError naming it."""
     params = config.parameters

@@ -9,6 +9,7 @@ It reads the registry and the repository manager's last scan (rescanned at most 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from inferd.core.demand import OnDemand
 from inferd.core.model import ModelVersion
 from inferd.core.registry import ModelRecord, Registry
+from inferd.core.routing import ShadowCounts
 from inferd.protocols.repository_http import routing_json
 from inferd.repository.manager import ModelManager
 from inferd.version import __version__
@@ -115,6 +117,8 @@ class Overview:
         self.manager = manager
         self.facts = facts
         self.on_demand = on_demand  # lazy serving
+        # Several workers: each model's shadow counts added up over them (inferd.workers).
+        self.shadow_totals: Callable[[list[str]], Awaitable[dict[str, ShadowCounts]]] | None = None
         self._scanned_mono = -RESCAN_S
 
     async def _repository_names(self) -> set[str]:
@@ -145,6 +149,11 @@ class Overview:
                 }
             )
         models.sort(key=lambda m: m["name"])
+        if self.shadow_totals is not None and records:
+            totals = await self.shadow_totals(sorted(records))
+            for model in models:
+                if model["routing"] is not None and model["name"] in totals:
+                    model["routing"]["shadow_stats"] = totals[model["name"]]
         residency = await self.on_demand.survey() if self.on_demand is not None else {}
         for model in models:
             model["in_repository"] = model["name"] in in_repository

@@ -323,13 +323,21 @@ class TrafficSeries:
                 await self._task
             self._task = None
 
+    def until_next(self, now_t: float | None = None) -> float:
+        """Seconds to the next sample: the middle of an interval of the wall clock, at least
+        a tenth of an interval away (a sleep that woke early does not sample twice). Every
+        worker of a server samples the same wall-clock seconds, so the rows that add up per
+        second (``workers.merge``) cover the same requests: a frontend counts a forwarded
+        request and the model host its execution within a few milliseconds, which samples at
+        different phases would put in different seconds."""
+        now_t = time.time() if now_t is None else now_t
+        interval = self.interval_s
+        wait = interval - (now_t - interval / 2) % interval
+        return wait + interval if wait < interval / 10 else wait
+
     async def _run(self) -> None:
-        next_mono = time.monotonic() + self.interval_s
-        while True:
-            await asyncio.sleep(max(0.0, next_mono - time.monotonic()))
-            next_mono += self.interval_s
-            if next_mono < time.monotonic():  # the loop was blocked: don't catch up in a burst
-                next_mono = time.monotonic() + self.interval_s
+        while True:  # a loop that was blocked waits for the next mid-interval: no burst
+            await asyncio.sleep(self.until_next())
             try:
                 self.sample()
             except Exception:  # a sampling bug must not stop the server or the sampler

@@ -184,7 +184,7 @@ class RepositoryHttp:
         return json_response(routing_json(view))
 
     async def routing(self, request: HttpRequest) -> HttpResponse:
-        return json_response(routing_json(self.plane.routing(request.params["model"])))
+        return json_response(routing_json(await self.plane.total_routing(request.params["model"])))
 
 
 def routing_json(view: RoutingView) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Totals across workers: Prometheus expositions, statistics and dashboard traffic, merged.
+"""Totals across workers: Prometheus expositions, statistics, shadow counts and dashboard
+traffic, merged.
 
 Counters, histograms and most gauges add up (requests, rows, CPU seconds, memory, requests in
 flight); a few gauges describe a state rather than an amount, and take the lowest or highest
@@ -16,6 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from inferd.core.routing import ShadowCounts
 from inferd.core.stats import BatchStatistics, InferStatistics, ModelStatistics, StatDuration
 
 _COMBINE: dict[str, Callable[[Iterable[float]], float]] = {
@@ -152,6 +154,39 @@ def merge_statistics(
     return tuple(sorted(totals.values(), key=lambda s: (s.name, int(s.version or 0))))
 
 
+# --------------------------------------------------------------------------- shadow counts
+
+
+def shadow_document(counts: dict[str, ShadowCounts]) -> dict[str, dict[str, Any]]:
+    """Shadow counts by model name as plain JSON values (what a worker sends its peers)."""
+    return {name: asdict(c) for name, c in counts.items()}
+
+
+def merge_shadow_counts(
+    own: dict[str, ShadowCounts], others: Iterable[dict[str, dict[str, Any]]]
+) -> dict[str, ShadowCounts]:
+    """Each model's counts added up over the workers; the largest difference is the largest
+    any worker saw (None where none could compare an answer)."""
+    totals = dict(own)
+    for doc in others:
+        for name, found in doc.items():
+            theirs = ShadowCounts(**found)
+            mine = totals.get(name)
+            if mine is None:
+                totals[name] = theirs
+                continue
+            diffs = [d for d in (mine.max_abs_diff, theirs.max_abs_diff) if d is not None]
+            totals[name] = ShadowCounts(
+                mine.sent + theirs.sent,
+                mine.agreed + theirs.agreed,
+                mine.disagreed + theirs.disagreed,
+                mine.failed + theirs.failed,
+                mine.skipped + theirs.skipped,
+                max(diffs) if diffs else None,
+            )
+    return totals
+
+
 # --------------------------------------------------------------------------- dashboard traffic
 
 _SUMMED = (
@@ -169,8 +204,13 @@ _WEIGHTED_BY_EXECUTIONS = ("batch_size",)
 Row = list[float]
 
 
-def _mean_rows(rows: list[Row]) -> Row:
-    return [sum(column) / len(rows) for column in zip(*rows, strict=True)]
+def _mean_rows(end: int, rows: list[Row], at: dict[str, int]) -> Row:
+    """One worker's two samples in one second as one: the mean of its rates, and its means
+    weighted as across workers (a sample with no executions leaves batch_size alone)."""
+    combined = _combine_rows(end, rows, at)
+    for name in _SUMMED:
+        combined[at[name]] = round(combined[at[name]] / len(rows), 3)
+    return combined
 
 
 def _combine_rows(end: int, rows: list[Row], at: dict[str, int]) -> Row:
@@ -200,7 +240,9 @@ def _rows(per_worker: list[list[Row]], at: dict[str, int], cutoff_t: float) -> l
             if end <= cutoff_t:
                 mine.setdefault(end, []).append(list(row))
         for end, found in mine.items():  # a worker's two samples in one second: their mean
-            seconds.setdefault(end, []).append(_mean_rows(found))
+            seconds.setdefault(end, []).append(
+                found[0] if len(found) == 1 else _mean_rows(end, found, at)
+            )
     return [_combine_rows(end, rows, at) for end, rows in sorted(seconds.items())]
 
 

@@ -1,5 +1,6 @@
 """One worker's side of a multi-worker server: answers its peers, and adds their figures to
-its own, so ``/metrics``, the statistics API and the dashboard report the whole server, and
+its own, so ``/metrics``, the statistics API, the routing documents' shadow counts and the
+dashboard report the whole server, and
 ``/v2/logs`` every worker's lines, in order."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InferdError
+from inferd.core.routing import ShadowCounts
 from inferd.core.stats import ModelStatistics
 from inferd.dashboard.series import TrafficSeries
 from inferd.observability.logging import Entry, Logs, merge_entries
@@ -23,8 +25,10 @@ from inferd.observability.metrics import render
 from inferd.workers.control import CHANGES, SharedControl
 from inferd.workers.merge import (
     merge_metrics,
+    merge_shadow_counts,
     merge_statistics,
     merge_traffic,
+    shadow_document,
     statistics_document,
     statistics_from_document,
 )
@@ -71,6 +75,8 @@ class WorkerNode:
             except InferdError:  # not loaded here (yet): nothing to add
                 return []
             return statistics_document(own)
+        if op == "shadow_stats":
+            return shadow_document(self.plane.registry.shadow_counts(message["names"]))
         if op == "logs":
             return self.logs.entries(
                 message["kind"], message["after"], message["upto"], message["count"]
@@ -99,6 +105,14 @@ class WorkerNode:
         message = {"op": "statistics", "name": name, "version": version}
         answers = await self.peers.ask_all(message, FIGURES_TIMEOUT_S)
         return merge_statistics(own, (statistics_from_document(a) for a in answers.values()))
+
+    async def shadow_stats(self, names: list[str]) -> dict[str, ShadowCounts]:
+        """The shadow counts of the named models, totalled over the workers: each worker
+        counts the copies it made of the requests it ran."""
+        own = self.plane.registry.shadow_counts(names)
+        message = {"op": "shadow_stats", "names": names}
+        answers = await self.peers.ask_all(message, FIGURES_TIMEOUT_S)
+        return merge_shadow_counts(own, answers.values())
 
     async def log_lines(self, kind: str, after: int, upto: int | None, count: int) -> list[str]:
         """The last ``count`` lines of every worker's log ``kind`` in (``after``, ``upto``], and
