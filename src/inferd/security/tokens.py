@@ -13,15 +13,12 @@ import hmac
 import logging
 import os
 import threading
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from inferd.core.errors import ConfigError
 
 log = logging.getLogger("inferd.auth")
-
-RELOAD_CHECK_S = 1.0  # token files are checked for changes at most this often
 
 
 class Scope(enum.IntEnum):
@@ -72,7 +69,6 @@ class TokenStore:
             if path
         ]
         self._lock = threading.Lock()
-        self._checked_at = 0.0
         self._all: list[tuple[bytes, Scope]] = list(self._fixed)
         for f in self._files:  # a missing file at start is a configuration error
             self._read(f, strict=True)
@@ -104,15 +100,19 @@ class TokenStore:
         self._all = list(self._fixed) + [(d, f.scope) for f in self._files for d in f.digests]
 
     def _refresh(self) -> None:
-        if not self._files:
-            return
-        now = time.monotonic()
-        if now - self._checked_at < RELOAD_CHECK_S:
+        """Re-read a token file whose stamp changed. Checked on every call (a stat per file,
+        about a microsecond): a token removed from the file is refused at once by every
+        serving process, not after each process's next periodic look."""
+        for f in self._files:
+            try:
+                st = os.stat(f.path)
+            except OSError:
+                continue  # gone or unreadable now: its previous tokens stay (logged on read)
+            if (st.st_mtime_ns, st.st_size) != f.stamp:
+                break
+        else:
             return
         with self._lock:
-            if now - self._checked_at < RELOAD_CHECK_S:
-                return
-            self._checked_at = now
             changed = [self._read(f, strict=False) for f in self._files]
             if any(changed):
                 self._rebuild()
