@@ -28,16 +28,25 @@ import functools
 import itertools
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.core.errors import InferdError, InternalError, Unavailable
 from inferd.core.types import ModelCaller
 from inferd.scheduling.channel import Channel
-from inferd.scheduling.launch import launch, reap, refuse_call, stop_worker
+from inferd.scheduling.launch import launch, reap, stop_worker
 from inferd.scheduling.model_calls import ModelCalls
+from inferd.scheduling.process_slots import (
+    BROKEN,
+    CLOSED,
+    DOWN,
+    RESTART_BACKOFF_FIRST_S,
+    STARTING,
+    UP,
+    run_now,
+)
+from inferd.scheduling.process_slots import Job as _Job
+from inferd.scheduling.process_slots import Slot as _Worker
 from inferd.scheduling.recipe import WorkerRecipe
 from inferd.scheduling.spawn import WorkerProcess, describe_exit
 from inferd.scheduling.wire import (
@@ -52,7 +61,6 @@ from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Work, li
 log = logging.getLogger("inferd.scheduling")
 
 DEPTH = 2  # jobs a worker holds: one running, one waiting, so it never idles between them
-RESTART_BACKOFF_FIRST_S = 0.5
 RESTART_BACKOFF_MAX_S = 30.0
 IDLE_FLUSH_S = 0.01  # a worker left idle gets the releases of its output blocks this soon
 # A batch whose tensors are larger than this is copied into shared memory on a thread: copying
@@ -62,36 +70,7 @@ COPY_OFF_LOOP_BYTES = 4 << 20
 # Receives the metrics a model's own code records: (model label, records).
 MetricsSink = Callable[[str, list[Any]], None]
 
-_STARTING, _UP, _DOWN, _BROKEN, _CLOSED = "starting", "up", "down", "broken", "closed"
-
-
-@dataclass(eq=False, slots=True)
-class _Job:
-    id: int
-    batch: list[Work]
-    future: asyncio.Future[Executed]
-    works: list[Work] = field(default_factory=list)  # what was sent: the batch less cancelled
-
-
-@dataclass(eq=False, slots=True)
-class _Worker:
-    """One instance: its process, its connection and its jobs, as the server sees them."""
-
-    index: int
-    recipe: WorkerRecipe
-    proc: WorkerProcess | None = None
-    channel: Channel | None = None
-    state: str = _STARTING
-    queue: deque[_Job] = field(default_factory=deque)  # not sent yet
-    sent: dict[int, _Job] = field(default_factory=dict)  # sent, not answered
-    reason: str = ""  # why it is broken
-    backoff_s: float = RESTART_BACKOFF_FIRST_S
-    flush_armed: bool = False
-    copying: _Job | None = None  # being copied into shared memory on a thread, next to send
-
-    @property
-    def load(self) -> int:
-        return len(self.queue) + len(self.sent) + (self.copying is not None)
+_STARTING, _UP, _DOWN, _BROKEN, _CLOSED = STARTING, UP, DOWN, BROKEN, CLOSED
 
 
 class ProcessInstances:
@@ -462,32 +441,10 @@ class ProcessInstances:
         worker = self._workers[instance]
         if worker.state is not _UP or worker.channel is None or worker.proc is None:
             raise InstanceFailed(f"instance {instance} of model '{self.name}' is not running")
-        channel = worker.channel
-        job_id = next(self._ids)
-        try:
-            channel.send("job", (job_id, encode_works(channel, batch)))
-            while True:
-                message = channel.recv()
-                assert message is not None
-                kind, payload = message
-                if kind == "call":
-                    refuse_call(channel, payload[0], "not during warmup")
-                elif kind == "done" and payload[0] == job_id:
-                    break
-        except (EOFError, OSError):
-            how = describe_exit(reap(worker.proc))
-            channel.close()
-            self.restarts += 1
-            worker.proc, worker.channel = launch(self.name, instance, worker.recipe)
-            raise InstanceFailed(
-                f"model '{self.name}': the worker process of instance {instance} {how}"
-            ) from None
-        _, status, data = payload
-        if status == "ok":
-            return decode_executed(channel, data)
-        if status == "cancelled":
-            return Executed([CANCELLED] * len(batch))
-        raise decode_error(*data)
+        return run_now(self.name, worker, next(self._ids), batch, self._count_restart)
+
+    def _count_restart(self) -> None:
+        self.restarts += 1
 
     async def close(self) -> None:
         """Let queued and running work finish, then stop the workers (``finalize`` runs)."""
