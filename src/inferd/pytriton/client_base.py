@@ -15,6 +15,7 @@ import tritonclient.grpc
 import tritonclient.http
 import tritonclient.utils
 
+from inferd.pytriton.exceptions import MessageError
 from inferd.pytriton.model_config import DynamicBatcher, TensorSpec, TritonModelConfig
 
 DEFAULT_INIT_TIMEOUT_S = 300.0
@@ -22,16 +23,8 @@ DEFAULT_INFERENCE_TIMEOUT_S = 60.0
 POLL_S = 0.1
 
 
-class PyTritonClientError(Exception):
+class PyTritonClientError(MessageError):
     """The base of the clients' errors."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self._message = message
-
-    @property
-    def message(self) -> str:
-        return self._message
 
 
 class PyTritonClientValueError(PyTritonClientError):

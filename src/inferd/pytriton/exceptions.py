@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 
-class PyTritonError(Exception):
-    """The base of PyTriton's server-side errors."""
+class MessageError(Exception):
+    """An error whose ``message`` attribute is its text, as PyTriton's errors have."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -13,6 +13,10 @@ class PyTritonError(Exception):
     @property
     def message(self) -> str:
         return self._message
+
+
+class PyTritonError(MessageError):
+    """The base of PyTriton's server-side errors."""
 
 
 class PyTritonValidationError(PyTritonError):
