@@ -62,13 +62,13 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def logged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """The demo's flags and the access log, in one process: the Logs panel tails the log of
-    the process that answers it, so the lines of this test's requests are all in that one."""
+    """The demo's flags and the access log, in the default layout: the Logs panel tails the
+    server's log, whichever serving process answers it."""
     from inferd.demo.models import write_demo_repository
 
     root = tmp_path_factory.mktemp("logged") / "demo-models"
     write_demo_repository(root, models=(HPT,))
-    args = [*demo_args(), "--http-workers", "1", "--access-log"]
+    args = [*demo_args(), "--access-log"]
     proc = ServerProcess(root, extra_args=args)
     proc.start()
     yield proc
