@@ -161,9 +161,12 @@ def test_a_failing_step_names_the_step_and_model(tmp_path: Path) -> None:
 
 
 def _wait_ready(server: ServerProcess, model: str, timeout_s: float = 60.0) -> None:
+    """Ready through each serving process: frontends hear of the host's changes with its next
+    table (about a second later), so several fresh connections in a row must say ready."""
+    url = f"{server.http_url}/v2/models/{model}/ready"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if httpx.get(f"{server.http_url}/v2/models/{model}/ready", timeout=60).status_code == 200:
+        if all(httpx.get(url, timeout=60).status_code == 200 for _ in range(8)):
             return
         time.sleep(0.2)
     raise AssertionError(f"model '{model}' did not become ready:\n{server.log()}")

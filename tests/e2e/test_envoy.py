@@ -100,7 +100,19 @@ def test_http_and_grpc_requests_spread_over_every_node(fleet: Fleet) -> None:
 
 
 def _serves_v2(node: ServerProcess) -> Callable[[], bool]:
-    return lambda: states(node, "hpt").get("2") == "READY"
+    """v2 is ready in the node's index and answers through each of its serving processes:
+    frontends hear of the host's new version with its next table (about a second later), so
+    several fresh connections in a row must get v2's answer (0.5 x + 3)."""
+
+    def answer() -> float:
+        body = {"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}]}
+        url = f"{node.http_url}/v2/models/hpt/infer"
+        r = httpx.post(url, json=body, timeout=60)
+        return float(r.json()["outputs"][0]["data"][0]) if r.status_code == 200 else 0.0
+
+    return lambda: (
+        states(node, "hpt").get("2") == "READY" and all(answer() == 3.5 for _ in range(8))
+    )
 
 
 def test_a_version_pushed_to_s3_reaches_every_node_with_no_failed_request(fleet: Fleet) -> None:
