@@ -27,7 +27,7 @@ import numpy as np
 
 from inferd.backends.base import InstancePlacement
 from inferd.backends.completion import require_listed
-from inferd.backends.python.triton import conform, output_types
+from inferd.backends.python.triton import output_types, wanted_outputs
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import config_to_dict
 from inferd.core.errors import ConfigError, InferdError, InternalError
@@ -171,14 +171,7 @@ class FunctionExecutor:
                     f"model '{self.label}' returned {type(answer).__name__} for a request, "
                     "not a dict of arrays"
                 )
-            outputs: Tensors = {}
-            for name in work.outputs:
-                if name not in answer:
-                    raise InternalError(
-                        f"model '{self.label}' returned no output '{name}' (it returned "
-                        f"{', '.join(repr(n) for n in answer) or 'none'})"
-                    )
-                outputs[name] = conform(self.label, name, answer[name], self._types.get(name))
+            outputs = wanted_outputs(self.label, work.outputs, answer, self._types)
             if work.rows:
                 check_rows(self.label, outputs, work.rows)
             return outputs

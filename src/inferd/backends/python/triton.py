@@ -14,7 +14,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,22 @@ def conform(label: str, name: str, value: Any, wanted: Any) -> np.ndarray:
         f"model '{label}' returned output '{name}' as {array.dtype}, which its config's "
         f"{np.dtype(wanted)} cannot hold"
     )
+
+
+def wanted_outputs(
+    label: str, wanted: Iterable[str], given: Mapping[str, Any], types: Mapping[str, Any]
+) -> Tensors:
+    """The ``wanted`` outputs of what a model returned, each as its config declares it; an
+    InternalError names an output the model did not return."""
+    outputs: Tensors = {}
+    for name in wanted:
+        if name not in given:
+            raise InternalError(
+                f"model '{label}' returned no output '{name}' (it returned "
+                f"{', '.join(repr(n) for n in given) or 'none'})"
+            )
+        outputs[name] = conform(label, name, given[name], types.get(name))
+    return outputs
 
 
 def output_types(config: dict[str, Any]) -> dict[str, Any]:
@@ -160,15 +176,8 @@ class TritonExecutor:
         if error is not None:
             return error.as_inferd()
         given = {t.name(): t.as_numpy() for t in response.output_tensors()}
-        outputs: Tensors = {}
         try:
-            for name in work.outputs:
-                if name not in given:
-                    return InternalError(
-                        f"model '{self.label}' returned no output '{name}' (it returned "
-                        f"{', '.join(repr(n) for n in given) or 'none'})"
-                    )
-                outputs[name] = conform(self.label, name, given[name], self._types.get(name))
+            outputs = wanted_outputs(self.label, work.outputs, given, self._types)
             if self._batching:
                 check_rows(self.label, outputs, work.rows)
         except InferdError as exc:
