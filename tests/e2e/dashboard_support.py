@@ -152,3 +152,13 @@ def fake_envoy_admin(document: dict[str, object]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def chromium_browser() -> Iterator[Any]:
+    """Debian's chromium, driven by Playwright, for one module's page tests (its fixture)."""
+    from playwright import sync_api
+
+    with sync_api.sync_playwright() as playwright:
+        found = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        yield found
+        found.close()

@@ -21,7 +21,14 @@ import pytest
 from inferd.app import edge
 from inferd.app.settings import Settings
 from inferd.version import __version__
-from tests.e2e.dashboard_support import CHROMIUM, LAUNCH_ARGS, WAIT_MS, shot, shots_folder, tab
+from tests.e2e.dashboard_support import (
+    CHROMIUM,
+    WAIT_MS,
+    chromium_browser,
+    shot,
+    shots_folder,
+    tab,
+)
 from tests.support import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,10 +84,7 @@ def logged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as playwright:
-        found = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        yield found
-        found.close()
+    yield from chromium_browser()
 
 
 def open_page(browser: Any, url: str, width: str) -> tuple[Any, Any, list[str]]:

@@ -19,8 +19,8 @@ from tests.e2e.dashboard_support import (
     CHROMIUM,
     ECHO_BYTES,
     HPT,
-    LAUNCH_ARGS,
     WAIT_MS,
+    chromium_browser,
     envoy_clusters,
     fake_envoy_admin,
     model_archive,
@@ -63,10 +63,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as playwright:
-        found = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        yield found
-        found.close()
+    yield from chromium_browser()
 
 
 @pytest.fixture(scope="module")
