@@ -13,12 +13,21 @@ from inferd.core.stats import ModelStats
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols.grpc_common import STATUS_OF
 from inferd.protocols.v2_grpc import V2Grpc, _statistics
+from inferd.security.grpc_auth import REFUSAL_STATUS
 
 
 def test_every_error_code_has_a_status() -> None:
     assert set(STATUS_OF) == set(ErrorCode)
     assert STATUS_OF[ErrorCode.NOT_FOUND] is grpc.StatusCode.NOT_FOUND
     assert STATUS_OF[ErrorCode.PAYLOAD_TOO_LARGE] is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_the_interceptors_refusals_answer_the_servicers_statuses() -> None:
+    """The access interceptor (below the protocols) keeps the statuses of its two refusals;
+    they are those every servicer answers for the same codes."""
+    assert set(REFUSAL_STATUS) == {ErrorCode.UNAUTHENTICATED, ErrorCode.PERMISSION_DENIED}
+    for code, status in REFUSAL_STATUS.items():
+        assert STATUS_OF[code] is status
 
 
 def test_every_rpc_has_a_handler() -> None:

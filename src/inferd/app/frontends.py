@@ -29,7 +29,7 @@ from inferd.observability.requests import RequestObserver
 from inferd.observability.trace_settings import TraceSettings
 from inferd.observability.tracing import Tracer
 from inferd.protocols.admin_http import AdminHttp
-from inferd.protocols.dashboard_http import Dashboard, page_url
+from inferd.protocols.dashboard_http import Dashboard, DashboardOptions, page_url
 from inferd.protocols.generate_http import GenerateHttp
 from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.http import HttpApp
@@ -141,7 +141,14 @@ class Frontends:
         http_access = edge.access_policy(settings, core.tokens, settings.http_address)
         self.dashboard = (
             Dashboard(
-                settings,
+                DashboardOptions(
+                    server_name=settings.server_name,
+                    node_name=settings.node_name,
+                    envoy_admin=settings.envoy_admin,
+                    dashboard_port=settings.dashboard_port,
+                    dashboard_trace_url=settings.dashboard_trace_url,
+                    http_address=settings.http_address,
+                ),
                 self.plane,
                 core.manager,
                 access_log=core.logs.access_enabled,

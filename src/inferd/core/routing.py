@@ -282,6 +282,13 @@ class RoutingView:
     shadow_stats: ShadowCounts
 
 
+def routing_document(view: RoutingView) -> dict[str, Any]:
+    """A model's routing as the repository API and the dashboard write it, with its shadow
+    counts."""
+    policy = RoutingPolicy(view.labels, view.traffic_split, view.shadow)
+    return {"name": view.name, **policy_document(policy), "shadow_stats": view.shadow_stats}
+
+
 # --------------------------------------------------------------------------- per-model state
 
 

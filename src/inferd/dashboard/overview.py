@@ -17,8 +17,7 @@ from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from inferd.core.demand import OnDemand
 from inferd.core.model import ModelVersion
 from inferd.core.registry import ModelRecord, Registry
-from inferd.core.routing import ShadowCounts
-from inferd.protocols.repository_http import routing_json
+from inferd.core.routing import ShadowCounts, routing_document
 from inferd.repository.manager import ModelManager
 from inferd.version import __version__
 
@@ -101,7 +100,7 @@ def _model(record: ModelRecord, registry: Registry) -> dict[str, Any]:
         "instance_group": _instances(config),
         "batching": _batching(config),
         "cache": bool(config is not None and config.response_cache.enable),
-        "routing": routing_json(registry.routing(record.name).view()),
+        "routing": routing_document(registry.routing(record.name).view()),
     }
 
 

@@ -18,10 +18,10 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
-from inferd.app.settings import Settings
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError, InvalidInput, NotFound
 from inferd.dashboard import envoy
@@ -89,12 +89,25 @@ class PortApp:
             await self.main.__rsgi__(scope, protocol)
 
 
+@dataclass(frozen=True, slots=True)
+class DashboardOptions:
+    """What the dashboard needs of the server's settings (``--server-name``, ``--node-name``,
+    ``--envoy-admin``, ``--dashboard-port``, ``--dashboard-trace-url``, ``--http-address``)."""
+
+    server_name: str = "inferd"
+    node_name: str = ""
+    envoy_admin: str = ""
+    dashboard_port: int = 0
+    dashboard_trace_url: str = ""
+    http_address: str = "0.0.0.0"
+
+
 class Dashboard:
     """The dashboard's routes, its traffic sampler, and its port when it has one."""
 
     def __init__(
         self,
-        settings: Settings,
+        settings: DashboardOptions,
         plane: DataPlane,
         manager: ModelManager,
         *,

@@ -18,7 +18,7 @@ from typing import Any
 
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InferdError, InvalidInput, Unavailable
-from inferd.core.routing import RoutingPolicy, RoutingView, policy_document
+from inferd.core.routing import routing_document
 from inferd.core.views import IndexEntry, ResidencyView
 from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2_http import json_object, parse_json
@@ -177,20 +177,16 @@ class RepositoryHttp:
             raise InvalidInput('the body must be {"labels": {"LABEL": VERSION or null, ...}}')
         labels = json_object(doc["labels"], "labels")
         view = await self.plane.set_labels(request.params["model"], labels)
-        return json_response(routing_json(view))
+        return json_response(routing_document(view))
 
     async def set_routing(self, request: HttpRequest) -> HttpResponse:
         view = await self.plane.set_routing(request.params["model"], _body(request))
-        return json_response(routing_json(view))
+        return json_response(routing_document(view))
 
     async def routing(self, request: HttpRequest) -> HttpResponse:
-        return json_response(routing_json(await self.plane.total_routing(request.params["model"])))
-
-
-def routing_json(view: RoutingView) -> dict[str, Any]:
-    """A model's routing as the repository API writes it, with its shadow counts."""
-    policy = RoutingPolicy(view.labels, view.traffic_split, view.shadow)
-    return {"name": view.name, **policy_document(policy), "shadow_stats": view.shadow_stats}
+        return json_response(
+            routing_document(await self.plane.total_routing(request.params["model"]))
+        )
 
 
 def _entries(entries: list[IndexEntry]) -> list[dict[str, Any]]:

@@ -13,9 +13,15 @@ from typing import Any
 
 import grpc
 
-from inferd.core.errors import InferdError
-from inferd.protocols.grpc_common import STATUS_OF
+from inferd.core.errors import ErrorCode, InferdError
 from inferd.security.access import Access, AccessPolicy
+
+# The statuses of the two refusals ``AccessPolicy.check`` raises (as every gRPC servicer answers
+# these codes: ``inferd.protocols.grpc_common.STATUS_OF``).
+REFUSAL_STATUS: dict[ErrorCode, grpc.StatusCode] = {
+    ErrorCode.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    ErrorCode.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
+}
 
 _HEALTH_SERVICE = "grpc.health.v1.Health"
 _HEALTH_METHODS = frozenset({"ServerLive", "ServerReady"})
@@ -91,7 +97,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         try:
             self.policy.check(access, authorization)
         except InferdError as exc:
-            return STATUS_OF[exc.code], exc.message
+            return REFUSAL_STATUS[exc.code], exc.message
         return None
 
     async def intercept_service(
@@ -110,5 +116,5 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         try:
             self.policy.check(access, authorization)
         except InferdError as exc:
-            return _denial(await continuation(details), STATUS_OF[exc.code], exc.message)
+            return _denial(await continuation(details), REFUSAL_STATUS[exc.code], exc.message)
         return await continuation(details)
