@@ -12,7 +12,9 @@ from typing import Any
 import grpc
 import pytest
 
+from inferd.protocols.grpc_services import GrpcService, access_table
 from inferd.protocols.h2grpc.server import NativeGrpcServer
+from inferd.security.access import Access
 
 SERVICE = "test.Echo"
 identity: Callable[[bytes], bytes] = bytes
@@ -64,6 +66,9 @@ def _handlers(servicer: Servicer) -> dict[str, Any]:
         "Bidi": grpc.stream_stream_rpc_method_handler(servicer.bidi, **kw),
         "ClientStream": grpc.stream_unary_rpc_method_handler(servicer.client_stream, **kw),
     }
+
+
+_INFERENCE = {m: Access.INFERENCE for m in ("Unary", "ServerStream", "Bidi", "ClientStream")}
 
 
 class Counting(grpc.aio.ServerInterceptor):  # type: ignore[misc]
@@ -258,7 +263,8 @@ def test_the_auth_interceptor_answers_its_codes() -> None:
         assert await _unary(channel)(b"ab", metadata=good) == b"ba"
         assert servicer.metadata["authorization"] == "Bearer inference-token"
 
-    asyncio.run(_serve(body, interceptors=[AuthInterceptor(policy)]))
+    access_of = access_table([GrpcService(SERVICE, _handlers(Servicer()), _INFERENCE)])
+    asyncio.run(_serve(body, interceptors=[AuthInterceptor(policy, access_of)]))
 
 
 def test_calls_past_the_concurrency_limit_are_refused_at_once() -> None:
@@ -293,7 +299,12 @@ def test_an_interceptor_is_skipped_only_for_the_methods_it_passes() -> None:
     from inferd.security.grpc_auth import AuthInterceptor
     from inferd.security.tokens import TokenStore
 
-    auth = AuthInterceptor(AccessPolicy(TokenStore()))
+    access = _INFERENCE | {"RepositoryModelLoad": Access.ADMIN}
+    handlers = _handlers(Servicer())
+    handlers["RepositoryModelLoad"] = handlers["Unary"]
+    auth = AuthInterceptor(
+        AccessPolicy(TokenStore()), access_table([GrpcService(SERVICE, handlers, access)])
+    )
     assert auth.active
     assert auth.passes(f"/{SERVICE}/Unary")
     assert not auth.passes(f"/{SERVICE}/RepositoryModelLoad")

@@ -8,15 +8,12 @@ from __future__ import annotations
 import re
 import tempfile
 
-from grpc_health.v1 import health_pb2
-
 from inferd.app import flags
 from inferd.app.server import NetworkServer as Server
 from inferd.cli import build_parser
-from inferd.protocols.tfserving_grpc import TfServingGrpc
-from inferd.protocols.v2_grpc import SERVICE, V2Grpc
+from inferd.protocols.apis import grpc_services
+from inferd.protocols.grpc_services import access_table
 from inferd.security.access import Access
-from inferd.security.grpc_auth import access_of
 
 _M = "/v2/models/{model}[/versions/{version} | /labels/{label}]"
 _TF = "/v1/models/{model}[/versions/{version} | /labels/{label}]"
@@ -149,15 +146,12 @@ def http_routes() -> list[tuple[str, str, str]]:
 
 
 def grpc_methods() -> list[tuple[str, str]]:
-    """(service/method, scope) of every RPC the gRPC port serves."""
+    """(service/method, scope) of every RPC the gRPC port serves, as its services declare."""
     with tempfile.TemporaryDirectory() as empty:
         args = build_parser().parse_args(["serve", "--model-repository", empty])
-        plane = Server(flags.from_sources(args, {})).plane
-        names = [f"{SERVICE}/{m}" for m in V2Grpc(plane).method_handlers()]
-        for service, handlers in TfServingGrpc(plane).services().items():
-            names += [f"{service}/{m}" for m in handlers]
-    health = health_pb2.DESCRIPTOR.services_by_name["Health"]
-    names += [f"{health.full_name}/{m.name}" for m in health.methods]
+        services = grpc_services(Server(flags.from_sources(args, {})).frontends.apis)
+    access_of = access_table(services)
+    names = [f"{s.name}/{m}" for s in services for m in s.handlers]
     names.append("grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo")
     return [(name, _SCOPE[access_of("/" + name)]) for name in names]
 

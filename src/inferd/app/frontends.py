@@ -29,8 +29,10 @@ from inferd.observability.requests import RequestObserver
 from inferd.observability.trace_settings import TraceSettings
 from inferd.observability.tracing import Tracer
 from inferd.protocols.admin_http import AdminHttp
+from inferd.protocols.apis import Api, grpc_services, register_routes
 from inferd.protocols.dashboard_http import Dashboard, DashboardOptions, page_url
 from inferd.protocols.generate_http import GenerateHttp
+from inferd.protocols.grpc_services import grpc_server
 from inferd.protocols.h2grpc.server import NativeGrpcServer
 from inferd.protocols.http import HttpApp
 from inferd.protocols.http_listen import Listener, listen
@@ -40,8 +42,9 @@ from inferd.protocols.repository_http import RepositoryHttp
 from inferd.protocols.settings_grpc import SettingsGrpc
 from inferd.protocols.settings_http import SettingsHttp
 from inferd.protocols.shm_http import SharedMemoryHttp
+from inferd.protocols.tfserving_grpc import TfServingGrpc
 from inferd.protocols.tfserving_http import TfServingHttp
-from inferd.protocols.v2_grpc import build_server
+from inferd.protocols.v2_grpc import V2Grpc, health_service
 from inferd.protocols.v2_http import V2Http
 from inferd.repository.manager import ModelManager
 from inferd.security.tokens import TokenStore
@@ -116,26 +119,52 @@ class Frontends:
         self.observer = RequestObserver(
             core.endpoints, core.logs, core.tracer, settings.node_name, core.trace_settings
         )
-        router = Router()
-        V2Http(self.plane).register(router)
+        plane = self.plane
         # GET / is KServe v1's liveness; where the dashboard's page is, it answers it (and sends
         # browsers to the page).
         page_here = settings.allow_dashboard and not settings.dashboard_port
-        TfServingHttp(self.plane).register(router, root=not page_here)
-        RepositoryHttp(
-            self.plane, settings.max_upload_bytes, settings.max_concurrent_uploads
-        ).register(router)
+        tfserving_http = TfServingHttp(plane)
         # Several workers: ``log_lines`` is set to theirs (``NetworkServer``).
         self.admin = AdminHttp(
             core.metrics if settings.allow_metrics else None, core.logs, metrics_text
         )
-        self.admin.register(router)
-        SettingsHttp(core.trace_settings, core.log_settings).register(router)
-        SharedMemoryHttp(self.plane.shared_memory).register(router)
-        GenerateHttp(self.plane).register(router)
-        OpenApi(
+        repository = RepositoryHttp(
+            plane, settings.max_upload_bytes, settings.max_concurrent_uploads
+        )
+        openapi = OpenApi(
             settings.allow_dashboard, not settings.dashboard_port, settings.allow_metrics
-        ).register(router)
+        )
+        # Every API this server offers: the HTTP router and the gRPC port read this list.
+        self.apis: list[Api] = [
+            Api(
+                "KServe v2",
+                V2Http(plane).register,
+                lambda: [
+                    V2Grpc(
+                        plane,
+                        self.observer,
+                        SettingsGrpc(core.trace_settings, core.log_settings),
+                    ).service(),
+                    health_service(plane),
+                ],
+            ),
+            Api(
+                "TF Serving",
+                lambda router: tfserving_http.register(router, root=not page_here),
+                lambda: TfServingGrpc(
+                    plane, self.observer, settings.tfserving_tensor_content
+                ).grpc_services(),
+            ),
+            Api("model repository", repository.register),
+            Api("admin", self.admin.register),
+            Api(
+                "trace and log settings",
+                SettingsHttp(core.trace_settings, core.log_settings).register,
+            ),
+            Api("shared memory", SharedMemoryHttp(plane.shared_memory).register),
+            Api("generate", GenerateHttp(plane).register),
+            Api("OpenAPI", openapi.register),
+        ]
         self.granian_options = edge.granian_options(settings)
         self.grpc_tls = edge.grpc_tls(settings)
         http_access = edge.access_policy(settings, core.tokens, settings.http_address)
@@ -159,7 +188,9 @@ class Frontends:
             else None
         )
         if self.dashboard is not None:
-            self.dashboard.register(router)
+            self.apis.append(Api("dashboard", self.dashboard.register))
+        router = Router()
+        register_routes(self.apis, router)
         self.http_app = HttpApp(
             router,
             observer=self.observer,
@@ -227,18 +258,15 @@ class Frontends:
         port = port or free_port(settings.grpc_address)
         address = f"{settings.grpc_address}:{port}"
         policy = edge.access_policy(settings, self.core.tokens, settings.grpc_address)
-        server = build_server(
-            self.plane,
+        server = grpc_server(
+            grpc_services(self.apis),
             address,
-            settings.grpc_max_message_bytes,
-            tls=self.grpc_tls,
-            observer=self.observer,
             kind=settings.grpc_server,
+            max_message_bytes=settings.grpc_max_message_bytes,
+            tls=self.grpc_tls,
             access=policy,
             max_concurrent_rpcs=edge.inflight_share(settings, self.workers) or None,
-            tfserving_tensor_content=settings.tfserving_tensor_content,
             reuse_port=self.reuse_port,
-            settings=SettingsGrpc(self.core.trace_settings, self.core.log_settings),
             limits=edge.grpc_limits(settings),
         )
         await server.start()

@@ -23,12 +23,11 @@ from inferd.app.settings import Settings
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError, InferdError
 from inferd.observability.requests import RequestObserver
-from inferd.protocols.grpc_servers import bind, new_server
+from inferd.protocols.grpc_services import GrpcService, grpc_server
 from inferd.protocols.http import HttpApp
 from inferd.protocols.http_listen import Listener, listen
 from inferd.protocols.http_routes import Router
 from inferd.protocols.torchserve_grpc import (
-    INFERENCE_SERVICE,
     MANAGEMENT_SERVICE,
     TorchServeGrpc,
 )
@@ -36,7 +35,6 @@ from inferd.protocols.torchserve_http import TorchServeInferenceHttp, render_err
 from inferd.protocols.torchserve_management_http import TorchServeManagementHttp
 from inferd.repository.manager import ControlMode, ModelManager
 from inferd.security.access import AccessPolicy, is_loopback
-from inferd.security.grpc_auth import AuthInterceptor
 from inferd.security.http_guard import HttpGuard
 from inferd.security.tokens import TokenStore
 from inferd.torchserve import config_properties
@@ -197,20 +195,12 @@ class TorchServePorts:
         ):
             if port:
                 await self._serve_http(app, address, port, what)
-        for port, service, handlers in (
-            (
-                settings.torchserve_grpc_inference_port,
-                INFERENCE_SERVICE,
-                self.grpc.inference_handlers(),
-            ),
-            (
-                settings.torchserve_grpc_management_port,
-                MANAGEMENT_SERVICE,
-                self.grpc.management_handlers(),
-            ),
+        for port, service in (
+            (settings.torchserve_grpc_inference_port, self.grpc.inference_service()),
+            (settings.torchserve_grpc_management_port, self.grpc.management_service()),
         ):
             if port:
-                await self._serve_grpc(port, service, handlers)
+                await self._serve_grpc(port, service)
 
     async def _serve_http(self, app: HttpApp, address: str, port: int, what: str) -> None:
         listener = await listen(
@@ -219,9 +209,9 @@ class TorchServePorts:
         self._servers.append(listener)
         log.info("listening: TorchServe %s API on %s", what, listener.address)
 
-    async def _serve_grpc(self, port: int, service: str, handlers: dict[str, Any]) -> None:
+    async def _serve_grpc(self, port: int, service: GrpcService) -> None:
         settings = self.settings
-        management = service == MANAGEMENT_SERVICE
+        management = service.name == MANAGEMENT_SERVICE
         host = settings.torchserve_management_address if management else settings.grpc_address
         address = f"{host}:{port}"
         policy = (
@@ -229,20 +219,21 @@ class TorchServePorts:
             if management
             else edge.access_policy(settings, self.tokens, host)
         )
-        interceptor = AuthInterceptor(policy)
-        server = new_server(
-            settings.grpc_server,
-            settings.grpc_max_message_bytes,
-            [interceptor] if interceptor.active else [],
-            edge.inflight_share(settings) or None,
+        server = grpc_server(
+            [service],
+            address,
+            kind=settings.grpc_server,
+            max_message_bytes=settings.grpc_max_message_bytes,
+            tls=edge.grpc_tls(settings),
+            access=policy,
+            max_concurrent_rpcs=edge.inflight_share(settings) or None,
             limits=edge.grpc_limits(settings),
+            reflect=False,
+            what="TorchServe's gRPC",
         )
-        server.add_registered_method_handlers(service, handlers)
-        tls = edge.grpc_tls(settings)
-        bind(server, address, tls, "TorchServe's gRPC")
         await server.start()
         self._grpc.append(server)
-        log.info("listening: TorchServe gRPC %s on %s", service.rpartition(".")[2], address)
+        log.info("listening: TorchServe gRPC %s on %s", service.name.rpartition(".")[2], address)
 
     async def stop(self) -> None:
         for server in self._grpc:

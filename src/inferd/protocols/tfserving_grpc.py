@@ -29,11 +29,13 @@ from inferd.core.tfserving import ModelSignatures, Target, TensorInfo
 from inferd.observability.requests import RequestObserver
 from inferd.protocols import codecs
 from inferd.protocols.grpc_common import Handler, guarded, safe_deserializer
+from inferd.protocols.grpc_services import GrpcService
 
 # The package registers TF Serving's messages in inferd's private pool (before the pb2 modules).
 from inferd.protocols.tfserving import error_codes_pb2  # isort: skip
 from inferd.protocols.tfserving import serving_pb2 as pb  # isort: skip
 from inferd.protocols.tfserving import tensorflow_pb2 as tf_pb  # isort: skip
+from inferd.security.access import Access
 
 log = logging.getLogger("inferd.grpc")
 
@@ -226,6 +228,13 @@ class TfServingGrpc:
             PREDICTION_SERVICE: self._handlers("PredictionService", prediction),
             MODEL_SERVICE: self._handlers("ModelService", model),
         }
+
+    def grpc_services(self) -> list[GrpcService]:
+        """PredictionService and ModelService, each method with its access class."""
+        return [
+            GrpcService(name, handlers, {m: Access.INFERENCE for m in handlers})
+            for name, handlers in self.services().items()
+        ]
 
     def _handlers(self, service: str, handlers: dict[str, Handler]) -> dict[str, Any]:
         descriptor = pb.DESCRIPTOR.services_by_name[service]

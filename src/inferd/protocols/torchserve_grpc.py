@@ -27,8 +27,10 @@ from google.rpc import status_pb2
 from inferd.core.errors import InferdError, ModelFailed
 from inferd.observability.requests import RequestObserver
 from inferd.protocols.grpc_common import Malformed, safe_deserializer
+from inferd.protocols.grpc_services import GrpcService
 from inferd.protocols.torchserve import inference_pb2 as ipb
 from inferd.protocols.torchserve import management_pb2 as mpb
+from inferd.security.access import Access
 from inferd.torchserve.errors import Answer, TorchServeError, answer
 from inferd.torchserve.management import Management, ModelApiDisabled, Registration
 from inferd.torchserve.models import Prediction, TorchServeModels
@@ -167,6 +169,17 @@ class TorchServeGrpc:
                 response_serializer=_serialize,
             ),
         }
+
+    def inference_service(self) -> GrpcService:
+        """The inference service: Ping is health, the predictions inference."""
+        handlers = self.inference_handlers()
+        access = {m: Access.HEALTH if m == "Ping" else Access.INFERENCE for m in handlers}
+        return GrpcService(INFERENCE_SERVICE, handlers, access)
+
+    def management_service(self) -> GrpcService:
+        """The management service: every call admin."""
+        handlers = self.management_handlers()
+        return GrpcService(MANAGEMENT_SERVICE, handlers, {m: Access.ADMIN for m in handlers})
 
     def management_handlers(self) -> dict[str, Any]:
         calls: dict[str, tuple[Callable[[Any], Awaitable[Any]], Any]] = {

@@ -15,8 +15,7 @@ from collections.abc import AsyncIterator, Collection
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection, reflection_pb2
+from grpc_health.v1 import health_pb2
 
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InferdError, InvalidInput, NotFound, Unimplemented
@@ -32,13 +31,10 @@ from inferd.protocols.grpc_common import (
     public_message,
     safe_deserializer,
 )
-from inferd.protocols.grpc_servers import bind, new_server
-from inferd.protocols.h2grpc.host import Limits
+from inferd.protocols.grpc_services import GrpcService
 from inferd.protocols.pool import POOL
 from inferd.protocols.settings_grpc import SettingsGrpc
 from inferd.protocols.shm_grpc import SharedMemoryGrpc
-from inferd.protocols.tfserving_grpc import SERVICES as TFSERVING_SERVICES
-from inferd.protocols.tfserving_grpc import TfServingGrpc
 from inferd.protocols.v2_grpc_codec import (
     EncodedInferResponse,
     StreamResponse,
@@ -48,13 +44,24 @@ from inferd.protocols.v2_grpc_codec import (
     error_header,
     parse_infer_request,
 )
-from inferd.security.access import AccessPolicy
-from inferd.security.grpc_auth import AuthInterceptor
-from inferd.security.tls import Tls
+from inferd.security.access import Access
 
 log = logging.getLogger("inferd.grpc")
 
 SERVICE = "inference.GRPCInferenceService"
+# Each RPC's access class. Changes to the server (trace and log settings name files it writes)
+# are admin; shared-memory registration is part of inference, as in Triton.
+ACCESS: dict[str, Access] = {
+    **{
+        m.name: Access.INFERENCE
+        for m in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods
+    },
+    **{m: Access.HEALTH for m in ("ServerLive", "ServerReady")},
+    **{
+        m: Access.ADMIN
+        for m in ("RepositoryModelLoad", "RepositoryModelUnload", "TraceSetting", "LogSettings")
+    },
+}
 
 
 # Requests of one stream that may run at once; reading the stream waits beyond that.
@@ -128,6 +135,10 @@ class V2Grpc:
         missing = {m.name for m in service.methods} - set(handlers)
         assert not missing, f"no handler for {missing}"
         return handlers
+
+    def service(self) -> GrpcService:
+        """The GRPCInferenceService with each method's access class."""
+        return GrpcService(SERVICE, self.method_handlers(), ACCESS)
 
     async def server_live(self, request: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self.plane.live())
@@ -384,60 +395,29 @@ class Health:
             await asyncio.sleep(_HEALTH_WATCH_INTERVAL_S)
 
 
+HEALTH_ACCESS = {"Check": Access.HEALTH, "Watch": Access.HEALTH}
+
+
+def health_service(plane: DataPlane) -> GrpcService:
+    """``grpc.health.v1.Health`` over ``plane``, its calls of the health class."""
+    _add_to_pool(health_pb2.DESCRIPTOR)  # reflection reads our pool
+    servicer = Health(plane)
+    request = health_pb2.HealthCheckRequest.FromString
+    reply = health_pb2.HealthCheckResponse.SerializeToString
+    name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+    handlers = {
+        "Check": grpc.unary_unary_rpc_method_handler(
+            servicer.Check, request_deserializer=request, response_serializer=reply
+        ),
+        "Watch": grpc.unary_stream_rpc_method_handler(
+            servicer.Watch, request_deserializer=request, response_serializer=reply
+        ),
+    }
+    return GrpcService(name, handlers, HEALTH_ACCESS)
+
+
 def _add_to_pool(file_descriptor: Any) -> None:
     try:
         POOL.FindFileByName(file_descriptor.name)
     except KeyError:
         POOL.AddSerializedFile(file_descriptor.serialized_pb)
-
-
-def build_server(
-    plane: DataPlane,
-    address: str,
-    max_message_bytes: int,
-    tls: Tls | None = None,
-    observer: RequestObserver | None = None,
-    kind: str = "auto",
-    access: AccessPolicy | None = None,
-    max_concurrent_rpcs: int | None = None,
-    tfserving_tensor_content: bool = False,
-    reuse_port: bool = False,
-    settings: SettingsGrpc | None = None,
-    limits: Limits | None = None,
-) -> Any:
-    """A gRPC server with the inference, health and reflection services on ``address``.
-
-    ``tls`` serves TLS (an ``ssl.SSLContext`` for the native server, grpcio's credentials
-    for grpcio); None serves plaintext. ``access`` (default: open) is checked for every RPC
-    by one interceptor; ``max_concurrent_rpcs`` answers RESOURCE_EXHAUSTED at once beyond
-    that many calls. ``tfserving_tensor_content``: TF Serving's Predict answers in
-    tensor_content, not in typed value fields. ``reuse_port``: share the port with the
-    server's other workers. ``settings``: the trace and log settings RPCs (else they answer
-    UNIMPLEMENTED). ``limits``: the connections' limits and timeouts (``h2grpc.host.Limits``).
-    """
-    interceptor = AuthInterceptor(access or AccessPolicy.open())
-    server = new_server(
-        kind,
-        max_message_bytes,
-        [interceptor] if interceptor.active else [],
-        max_concurrent_rpcs,
-        reuse_port,
-        limits,
-    )
-    # Registered (not generic) handlers: grpc core matches the method, no Python lookup per call.
-    server.add_registered_method_handlers(
-        SERVICE, V2Grpc(plane, observer, settings).method_handlers()
-    )
-    # TF Serving's PredictionService and ModelService, on the same server and port.
-    tfserving = TfServingGrpc(plane, observer, tfserving_tensor_content)
-    for name, handlers in tfserving.services().items():
-        server.add_registered_method_handlers(name, handlers)
-    health_pb2_grpc.add_HealthServicer_to_server(Health(plane), server)
-    # Reflection reads our pool, which must then hold the health and reflection files too.
-    _add_to_pool(health_pb2.DESCRIPTOR)
-    _add_to_pool(reflection_pb2.DESCRIPTOR)
-    health = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-    services = (SERVICE, *TFSERVING_SERVICES, health)
-    reflection.enable_server_reflection((*services, reflection.SERVICE_NAME), server, pool=POOL)
-    bind(server, address, tls, "gRPC")
-    return server

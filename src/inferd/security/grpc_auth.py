@@ -1,5 +1,7 @@
 """The gRPC side of access control: one ``grpc.aio.ServerInterceptor`` for every RPC of every
 service on the port (KServe v2 including ModelStreamInfer, TF Serving, health, reflection).
+Each method's access class comes from the service that serves it (``access_of``, built by
+``inferd.protocols.grpc_services.access_table`` from the classes each service declares).
 
 A call without the token its RPC needs gets UNAUTHENTICATED, one with the wrong scope
 PERMISSION_DENIED, before any handler or deserializer runs. The token is the ``authorization``
@@ -23,35 +25,6 @@ REFUSAL_STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
 }
 
-_HEALTH_SERVICE = "grpc.health.v1.Health"
-_HEALTH_METHODS = frozenset({"ServerLive", "ServerReady"})
-# TorchServe's gRPC: its inference service's Ping is health, its management service admin.
-_TORCHSERVE_INFERENCE = "org.pytorch.serve.grpc.inference.InferenceAPIsService"
-_ADMIN_SERVICES = frozenset({"org.pytorch.serve.grpc.management.ManagementAPIsService"})
-# Changes to the server (trace and log settings name files it writes): the admin scope.
-# Shared-memory registration is part of inference, as in Triton: an inference token.
-_ADMIN_METHODS = frozenset(
-    {
-        "RepositoryModelLoad",
-        "RepositoryModelUnload",
-        "TraceSetting",
-        "LogSettings",
-        "HandleReloadConfigRequest",  # TF Serving's ModelService
-    }
-)
-
-
-def access_of(full_method: str) -> Access:
-    """The access class of ``/package.Service/Method``; inference for anything else."""
-    service, _, method = full_method.lstrip("/").rpartition("/")
-    if service == _HEALTH_SERVICE or method in _HEALTH_METHODS:
-        return Access.HEALTH
-    if service == _TORCHSERVE_INFERENCE and method == "Ping":
-        return Access.HEALTH
-    if method in _ADMIN_METHODS or service in _ADMIN_SERVICES:
-        return Access.ADMIN
-    return Access.INFERENCE
-
 
 def _denial(handler: Any, code: grpc.StatusCode, message: str) -> Any:
     """A handler of the same kind as ``handler`` that only answers ``code``."""
@@ -71,8 +44,10 @@ def _denial(handler: Any, code: grpc.StatusCode, message: str) -> Any:
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    def __init__(self, policy: AccessPolicy) -> None:
+    def __init__(self, policy: AccessPolicy, access_of: Callable[[str], Access]) -> None:
+        """``access_of``: ``/package.Service/Method`` -> the access class of its calls."""
         self.policy = policy
+        self.access_of = access_of
         self._checked = {
             a: policy.needs_token(a) or (a is Access.ADMIN and policy.admin_off()) for a in Access
         }
@@ -85,13 +60,13 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def passes(self, method: str) -> bool:
         """Whether calls to ``method`` pass unchecked (the native server then skips this
         interceptor for them; it would only call its continuation)."""
-        return not self._checked[access_of(method)]
+        return not self._checked[self.access_of(method)]
 
     def refusal(self, method: str, authorization: str | None) -> tuple[grpc.StatusCode, str] | None:
         """The status that refuses a call on its method and token alone, or None to let it
         in: the native server asks this as soon as a call's headers are complete, so an
         unauthenticated client's body is never buffered."""
-        access = access_of(method)
+        access = self.access_of(method)
         if not self._checked[access]:
             return None
         try:
@@ -105,7 +80,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         continuation: Callable[[Any], Awaitable[Any]],
         details: Any,
     ) -> Any:
-        access = access_of(details.method)
+        access = self.access_of(details.method)
         if not self._checked[access]:
             return await continuation(details)
         authorization = None
