@@ -82,7 +82,7 @@ async def drive(repository: str, rounds: int) -> None:
     if watch is not None:
         watch.after_s = 1e6
     else:  # older trees read a module constant
-        import inferd.protocols.http as http
+        import inferd.protocols.transport.http as http
 
         setattr(http, "WATCH_AFTER_S", 1e6)  # noqa: B010
 

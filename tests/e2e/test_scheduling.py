@@ -104,7 +104,7 @@ def sched_server(
     )
     # A gated echo model: its first execution holds the only instance for as long as the test
     # needs, longer than any wait before a queued request starts watching its client
-    # (protocols.watch.WATCH_AFTER_S).
+    # (protocols.transport.watch.WATCH_AFTER_S).
     (root / "held" / "1").mkdir(parents=True)
     held = _gated(root.parent / "held.gate", "")
     (root / "held" / "config.pbtxt").write_text(f'name: "held"\n{held}')

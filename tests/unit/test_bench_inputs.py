@@ -18,7 +18,7 @@ from inferd.bench.options import BenchError, Target
 from inferd.bench.specs import ModelSpec, TensorSpec
 from inferd.core.datatypes import BY_NAME
 from inferd.protocols import grpc_service_pb2 as pb
-from inferd.protocols import v2_http
+from inferd.protocols.v2 import http as v2_http
 
 HALF = ModelSpec("half", "", (TensorSpec("x", "FP32", (-1, 1)),), 64)
 DIGITS = ModelSpec("digits", "", (TensorSpec("input", "FP32", (-1, 64)),), 64)

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from inferd.core.errors import RequestTimeout
-from inferd.protocols.deadlines import BodyDeadlines
+from inferd.protocols.transport.deadlines import BodyDeadlines
 
 
 def test_reads_that_finish_stalls_that_time_out_and_other_cancellations() -> None:

@@ -1,9 +1,9 @@
-"""inferd.protocols.grpc_servers: one set of limits for both gRPC servers."""
+"""inferd.protocols.transport.grpc_servers: one set of limits for both gRPC servers."""
 
 from __future__ import annotations
 
-from inferd.protocols.grpc_servers import grpcio_options
-from inferd.protocols.h2grpc.host import Limits
+from inferd.protocols.transport.grpc_servers import grpcio_options
+from inferd.protocols.transport.h2grpc.host import Limits
 
 
 def test_grpcio_gets_the_limits_its_core_has() -> None:

@@ -12,10 +12,10 @@ import pytest
 from inferd.core.dataplane import DataPlane
 from inferd.core.registry import Registry
 from inferd.protocols.apis import Api, grpc_services
-from inferd.protocols.grpc_services import GrpcService, access_table
-from inferd.protocols.tfserving_grpc import TfServingGrpc
-from inferd.protocols.torchserve_grpc import TorchServeGrpc
-from inferd.protocols.v2_grpc import SERVICE, V2Grpc, health_service
+from inferd.protocols.tfserving.grpc import TfServingGrpc
+from inferd.protocols.torchserve.grpc import TorchServeGrpc
+from inferd.protocols.transport.grpc_services import GrpcService, access_table
+from inferd.protocols.v2.grpc import SERVICE, V2Grpc, health_service
 from inferd.security.access import Access
 
 

@@ -12,8 +12,8 @@ from typing import Any
 import grpc
 import pytest
 
-from inferd.protocols.grpc_services import GrpcService, access_table
-from inferd.protocols.h2grpc.server import NativeGrpcServer
+from inferd.protocols.transport.grpc_services import GrpcService, access_table
+from inferd.protocols.transport.h2grpc.server import NativeGrpcServer
 from inferd.security.access import Access
 
 SERVICE = "test.Echo"

@@ -1,5 +1,5 @@
-"""inferd.protocols.h2grpc.framing.Reader: gRPC messages cut out of DATA chunks however the
-chunks split them (whole small messages in one chunk take the one-copy path)."""
+"""inferd.protocols.transport.h2grpc.framing.Reader: gRPC messages cut out of DATA chunks
+however the chunks split them (whole small messages in one chunk take the one-copy path)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import struct
 import grpc
 import pytest
 
-from inferd.protocols.h2grpc.framing import (
+from inferd.protocols.transport.h2grpc.framing import (
     FIRST_BUFFER_BYTES,
     SMALL_MESSAGE_BYTES,
     CallError,

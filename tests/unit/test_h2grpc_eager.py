@@ -1,5 +1,6 @@
-"""inferd.protocols.h2grpc.eager: a call's coroutine runs at once; a Task carries on only the
-ones that wait, with the same results, cancellation and context as a Task from the start."""
+"""inferd.protocols.transport.h2grpc.eager: a call's coroutine runs at once; a Task carries on
+only the ones that wait, with the same results, cancellation and context as a Task from the
+start."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import contextvars
 
 import pytest
 
-from inferd.protocols.h2grpc import eager
+from inferd.protocols.transport.h2grpc import eager
 
 _VAR: contextvars.ContextVar[str] = contextvars.ContextVar("eager_test", default="unset")
 

@@ -16,7 +16,7 @@ from openapi_spec_validator import validate
 from inferd.app import flags
 from inferd.app.server import NetworkServer
 from inferd.cli import build_parser
-from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router
+from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router
 
 
 def _served(*extra: str) -> tuple[Router, dict[str, Any]]:

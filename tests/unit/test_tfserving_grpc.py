@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from inferd.protocols.tfserving import tensorflow_pb2
-from inferd.protocols.tfserving_grpc import to_array, to_tensor
+from inferd.protocols.tfserving.grpc import to_array, to_tensor
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from inferd.protocols.tfserving_http import _predictions
+from inferd.protocols.tfserving.http import _predictions
 
 
 def _outputs() -> dict[str, np.ndarray]:
@@ -36,7 +36,7 @@ def test_single_output_is_bare() -> None:
 
 
 def test_nan_and_infinity_tokens_both_ways() -> None:
-    from inferd.protocols.tfserving_http import parse_json, tf_json
+    from inferd.protocols.tfserving.http import parse_json, tf_json
 
     doc = parse_json(b'{"instances": [NaN, Infinity, -Infinity, 1.5]}')
     values = doc["instances"]

@@ -12,7 +12,7 @@ from inferd.core.registry import Registry
 from inferd.core.stats import ModelStats
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols.grpc_common import STATUS_OF
-from inferd.protocols.v2_grpc import V2Grpc, _statistics
+from inferd.protocols.v2.grpc import V2Grpc, _statistics
 from inferd.security.grpc_auth import REFUSAL_STATUS
 
 

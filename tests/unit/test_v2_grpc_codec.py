@@ -21,7 +21,7 @@ from inferd.core.errors import InvalidInput
 from inferd.core.types import InferResponse
 from inferd.protocols import codecs
 from inferd.protocols import grpc_service_pb2 as pb
-from inferd.protocols import v2_grpc_codec as codec
+from inferd.protocols.v2 import grpc_codec as codec
 
 NUMERIC = [d for d in datatypes.ALL if not d.is_bytes]
 TYPED = [d for d in datatypes.ALL if d.name not in ("FP16", "BF16")]

@@ -1,4 +1,4 @@
-"""Binary v2 headers decoded once (``protocols.v2_headers``): a remembered header's plan reads
+"""Binary v2 headers decoded once (``protocols.v2.headers``): a remembered header's plan reads
 the next body's tensors, gives every request its own parameters, and leaves out the headers it
 must not keep."""
 
@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from inferd.protocols import v2_headers
-from inferd.protocols.v2_headers import HeaderPlans
-from inferd.protocols.v2_http import decode_request
+from inferd.protocols.v2 import headers as v2_headers
+from inferd.protocols.v2.headers import HeaderPlans
+from inferd.protocols.v2.http import decode_request
 
 
 def _header(**extra: Any) -> tuple[bytes, dict[str, Any]]:

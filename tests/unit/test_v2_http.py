@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferd.protocols.v2_http import response_encoding
+from inferd.protocols.v2.http import response_encoding
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from inferd.core.errors import ClientGone
-from inferd.protocols.watch import ClientWatch
+from inferd.protocols.transport.watch import ClientWatch
 
 
 @dataclass

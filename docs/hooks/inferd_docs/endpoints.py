@@ -12,7 +12,7 @@ from inferd.app import flags
 from inferd.app.server import NetworkServer as Server
 from inferd.cli import build_parser
 from inferd.protocols.apis import grpc_services
-from inferd.protocols.grpc_services import access_table
+from inferd.protocols.transport.grpc_services import access_table
 from inferd.security.access import Access
 
 _M = "/v2/models/{model}[/versions/{version} | /labels/{label}]"

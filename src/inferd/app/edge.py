@@ -11,8 +11,8 @@ from typing import Any
 
 from inferd.app.settings import Settings
 from inferd.core.errors import ConfigError
-from inferd.protocols.h2grpc.host import Limits as GrpcLimits
-from inferd.protocols.http_body import BodyRate, Limits
+from inferd.protocols.transport.h2grpc.host import Limits as GrpcLimits
+from inferd.protocols.transport.http_body import BodyRate, Limits
 from inferd.security.access import AccessPolicy, is_loopback
 from inferd.security.http_guard import HttpGuard
 from inferd.security.tls import Tls, read_pem

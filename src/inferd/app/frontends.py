@@ -31,21 +31,21 @@ from inferd.observability.tracing import Tracer
 from inferd.protocols.admin_http import AdminHttp
 from inferd.protocols.apis import Api, grpc_services, register_routes
 from inferd.protocols.dashboard_http import Dashboard, DashboardOptions, page_url
-from inferd.protocols.generate_http import GenerateHttp
-from inferd.protocols.grpc_services import grpc_server
-from inferd.protocols.h2grpc.server import NativeGrpcServer
-from inferd.protocols.http import HttpApp
-from inferd.protocols.http_listen import Listener, listen
-from inferd.protocols.http_routes import Router
 from inferd.protocols.openapi import OpenApi
-from inferd.protocols.repository_http import RepositoryHttp
-from inferd.protocols.settings_grpc import SettingsGrpc
-from inferd.protocols.settings_http import SettingsHttp
-from inferd.protocols.shm_http import SharedMemoryHttp
-from inferd.protocols.tfserving_grpc import TfServingGrpc
-from inferd.protocols.tfserving_http import TfServingHttp
-from inferd.protocols.v2_grpc import V2Grpc, health_service
-from inferd.protocols.v2_http import V2Http
+from inferd.protocols.tfserving.grpc import TfServingGrpc
+from inferd.protocols.tfserving.http import TfServingHttp
+from inferd.protocols.transport.grpc_services import grpc_server
+from inferd.protocols.transport.h2grpc.server import NativeGrpcServer
+from inferd.protocols.transport.http import HttpApp
+from inferd.protocols.transport.http_listen import Listener, listen
+from inferd.protocols.transport.http_routes import Router
+from inferd.protocols.v2.generate_http import GenerateHttp
+from inferd.protocols.v2.grpc import V2Grpc, health_service
+from inferd.protocols.v2.http import V2Http
+from inferd.protocols.v2.repository_http import RepositoryHttp
+from inferd.protocols.v2.settings_grpc import SettingsGrpc
+from inferd.protocols.v2.settings_http import SettingsHttp
+from inferd.protocols.v2.shm_http import SharedMemoryHttp
 from inferd.repository.manager import ModelManager
 from inferd.security.tokens import TokenStore
 

@@ -23,16 +23,16 @@ from inferd.app.settings import Settings
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError, InferdError
 from inferd.observability.requests import RequestObserver
-from inferd.protocols.grpc_services import GrpcService, grpc_server
-from inferd.protocols.http import HttpApp
-from inferd.protocols.http_listen import Listener, listen
-from inferd.protocols.http_routes import Router
-from inferd.protocols.torchserve_grpc import (
+from inferd.protocols.torchserve.grpc import (
     MANAGEMENT_SERVICE,
     TorchServeGrpc,
 )
-from inferd.protocols.torchserve_http import TorchServeInferenceHttp, render_error
-from inferd.protocols.torchserve_management_http import TorchServeManagementHttp
+from inferd.protocols.torchserve.http import TorchServeInferenceHttp, render_error
+from inferd.protocols.torchserve.management_http import TorchServeManagementHttp
+from inferd.protocols.transport.grpc_services import GrpcService, grpc_server
+from inferd.protocols.transport.http import HttpApp
+from inferd.protocols.transport.http_listen import Listener, listen
+from inferd.protocols.transport.http_routes import Router
 from inferd.repository.manager import ControlMode, ModelManager
 from inferd.security.access import AccessPolicy, is_loopback
 from inferd.security.http_guard import HttpGuard

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from inferd.core.errors import InvalidInput
 from inferd.observability.logging import TAIL_LINES, Logs, cursor
 from inferd.observability.metrics import CONTENT_TYPE, render
-from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router, json_response
+from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router, json_response
 from inferd.security.access import Access
 
 # The last ``count`` lines of a log (``kind``) above position ``after`` and at most ``upto``

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from inferd.protocols.grpc_services import GrpcService
-from inferd.protocols.http_routes import Router
+from inferd.protocols.transport.grpc_services import GrpcService
+from inferd.protocols.transport.http_routes import Router
 
 
 @dataclass(frozen=True, slots=True)

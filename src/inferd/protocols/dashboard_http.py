@@ -30,11 +30,11 @@ from inferd.dashboard.files import list_model, read_model_file
 from inferd.dashboard.overview import Overview, ServerFacts
 from inferd.dashboard.series import TrafficSeries
 from inferd.observability.requests import RequestObserver
-from inferd.protocols.http import HttpApp
-from inferd.protocols.http_body import Limits
-from inferd.protocols.http_listen import Listener, listen
-from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router, json_response
-from inferd.protocols.tfserving_http import kserve_live
+from inferd.protocols.tfserving.http import kserve_live
+from inferd.protocols.transport.http import HttpApp
+from inferd.protocols.transport.http_body import Limits
+from inferd.protocols.transport.http_listen import Listener, listen
+from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router, json_response
 from inferd.repository.manager import ModelManager
 from inferd.security.access import Access, AccessPolicy
 

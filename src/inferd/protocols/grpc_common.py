@@ -14,7 +14,7 @@ import grpc
 
 from inferd.core.errors import ErrorCode, InferdError, InvalidInput
 from inferd.observability.requests import Finished, RequestObserver, new_request_id
-from inferd.protocols.v2_grpc_codec import EncodedInferResponse, WireInferRequest
+from inferd.protocols.v2.grpc_codec import EncodedInferResponse, WireInferRequest
 from inferd.security.redact import redact
 
 log = logging.getLogger("inferd.grpc")

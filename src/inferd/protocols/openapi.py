@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
-from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router
 from inferd.protocols.openapi_schemas import SCHEMAS, Schema, ref
+from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router
 from inferd.security.access import Access
 from inferd.version import __version__
 

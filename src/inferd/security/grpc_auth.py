@@ -1,7 +1,7 @@
 """The gRPC side of access control: one ``grpc.aio.ServerInterceptor`` for every RPC of every
 service on the port (KServe v2 including ModelStreamInfer, TF Serving, health, reflection).
 Each method's access class comes from the service that serves it (``access_of``, built by
-``inferd.protocols.grpc_services.access_table`` from the classes each service declares).
+``inferd.protocols.transport.grpc_services.access_table`` from the classes each service declares).
 
 A call without the token its RPC needs gets UNAUTHENTICATED, one with the wrong scope
 PERMISSION_DENIED, before any handler or deserializer runs. The token is the ``authorization``

@@ -2,6 +2,6 @@
 
 ``models`` is TorchServe's view of the registry and its predictions, ``management`` registers,
 scales and unregisters archives in the model repository, ``errors`` answers in TorchServe's
-words and ``forms`` reads the bodies TorchServe accepts. The adapters live in ``protocols``
-(``torchserve_http``, ``torchserve_management_http``, ``torchserve_grpc``).
+words and ``forms`` reads the bodies TorchServe accepts. The adapters live in
+``inferd.protocols.torchserve`` (``http``, ``management_http``, ``grpc``).
 """

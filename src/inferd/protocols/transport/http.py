@@ -28,8 +28,8 @@ from inferd.core.errors import (
     PayloadTooLarge,
 )
 from inferd.observability.requests import Finished, RequestObserver, new_request_id
-from inferd.protocols.deadlines import BodyDeadlines
-from inferd.protocols.http_body import (
+from inferd.protocols.transport.deadlines import BodyDeadlines
+from inferd.protocols.transport.http_body import (
     DEFAULT_MAX_BODY_BYTES,
     Limits,
     decompress,
@@ -38,7 +38,7 @@ from inferd.protocols.http_body import (
     send_stream,
     too_large,
 )
-from inferd.protocols.http_routes import (
+from inferd.protocols.transport.http_routes import (
     STATUS_OF,
     ErrorRenderer,
     Headers,
@@ -49,7 +49,7 @@ from inferd.protocols.http_routes import (
     error_response,
     json_response,
 )
-from inferd.protocols.watch import ClientWatch
+from inferd.protocols.transport.watch import ClientWatch
 from inferd.security.http_guard import NO_CORS, HttpGuard
 
 log = logging.getLogger("inferd.http")
@@ -364,7 +364,7 @@ class _Preflight(Exception):
 
 def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> Awaitable[T]:
     """``work``, cancelled (``ClientGone``, answered 499 to nobody) when the client hangs up
-    before it is done: work still queued is then dropped, not executed (``protocols.watch``)."""
+    before it is done: work still queued is then dropped, not executed (``protocols.transport.watch``)."""
     watch = request.watch
     if watch is None:
         return work

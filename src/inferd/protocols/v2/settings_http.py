@@ -9,8 +9,8 @@ from typing import Any
 from inferd.core.errors import InvalidInput
 from inferd.observability.log_settings import LogSettings
 from inferd.observability.trace_settings import TraceSettings
-from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router, json_response
-from inferd.protocols.v2_http import parse_json
+from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router, json_response
+from inferd.protocols.v2.http import parse_json
 from inferd.security.access import Access
 
 

@@ -20,8 +20,8 @@ from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InferdError, InvalidInput, Unavailable
 from inferd.core.routing import routing_document
 from inferd.core.views import IndexEntry, ResidencyView
-from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router, json_response
-from inferd.protocols.v2_http import json_object, parse_json
+from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router, json_response
+from inferd.protocols.v2.http import json_object, parse_json
 from inferd.security.access import Access
 from inferd.security.redact import redact
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from inferd.core.errors import NotFound, Unimplemented
 from inferd.core.shared_memory import SystemSharedMemory
 from inferd.protocols import grpc_service_pb2 as pb
-from inferd.protocols.shm_http import NO_GPU
+from inferd.protocols.v2.shm_http import NO_GPU
 
 
 class SharedMemoryGrpc:

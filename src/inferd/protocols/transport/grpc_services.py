@@ -15,9 +15,9 @@ from typing import Any
 
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from inferd.protocols.grpc_servers import bind, new_server
-from inferd.protocols.h2grpc.host import Limits
 from inferd.protocols.pool import POOL
+from inferd.protocols.transport.grpc_servers import bind, new_server
+from inferd.protocols.transport.h2grpc.host import Limits
 from inferd.security.access import Access, AccessPolicy
 from inferd.security.grpc_auth import AuthInterceptor
 from inferd.security.tls import Tls

@@ -20,8 +20,8 @@ from typing import Any
 
 import grpc
 
-from inferd.protocols.h2grpc import eager, nghttp2
-from inferd.protocols.h2grpc.calls import (
+from inferd.protocols.transport.h2grpc import eager, nghttp2
+from inferd.protocols.transport.h2grpc.calls import (
     CallError,
     Context,
     Stream,
@@ -29,8 +29,8 @@ from inferd.protocols.h2grpc.calls import (
     parse_timeout,
     percent_encode,
 )
-from inferd.protocols.h2grpc.framing import decompress, frame
-from inferd.protocols.h2grpc.host import Host, Limits
+from inferd.protocols.transport.h2grpc.framing import decompress, frame
+from inferd.protocols.transport.h2grpc.host import Host, Limits
 
 log = logging.getLogger("inferd.grpc")
 

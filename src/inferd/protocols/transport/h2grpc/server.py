@@ -23,10 +23,10 @@ from typing import Any
 import grpc
 
 from inferd.core.errors import ConfigError
-from inferd.protocols.h2grpc import nghttp2
-from inferd.protocols.h2grpc.calls import Context, Stream
-from inferd.protocols.h2grpc.connection import Connection
-from inferd.protocols.h2grpc.host import Budget, Limits
+from inferd.protocols.transport.h2grpc import nghttp2
+from inferd.protocols.transport.h2grpc.calls import Context, Stream
+from inferd.protocols.transport.h2grpc.connection import Connection
+from inferd.protocols.transport.h2grpc.host import Budget, Limits
 
 TRIM_AFTER_BYTES = 4 * 1024 * 1024  # a connection that received this much is trimmed after
 

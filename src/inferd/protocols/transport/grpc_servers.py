@@ -11,9 +11,9 @@ from typing import Any
 import grpc
 
 from inferd.core.errors import ConfigError
-from inferd.protocols.h2grpc.host import Limits
-from inferd.protocols.h2grpc.server import NativeGrpcServer
-from inferd.protocols.h2grpc.server import available as native_available
+from inferd.protocols.transport.h2grpc.host import Limits
+from inferd.protocols.transport.h2grpc.server import NativeGrpcServer
+from inferd.protocols.transport.h2grpc.server import available as native_available
 from inferd.security.tls import Tls
 
 GRPC_SERVERS = ("auto", "native", "grpcio")

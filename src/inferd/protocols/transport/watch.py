@@ -33,7 +33,7 @@ Disconnected = Callable[[], Awaitable[None]]
 
 
 class Watched(Protocol):
-    """What a watch needs of a request (``protocols.http_routes.HttpRequest``)."""
+    """What a watch needs of a request (``protocols.transport.http_routes.HttpRequest``)."""
 
     method: str
     path: str

@@ -29,7 +29,7 @@ from inferd.core.tfserving import ModelSignatures, Target, TensorInfo
 from inferd.observability.requests import RequestObserver
 from inferd.protocols import codecs
 from inferd.protocols.grpc_common import Handler, guarded, safe_deserializer
-from inferd.protocols.grpc_services import GrpcService
+from inferd.protocols.transport.grpc_services import GrpcService
 
 # The package registers TF Serving's messages in inferd's private pool (before the pb2 modules).
 from inferd.protocols.tfserving import error_codes_pb2  # isort: skip

@@ -29,8 +29,8 @@ from inferd.core.tfexample import Features
 from inferd.core.tfserving import ModelSignatures, TensorInfo
 from inferd.core.types import InferResponse, Tensors
 from inferd.protocols import codecs
-from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router
-from inferd.protocols.v2_http import OFFLOAD_BYTES, check_value_count
+from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router
+from inferd.protocols.v2.http import OFFLOAD_BYTES, check_value_count
 from inferd.security.access import Access
 
 _MODEL = r"/v1/models/(?P<model>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"

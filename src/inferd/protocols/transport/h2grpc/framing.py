@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from inferd.protocols.h2grpc import nghttp2
+from inferd.protocols.transport.h2grpc import nghttp2
 
 _PREFIX = struct.Struct(">BI")
 _string_at = nghttp2.bytes_at

@@ -22,7 +22,6 @@ from inferd.core.errors import InferdError, InvalidInput, NotFound, Unimplemente
 from inferd.core.stats import ModelStatistics, StatDuration
 from inferd.observability.requests import RequestObserver
 from inferd.protocols import grpc_service_pb2 as pb
-from inferd.protocols import shm_tensors
 from inferd.protocols.grpc_common import (
     Handler,
     Malformed,
@@ -31,11 +30,10 @@ from inferd.protocols.grpc_common import (
     public_message,
     safe_deserializer,
 )
-from inferd.protocols.grpc_services import GrpcService
 from inferd.protocols.pool import POOL
-from inferd.protocols.settings_grpc import SettingsGrpc
-from inferd.protocols.shm_grpc import SharedMemoryGrpc
-from inferd.protocols.v2_grpc_codec import (
+from inferd.protocols.transport.grpc_services import GrpcService
+from inferd.protocols.v2 import shm_tensors
+from inferd.protocols.v2.grpc_codec import (
     EncodedInferResponse,
     StreamResponse,
     WireInferRequest,
@@ -44,6 +42,8 @@ from inferd.protocols.v2_grpc_codec import (
     error_header,
     parse_infer_request,
 )
+from inferd.protocols.v2.settings_grpc import SettingsGrpc
+from inferd.protocols.v2.shm_grpc import SharedMemoryGrpc
 from inferd.security.access import Access
 
 log = logging.getLogger("inferd.grpc")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from inferd.protocols.h2grpc.calls import Context, Stream
+    from inferd.protocols.transport.h2grpc.calls import Context, Stream
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from inferd.protocols.h2grpc.framing import CallError, Reader
+from inferd.protocols.transport.h2grpc.framing import CallError, Reader
 
 __all__ = ["CallError", "Context", "Stream", "metadata_pairs", "parse_timeout", "percent_encode"]
 

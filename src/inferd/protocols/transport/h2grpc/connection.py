@@ -23,10 +23,10 @@ from typing import Any
 
 import grpc
 
-from inferd.protocols.h2grpc import nghttp2
-from inferd.protocols.h2grpc.calls import CallError, Stream
-from inferd.protocols.h2grpc.dispatch import STREAM_BUFFER_BYTES, CallRunner
-from inferd.protocols.h2grpc.host import Host
+from inferd.protocols.transport.h2grpc import nghttp2
+from inferd.protocols.transport.h2grpc.calls import CallError, Stream
+from inferd.protocols.transport.h2grpc.dispatch import STREAM_BUFFER_BYTES, CallRunner
+from inferd.protocols.transport.h2grpc.host import Host
 
 log = logging.getLogger("inferd.grpc")
 

@@ -13,8 +13,8 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from inferd.backends.torchserve.settings import TORCHSERVE_VERSION
-from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router
-from inferd.protocols.torchserve_http import _operation, pretty, status_response
+from inferd.protocols.torchserve.http import _operation, pretty, status_response
+from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router
 from inferd.security.access import Access
 from inferd.torchserve.errors import bad_request
 from inferd.torchserve.management import Management, Registration

@@ -20,9 +20,9 @@ from typing import Any
 
 from inferd.backends.torchserve.settings import TORCHSERVE_VERSION
 from inferd.core.errors import InferdError
-from inferd.protocols.http import cancel_on_disconnect
-from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router
-from inferd.protocols.v2_http import OFFLOAD_BYTES
+from inferd.protocols.transport.http import cancel_on_disconnect
+from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router
+from inferd.protocols.v2.http import OFFLOAD_BYTES
 from inferd.security.access import Access
 from inferd.torchserve import forms
 from inferd.torchserve.errors import METHOD_MESSAGE, Answer, answer

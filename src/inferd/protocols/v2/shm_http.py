@@ -8,8 +8,8 @@ from dataclasses import asdict
 
 from inferd.core.errors import InvalidInput, NotFound, Unimplemented
 from inferd.core.shared_memory import SystemSharedMemory
-from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router, json_response
-from inferd.protocols.v2_http import parse_json
+from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router, json_response
+from inferd.protocols.v2.http import parse_json
 
 _SYSTEM = "/v2/systemsharedmemory"
 _CUDA = "/v2/cudasharedmemory"

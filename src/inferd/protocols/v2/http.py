@@ -22,10 +22,11 @@ from inferd.core.errors import InvalidInput
 from inferd.core.routing import LABEL_PARAMETER
 from inferd.core.shared_memory import SystemSharedMemory
 from inferd.core.types import InferRequest, InferResponse, RequestedOutput, Tensors
-from inferd.protocols import codecs, shm_tensors
-from inferd.protocols.http import cancel_on_disconnect
-from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router, json_response
-from inferd.protocols.v2_headers import HeaderPlans
+from inferd.protocols import codecs
+from inferd.protocols.transport.http import cancel_on_disconnect
+from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router, json_response
+from inferd.protocols.v2 import shm_tensors
+from inferd.protocols.v2.headers import HeaderPlans
 from inferd.security.access import Access
 
 HEADER_LENGTH = "inference-header-content-length"

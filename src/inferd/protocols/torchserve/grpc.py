@@ -27,9 +27,9 @@ from google.rpc import status_pb2
 from inferd.core.errors import InferdError, ModelFailed
 from inferd.observability.requests import RequestObserver
 from inferd.protocols.grpc_common import Malformed, safe_deserializer
-from inferd.protocols.grpc_services import GrpcService
 from inferd.protocols.torchserve import inference_pb2 as ipb
 from inferd.protocols.torchserve import management_pb2 as mpb
+from inferd.protocols.transport.grpc_services import GrpcService
 from inferd.security.access import Access
 from inferd.torchserve.errors import Answer, TorchServeError, answer
 from inferd.torchserve.management import Management, ModelApiDisabled, Registration

@@ -21,8 +21,9 @@ from inferd.core.datatypes import DataType
 from inferd.core.errors import InvalidInput
 from inferd.core.shared_memory import SystemSharedMemory
 from inferd.core.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensors
-from inferd.protocols import codecs, shm_tensors
+from inferd.protocols import codecs
 from inferd.protocols import grpc_service_pb2 as pb
+from inferd.protocols.v2 import shm_tensors
 
 REGION = shm_tensors.REGION
 

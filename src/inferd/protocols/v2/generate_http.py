@@ -19,8 +19,8 @@ from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InferdError, InvalidInput
 from inferd.core.types import InferRequest, InferResponse, Tensors
 from inferd.protocols import codecs
-from inferd.protocols.http_routes import HttpRequest, HttpResponse, Router, json_response
-from inferd.protocols.v2_http import json_object, parse_json
+from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router, json_response
+from inferd.protocols.v2.http import json_object, parse_json
 
 _MODEL = r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?"
 _RESERVED = ("parameters", "id")

@@ -13,7 +13,7 @@ import orjson
 
 from inferd.core.errors import ErrorCode, InferdError, InvalidInput, NotFound, Overloaded
 from inferd.core.types import Timings
-from inferd.protocols.watch import ClientWatch
+from inferd.protocols.transport.watch import ClientWatch
 from inferd.security.access import Access
 from inferd.security.redact import redact
 
