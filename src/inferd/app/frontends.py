@@ -28,8 +28,9 @@ from inferd.observability.metrics import EndpointStats
 from inferd.observability.requests import RequestObserver
 from inferd.observability.trace_settings import TraceSettings
 from inferd.observability.tracing import Tracer
+from inferd.protocols import openapi
 from inferd.protocols.admin_http import AdminHttp
-from inferd.protocols.apis import Api, grpc_services, register_routes
+from inferd.protocols.apis import Api, grpc_services, openapi_paths, register_routes
 from inferd.protocols.dashboard_http import Dashboard, DashboardOptions, page_url
 from inferd.protocols.openapi import OpenApi
 from inferd.protocols.tfserving.grpc import TfServingGrpc
@@ -131,15 +132,12 @@ class Frontends:
         repository = RepositoryHttp(
             plane, settings.max_upload_bytes, settings.max_concurrent_uploads
         )
-        openapi = OpenApi(
-            settings.allow_dashboard, not settings.dashboard_port, settings.allow_metrics
-        )
         # Every API this server offers: the HTTP router and the gRPC port read this list.
         self.apis: list[Api] = [
             Api(
                 "KServe v2",
                 V2Http(plane).register,
-                lambda: [
+                grpc=lambda: [
                     V2Grpc(
                         plane,
                         self.observer,
@@ -147,23 +145,37 @@ class Frontends:
                     ).service(),
                     health_service(plane),
                 ],
+                openapi=openapi.v2_paths,
             ),
             Api(
                 "TF Serving",
                 lambda router: tfserving_http.register(router, root=not page_here),
-                lambda: TfServingGrpc(
+                grpc=lambda: TfServingGrpc(
                     plane, self.observer, settings.tfserving_tensor_content
                 ).grpc_services(),
+                openapi=lambda: {
+                    **openapi.tfserving_paths(),
+                    **({} if page_here else openapi.kserve_v1_live_paths()),
+                },
             ),
             Api("model repository", repository.register),
-            Api("admin", self.admin.register),
+            Api(
+                "admin",
+                self.admin.register,
+                openapi=openapi.metrics_paths if settings.allow_metrics else None,
+            ),
             Api(
                 "trace and log settings",
                 SettingsHttp(core.trace_settings, core.log_settings).register,
+                openapi=openapi.settings_paths,
             ),
-            Api("shared memory", SharedMemoryHttp(plane.shared_memory).register),
-            Api("generate", GenerateHttp(plane).register),
-            Api("OpenAPI", openapi.register),
+            Api(
+                "shared memory",
+                SharedMemoryHttp(plane.shared_memory).register,
+                openapi=openapi.shared_memory_paths,
+            ),
+            Api("generate", GenerateHttp(plane).register, openapi=openapi.generate_paths),
+            Api("OpenAPI", OpenApi(lambda: openapi_paths(self.apis)).register),
         ]
         self.granian_options = edge.granian_options(settings)
         self.grpc_tls = edge.grpc_tls(settings)
@@ -188,7 +200,13 @@ class Frontends:
             else None
         )
         if self.dashboard is not None:
-            self.apis.append(Api("dashboard", self.dashboard.register))
+            self.apis.append(
+                Api(
+                    "dashboard",
+                    self.dashboard.register,
+                    openapi=lambda: openapi.dashboard_paths(page_here),
+                )
+            )
         router = Router()
         register_routes(self.apis, router)
         self.http_app = HttpApp(

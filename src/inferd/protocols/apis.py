@@ -1,13 +1,14 @@
 """The APIs a server offers, each as one ``Api``: its HTTP routes and its gRPC services (each
-method with its access class). The frontends build the list once (``inferd.app.frontends``);
-the HTTP router, the gRPC port and the endpoint reference all read that list, so a new
-protocol is one more entry there."""
+method with its access class) and its part of the OpenAPI document. The frontends build the
+list once (``inferd.app.frontends``); the HTTP router, the gRPC port, ``/v2/openapi.json`` and
+the endpoint reference all read that list, so a new protocol is one more entry there."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from inferd.protocols.openapi_schemas import Schema
 from inferd.protocols.transport.grpc_services import GrpcService
 from inferd.protocols.transport.http_routes import Router
 
@@ -15,11 +16,13 @@ from inferd.protocols.transport.http_routes import Router
 @dataclass(frozen=True, slots=True)
 class Api:
     """One API: ``routes`` registers its HTTP routes (each with its access class) on a router;
-    ``grpc`` builds its gRPC services (each method with its access class), once per port."""
+    ``grpc`` builds its gRPC services (each method with its access class), once per port;
+    ``openapi``: its HTTP routes' paths in the OpenAPI document."""
 
     name: str
     routes: Callable[[Router], None] | None = None
     grpc: Callable[[], Sequence[GrpcService]] | None = None
+    openapi: Callable[[], dict[str, Schema]] | None = None
 
 
 def register_routes(apis: Iterable[Api], router: Router) -> None:
@@ -40,3 +43,8 @@ def grpc_services(apis: Iterable[Api]) -> list[GrpcService]:
     if twice:
         raise TypeError(f"gRPC services offered twice: {', '.join(twice)}")
     return services
+
+
+def openapi_paths(apis: Iterable[Api]) -> list[dict[str, Schema]]:
+    """Every API's part of the OpenAPI document, in the APIs' order."""
+    return [api.openapi() for api in apis if api.openapi is not None]

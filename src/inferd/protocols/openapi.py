@@ -8,6 +8,7 @@ metrics, the dashboard's JSON and page). The test suite fuzzes a live server fro
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -128,7 +129,7 @@ def _merge(paths: dict[str, Schema], more: dict[str, Schema]) -> None:
         paths.setdefault(path, {}).update(ops)
 
 
-def _dashboard_paths(page: bool) -> dict[str, Schema]:
+def dashboard_paths(page: bool) -> dict[str, Schema]:
     """The dashboard's JSON routes, a model's files, and (when served on this port) its page."""
     model = [_path_parameter("model")]
     object_ = ref("Object")
@@ -188,7 +189,7 @@ def _dashboard_paths(page: bool) -> dict[str, Schema]:
     return paths
 
 
-def _v2_paths() -> dict[str, Schema]:
+def v2_paths() -> dict[str, Schema]:
     """KServe v2's routes (Triton's extensions), the repository API and the operator's."""
     admin = Access.ADMIN
     model = [_path_parameter("model")]
@@ -341,7 +342,7 @@ def _v2_paths() -> dict[str, Schema]:
     return paths
 
 
-def _tfserving_paths() -> dict[str, Schema]:
+def tfserving_paths() -> dict[str, Schema]:
     """TF Serving's REST API (``/v1``), with KServe v1's name and ready in a model's status."""
     paths: dict[str, Schema] = {}
     status = _op(
@@ -368,9 +369,8 @@ def _tfserving_paths() -> dict[str, Schema]:
     return paths
 
 
-def _extension_paths() -> dict[str, Schema]:
-    """Triton's shared memory, trace and log settings, and generate extensions."""
-    admin = Access.ADMIN
+def shared_memory_paths() -> dict[str, Schema]:
+    """Triton's system and CUDA shared memory extensions."""
     paths: dict[str, Schema] = {}
     region = [_path_parameter("name")]
     for kind, root in (("system", "/v2/systemsharedmemory"), ("CUDA", "/v2/cudasharedmemory")):
@@ -397,6 +397,13 @@ def _extension_paths() -> dict[str, Schema]:
         paths[f"{root}/region/{{name}}/unregister"] = {
             "post": _op(f"unregister a {kind} region", ref("Object"), parameters=region)
         }
+    return paths
+
+
+def settings_paths() -> dict[str, Schema]:
+    """Triton's trace and log settings extensions."""
+    admin = Access.ADMIN
+    paths: dict[str, Schema] = {}
     trace = ref("TraceSettings")
     for path, parameters, errors in (
         ("/v2/trace/setting", [], ()),
@@ -418,6 +425,12 @@ def _extension_paths() -> dict[str, Schema]:
         "get": _op("log settings", logs, access=admin),
         "post": _op("change log settings; answers those in effect", logs, access=admin, body=logs),
     }
+    return paths
+
+
+def generate_paths() -> dict[str, Schema]:
+    """Triton's generate extension."""
+    paths: dict[str, Schema] = {}
     generate = _op(
         "one inference as flat JSON: each input by name",
         ref("GenerateResponse"),
@@ -438,24 +451,25 @@ def _extension_paths() -> dict[str, Schema]:
     return paths
 
 
-def describe(dashboard: bool = True, page: bool = True, metrics: bool = True) -> Schema:
-    """The whole OpenAPI document; ``dashboard``: with the dashboard's routes, ``page``: its
-    page on this port too; ``metrics``: with ``/metrics``."""
-    paths = _v2_paths()
-    if metrics:
-        paths["/metrics"] = {
-            "get": _op(
-                "Prometheus metrics",
-                {"type": "string"},
-                access=Access.METRICS,
-                ok_type="text/plain",
-            )
-        }
-    paths["/"] = {"get": _op("KServe v1 server liveness", ref("Live"), access=Access.HEALTH)}
-    if dashboard:
-        _merge(paths, _dashboard_paths(page))
-    _merge(paths, _tfserving_paths())
-    _merge(paths, _extension_paths())
+def metrics_paths() -> dict[str, Schema]:
+    """``/metrics``."""
+    metrics = _op(
+        "Prometheus metrics", {"type": "string"}, access=Access.METRICS, ok_type="text/plain"
+    )
+    return {"/metrics": {"get": metrics}}
+
+
+def kserve_v1_live_paths() -> dict[str, Schema]:
+    """``GET /``: KServe v1's server liveness."""
+    return {"/": {"get": _op("KServe v1 server liveness", ref("Live"), access=Access.HEALTH)}}
+
+
+def describe(parts: Iterable[dict[str, Schema]]) -> Schema:
+    """The whole OpenAPI document of the paths of ``parts`` (each API's; a later part's
+    operation on a path replaces an earlier one's)."""
+    paths: dict[str, Schema] = {}
+    for part in parts:
+        _merge(paths, part)
     return {
         "openapi": "3.0.3",
         "info": {
@@ -475,11 +489,17 @@ def describe(dashboard: bool = True, page: bool = True, metrics: bool = True) ->
 
 
 class OpenApi:
-    def __init__(self, dashboard: bool = True, page: bool = True, metrics: bool = True) -> None:
-        self._body = orjson.dumps(describe(dashboard, page, metrics))
+    """``GET /v2/openapi.json``: the document of ``parts`` (every API's paths, read once, at the
+    first request)."""
+
+    def __init__(self, parts: Callable[[], Iterable[dict[str, Schema]]]) -> None:
+        self._parts = parts
+        self._body: bytes | None = None
 
     def register(self, router: Router) -> None:
         router.add("GET", "/v2/openapi.json", self.document)
 
     async def document(self, request: HttpRequest) -> HttpResponse:
+        if self._body is None:
+            self._body = orjson.dumps(describe(self._parts()))
         return HttpResponse(self._body)

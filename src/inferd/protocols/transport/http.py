@@ -364,7 +364,7 @@ class _Preflight(Exception):
 
 def cancel_on_disconnect(request: HttpRequest, work: Awaitable[T]) -> Awaitable[T]:
     """``work``, cancelled (``ClientGone``, answered 499 to nobody) when the client hangs up
-    before it is done: work still queued is then dropped, not executed (``protocols.transport.watch``)."""
+    before it is done: work still queued is then dropped, not executed (``transport.watch``)."""
     watch = request.watch
     if watch is None:
         return work
