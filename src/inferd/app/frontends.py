@@ -20,7 +20,6 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from inferd.app import edge
 from inferd.app.settings import Settings
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError
 from inferd.observability.log_settings import LogSettings
 from inferd.observability.logging import Logs
@@ -28,6 +27,7 @@ from inferd.observability.metrics import EndpointStats
 from inferd.observability.requests import RequestObserver
 from inferd.observability.trace_settings import TraceSettings
 from inferd.observability.tracing import Tracer
+from inferd.plane.dataplane import DataPlane
 from inferd.protocols.admin_http import AdminHttp
 from inferd.protocols.dashboard_http import Dashboard, page_url
 from inferd.protocols.generate_http import GenerateHttp
