@@ -37,11 +37,11 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from inferd.config.spec import build_spec
 from inferd.config.text import parse_config_text
-from inferd.core.model import ModelState, ModelVersion
-from inferd.core.registry import ModelRecord, Registry, VersionStatus
-from inferd.core.routing import RoutingPolicy
 from inferd.core.stats import ModelStats
 from inferd.core.types import Tensors
+from inferd.plane.model import ModelState, ModelVersion
+from inferd.plane.registry import ModelRecord, Registry, VersionStatus
+from inferd.plane.routing import RoutingPolicy
 from inferd.scheduling.batcher import DirectScheduler
 from inferd.scheduling.instances import ThreadInstances
 from inferd.scheduling.work import BatchExecutor

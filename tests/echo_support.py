@@ -9,9 +9,9 @@ import numpy as np
 
 from inferd.backends import echo
 from inferd.core.errors import InferdError
-from inferd.core.model import ModelState, ModelVersion
-from inferd.core.registry import ModelRecord, Registry, VersionStatus
 from inferd.core.types import InferRequest, Tensors
+from inferd.plane.model import ModelState, ModelVersion
+from inferd.plane.registry import ModelRecord, Registry, VersionStatus
 from inferd.repository.loader import LoadOptions, load_version, plan
 from inferd.scheduling.work import Result
 

@@ -11,8 +11,8 @@ import pytest
 
 from inferd.backends import echo
 from inferd.core.errors import DeadlineExceeded, Unavailable
-from inferd.core.model import ModelVersion
 from inferd.core.types import InferResponse
+from inferd.plane.model import ModelVersion
 from tests.echo_support import echo_version, request
 
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from inferd.config.text import parse_config_text
-from inferd.core.classification import class_counts, classify, read_labels, top_classes
 from inferd.core.errors import ConfigError, InvalidInput
 from inferd.core.types import RequestedOutput
+from inferd.plane.classification import class_counts, classify, read_labels, top_classes
 
 
 def test_top_classes_per_row_with_labels() -> None:

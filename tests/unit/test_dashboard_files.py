@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from inferd.core.errors import InvalidInput, NotFound
-from inferd.core.registry import Registry
 from inferd.dashboard.files import describe_files, list_model, read_model_file
+from inferd.plane.registry import Registry
 from inferd.repository.manager import ModelManager
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from inferd.core.model import ModelState
-from inferd.core.registry import ModelRecord, Registry, VersionStatus
 from inferd.core.stats import BUCKETS_S
 from inferd.dashboard.series import FIELDS, TrafficSeries, quantile_ms
+from inferd.plane.model import ModelState
+from inferd.plane.registry import ModelRecord, Registry, VersionStatus
 from tests.echo_support import echo_version, request
 
 COL = {name: i for i, name in enumerate(FIELDS)}

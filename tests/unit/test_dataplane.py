@@ -12,11 +12,7 @@ import numpy as np
 import orjson
 import pytest
 
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InvalidInput, NotFound, Unavailable, Unimplemented
-from inferd.core.model import ModelState, ModelVersion
-from inferd.core.registry import Registry
-from inferd.core.routing import RoutingPolicy, ShadowCounts, ShadowPolicy
 from inferd.core.stats import ModelStatistics, StatDuration
 from inferd.core.types import InferRequest, Tensors, Timings
 from inferd.core.views import (
@@ -26,6 +22,10 @@ from inferd.core.views import (
     TensorMetadata,
     VersionState,
 )
+from inferd.plane.dataplane import DataPlane
+from inferd.plane.model import ModelState, ModelVersion
+from inferd.plane.registry import Registry
+from inferd.plane.routing import RoutingPolicy, ShadowCounts, ShadowPolicy
 from inferd.scheduling.work import Work
 from inferd.version import __version__
 from tests.echo_support import echo_version, registry_with, request, rows

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from inferd.app.drain import STOP_GRACE_S, Drain
 from inferd.backends import echo
-from inferd.core.dataplane import DataPlane
-from inferd.core.model import ModelVersion
-from inferd.core.registry import ModelRecord, Registry
+from inferd.plane.dataplane import DataPlane
+from inferd.plane.model import ModelVersion
+from inferd.plane.registry import ModelRecord, Registry
 from tests.echo_support import echo_version, request
 
 SLOW = """

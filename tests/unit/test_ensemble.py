@@ -13,11 +13,11 @@ import pytest
 from inferd.backends import echo
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import parse_config_text
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError, InternalError
-from inferd.core.model import ModelVersion
-from inferd.core.registry import Registry
 from inferd.core.types import InferRequest
+from inferd.plane.dataplane import DataPlane
+from inferd.plane.model import ModelVersion
+from inferd.plane.registry import Registry
 from inferd.repository.loader import LoadOptions, load_version, plan
 from inferd.scheduling.ensemble import build_graph
 from tests.e2e.ensemble_support import ensemble, step

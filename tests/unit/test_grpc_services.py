@@ -9,8 +9,8 @@ from typing import Any
 import grpc
 import pytest
 
-from inferd.core.dataplane import DataPlane
-from inferd.core.registry import Registry
+from inferd.plane.dataplane import DataPlane
+from inferd.plane.registry import Registry
 from inferd.protocols.apis import Api, grpc_services
 from inferd.protocols.tfserving.grpc import TfServingGrpc
 from inferd.protocols.torchserve.grpc import TorchServeGrpc

@@ -23,8 +23,8 @@ import yaml
 from inferd.app.drain import QUIET_S, STOP_GRACE_S
 from inferd.app.flags import from_sources, parse_size
 from inferd.app.settings import Settings
-from inferd.core.registry import ModelRecord, Registry
 from inferd.observability.metrics import EndpointStats, build_registry, render
+from inferd.plane.registry import ModelRecord, Registry
 from tests.echo_support import echo_version
 from tests.manifests import DEPLOY, KUBECTL, cloudcoil_problems
 from tests.manifests import render as render_manifests

@@ -1,14 +1,44 @@
 """The package layout holds its rules: no two modules import each other (directly or through a
-longer cycle), counting imports made only for type checking and imports inside functions, and
-no hand-written module grows past about 500 lines."""
+longer cycle), no package imports one above it in the order of layers (the architecture page's
+list), counting imports made only for type checking and imports inside functions, and no
+hand-written module grows past about 500 lines."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src"
+ARCHITECTURE = ROOT / "docs" / "contributing" / "architecture.md"
 MAX_LINES = 500
+
+# The packages (and top-level modules) of ``inferd``, bottom to top: each may import those on
+# the layers below it, never one above; those on one layer import none of each other. ``inferd``
+# is the package's own ``__init__`` (the public face). The architecture page lists the same.
+LAYERS: list[list[str]] = [
+    ["core", "version", "install"],
+    ["config", "security"],
+    ["backends"],
+    ["scheduling"],
+    ["plane"],
+    ["repository"],
+    ["observability", "torchserve", "dashboard"],
+    ["protocols", "workers"],
+    ["app"],
+    ["bench", "optimize", "demo", "pytriton"],
+    ["tune"],
+    ["cli", "inferd"],
+    ["__main__"],
+]
+
+# Package edges that point up, allowed while the work that removes them is under way (each
+# removal deletes its line; the set ends empty):
+PENDING: set[tuple[str, str]] = {
+    # backends ask scheduling for the work they run and the worker processes (the backend
+    # contract moves ``Runtime``'s side of it below scheduling)
+    ("backends", "scheduling"),
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -109,6 +139,69 @@ def test_the_cycle_finder_sees_type_only_and_function_level_imports(tmp_path: Pa
     )
     modules = {"inferd.core.types": source, "inferd.core.errors": source, "m": source}
     assert _imports("m", source, modules) == {"inferd.core.types", "inferd.core.errors"}
+
+
+def _unit(module: str) -> str:
+    """The entry of ``LAYERS`` a module belongs to: its package below ``inferd``, or itself
+    when it is a module at the top (``inferd`` for the package's ``__init__``)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "inferd"
+
+
+def _upward(edges: dict[str, set[str]], layers: list[list[str]]) -> list[str]:
+    """Every import of a module by one on its own layer or below, ``importer -> imported``
+    (a package's own modules excepted)."""
+    level = {unit: n for n, units in enumerate(layers) for unit in units}
+    found = []
+    for name in sorted(edges):
+        for target in sorted(edges[name]):
+            low, high = _unit(name), _unit(target)
+            if low != high and level[high] >= level[low] and (low, high) not in PENDING:
+                found.append(f"{name} -> {target}")
+    return found
+
+
+def test_every_package_has_a_layer() -> None:
+    modules = _modules()
+    placed = [unit for units in LAYERS for unit in units]
+    assert len(placed) == len(set(placed))
+    assert sorted({_unit(name) for name in modules}) == sorted(placed)
+
+
+def test_no_package_imports_one_above_it_or_beside_it() -> None:
+    modules = _modules()
+    edges = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert _upward(edges, LAYERS) == []
+
+
+def test_the_pending_edges_still_point_up() -> None:
+    # A pending edge that is gone, or that points down, is taken off the list.
+    modules = _modules()
+    level = {unit: n for n, units in enumerate(LAYERS) for unit in units}
+    seen = {
+        (_unit(name), _unit(target))
+        for name, path in modules.items()
+        for target in _imports(name, path, modules)
+    }
+    assert {(a, b) for a, b in PENDING if level[b] > level[a] and (a, b) in seen} == PENDING
+
+
+def test_the_layer_finder_sees_an_import_up_and_one_beside() -> None:
+    edges = {
+        "inferd.a.x": {"inferd.a", "inferd.b.y"},  # its own package; up
+        "inferd.b.y": {"inferd.v"},  # down
+        "inferd.c.z": {"inferd", "inferd.b.y"},  # beside; down
+    }
+    layers = [["a", "v"], ["b"], ["c", "inferd"]]
+    assert _upward(edges, layers) == ["inferd.a.x -> inferd.b.y", "inferd.c.z -> inferd"]
+
+
+def test_the_architecture_page_lists_the_same_layers() -> None:
+    text = ARCHITECTURE.read_text()
+    block = text.split("<!-- layers -->", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    rows = [line.split("│", 1)[0].split() for line in block.strip().splitlines()]
+    listed = [[unit.rstrip("/") for unit in row] for row in reversed(rows) if row]
+    assert listed == LAYERS
 
 
 def test_no_hand_written_module_is_over_500_lines() -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from inferd.core.model import ModelState
-from inferd.core.registry import Registry
+from inferd.plane.model import ModelState
+from inferd.plane.registry import Registry
 from inferd.repository.lifecycle import Lifecycle
 from inferd.repository.loader import LoadOptions, plan
 from inferd.repository.local import LocalStorage

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.core.registry import Registry
+from inferd.plane.registry import Registry
 from inferd.repository.manager import ControlMode, ModelManager
 from inferd.repository.poller import Poller
 from tests.e2e.lifecycle_support import HALF_PLUS_THREE, write_version

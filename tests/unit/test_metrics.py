@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import threading
 
-from inferd.core.registry import Registry
 from inferd.core.stats import FLUSH_AT
 from inferd.observability.metrics import EndpointStats, build_registry, render
+from inferd.plane.registry import Registry
 
 
 def test_observations_add_up_when_read() -> None:

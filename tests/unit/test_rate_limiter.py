@@ -15,7 +15,7 @@ import pytest
 from inferd.backends import echo
 from inferd.config.text import parse_config_text
 from inferd.core.errors import ConfigError
-from inferd.core.model import ModelVersion
+from inferd.plane.model import ModelVersion
 from inferd.repository.loader import LoadOptions, load_version, plan
 from inferd.scheduling.instances import ThreadInstances
 from inferd.scheduling.limited import LimitedInstances

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from inferd.core.errors import InvalidInput, NotFound, Unavailable
-from inferd.core.model import ModelState, ModelVersion
-from inferd.core.registry import ModelRecord, Registry, VersionStatus, parse_version, unknown_model
-from inferd.core.routing import RoutingPolicy, ShadowPolicy
+from inferd.plane.model import ModelState, ModelVersion
+from inferd.plane.registry import ModelRecord, Registry, VersionStatus, parse_version, unknown_model
+from inferd.plane.routing import RoutingPolicy, ShadowPolicy
 from tests.echo_support import echo_version, registry_with
 
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from inferd.backends import echo
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import Unavailable
-from inferd.core.registry import Registry
 from inferd.core.types import InferRequest
+from inferd.plane.dataplane import DataPlane
+from inferd.plane.registry import Registry
 from inferd.repository import residency as residency_module
 from inferd.repository.manager import ControlMode, ModelManager
 from inferd.repository.residency import Budget, Residency

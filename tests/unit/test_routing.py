@@ -15,11 +15,13 @@ import pytest
 
 from inferd.config.spec import build_spec
 from inferd.config.text import parse_config_text
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError, InvalidInput, NotFound
-from inferd.core.model import ModelVersion
-from inferd.core.registry import ModelRecord, Registry, VersionStatus
-from inferd.core.routing import (
+from inferd.core.stats import ModelStats
+from inferd.core.types import InferRequest, Tensors
+from inferd.plane.dataplane import DataPlane
+from inferd.plane.model import ModelVersion
+from inferd.plane.registry import ModelRecord, Registry, VersionStatus
+from inferd.plane.routing import (
     ModelRouting,
     RoutingPolicy,
     ShadowCounts,
@@ -30,8 +32,6 @@ from inferd.core.routing import (
     shadow_from_mapping,
     split_from_mapping,
 )
-from inferd.core.stats import ModelStats
-from inferd.core.types import InferRequest, Tensors
 from inferd.scheduling.batcher import DirectScheduler
 from inferd.scheduling.instances import ThreadInstances
 from inferd.scheduling.work import BatchExecutor

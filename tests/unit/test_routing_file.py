@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from inferd.core.errors import ConfigError, InvalidInput
-from inferd.core.routing import RoutingPolicy, ShadowPolicy
+from inferd.plane.routing import RoutingPolicy, ShadowPolicy
 from inferd.repository import routing_file
 
 CONFIG_POLICY = RoutingPolicy({"stable": 1, "canary": 2}, (("stable", 90.0), ("canary", 10.0)))

@@ -12,7 +12,7 @@ from inferd.app import flags, settings
 from inferd.app.repository import model_manager
 from inferd.app.server import set_gc_threshold, set_gil_switch_interval
 from inferd.core.errors import ConfigError
-from inferd.core.registry import Registry
+from inferd.plane.registry import Registry
 
 
 def test_defaults() -> None:

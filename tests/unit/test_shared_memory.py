@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from inferd.core.errors import InvalidInput, NotFound, Unavailable
-from inferd.core.shared_memory import SHM_DIR, RegionStatus, SystemSharedMemory
+from inferd.plane.shared_memory import SHM_DIR, RegionStatus, SystemSharedMemory
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from inferd.core.tfexample import serialize, serialize_all
+from inferd.plane.tfexample import serialize, serialize_all
 from inferd.protocols.tfserving import tensorflow_pb2
 
 

@@ -13,10 +13,10 @@ import pytest
 
 from inferd.config.spec import CLASSIFY_METHOD, PREDICT_METHOD, signature_spec
 from inferd.core import datatypes
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InvalidInput
-from inferd.core.model import ModelVersion
-from inferd.core.tfserving import TfServing
+from inferd.plane.dataplane import DataPlane
+from inferd.plane.model import ModelVersion
+from inferd.plane.tfserving import TfServing
 from tests.echo_support import echo_version, registry_with
 
 SCORES = """backend: "echo"

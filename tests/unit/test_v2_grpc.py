@@ -6,10 +6,10 @@ import grpc
 import orjson
 from google.protobuf import json_format
 
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ErrorCode
-from inferd.core.registry import Registry
 from inferd.core.stats import ModelStats
+from inferd.plane.dataplane import DataPlane
+from inferd.plane.registry import Registry
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols.grpc_common import STATUS_OF
 from inferd.protocols.v2.grpc import V2Grpc, _statistics

@@ -8,8 +8,8 @@ import pytest
 
 from inferd.config.spec import build_spec
 from inferd.config.text import parse_config_text
-from inferd.core import validate
 from inferd.core.errors import InvalidInput
+from inferd.plane import validate
 
 CONFIG = """
 name: "m"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferd.core.registry import Registry
-from inferd.core.routing import ShadowCounts
 from inferd.core.stats import ModelStats
 from inferd.dashboard.series import FIELDS
 from inferd.observability.metrics import EndpointStats, build_registry, render
+from inferd.plane.registry import Registry
+from inferd.plane.routing import ShadowCounts
 from inferd.workers.merge import (
     merge_metrics,
     merge_shadow_counts,

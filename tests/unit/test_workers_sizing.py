@@ -12,6 +12,11 @@ from inferd.core.errors import ConfigError
 from inferd.workers import sizing
 
 
+def _count(settings: Settings) -> tuple[int, str]:
+    """The count ``inferd serve`` runs with these settings."""
+    return sizing.worker_count(settings.http_workers, settings.lazy_serving())
+
+
 def _repo(tmp_path: Path, sizes: dict[str, int]) -> Path:
     for name, size in sizes.items():
         (tmp_path / name / "1").mkdir(parents=True)
@@ -21,13 +26,13 @@ def _repo(tmp_path: Path, sizes: dict[str, int]) -> Path:
 
 def test_a_number_is_taken_as_given(tmp_path: Path) -> None:
     settings = Settings(model_repository=[str(tmp_path)], http_workers="3")
-    assert sizing.worker_count(settings) == (3, "--http-workers")
+    assert _count(settings) == (3, "--http-workers")
 
 
 @pytest.mark.parametrize("text", ["0", "-1", "two", ""])
 def test_a_bad_count_is_refused(tmp_path: Path, text: str) -> None:
     with pytest.raises(ConfigError, match="--http-workers must be a positive number or auto"):
-        sizing.worker_count(Settings(model_repository=[str(tmp_path)], http_workers=text))
+        _count(Settings(model_repository=[str(tmp_path)], http_workers=text))
 
 
 def test_auto_is_the_cores_whatever_the_models_weigh(
@@ -36,10 +41,10 @@ def test_auto_is_the_cores_whatever_the_models_weigh(
     monkeypatch.setattr(sizing, "usable_cores", lambda: 4)
     monkeypatch.setattr(sizing, "available_memory_bytes", lambda: 8 << 30)
     settings = Settings(model_repository=[str(_repo(tmp_path, {"a": 1000, "big": 300 << 20}))])
-    count, why = sizing.worker_count(settings)
+    count, why = _count(settings)
     assert count == 4 and "load once" in why
     # A store that is not a local folder does not matter either.
-    assert sizing.worker_count(Settings(model_repository=["s3://bucket/models"]))[0] == 4
+    assert _count(Settings(model_repository=["s3://bucket/models"]))[0] == 4
 
 
 def test_auto_runs_as_many_frontends_as_fit_in_half_the_memory(
@@ -47,18 +52,18 @@ def test_auto_runs_as_many_frontends_as_fit_in_half_the_memory(
 ) -> None:
     monkeypatch.setattr(sizing, "usable_cores", lambda: 8)
     monkeypatch.setattr(sizing, "available_memory_bytes", lambda: 2 * 3 * sizing.FRONTEND_BYTES)
-    count, why = sizing.worker_count(Settings(model_repository=["models"]))
+    count, why = _count(Settings(model_repository=["models"]))
     assert count == 4 and "3 frontend(s)" in why  # the host and 3 frontends
     monkeypatch.setattr(sizing, "available_memory_bytes", lambda: sizing.FRONTEND_BYTES)
-    assert sizing.worker_count(Settings(model_repository=["models"]))[0] == 1
+    assert _count(Settings(model_repository=["models"]))[0] == 1
     monkeypatch.setattr(sizing, "available_memory_bytes", lambda: None)
-    assert sizing.worker_count(Settings(model_repository=["models"]))[0] == 1
+    assert _count(Settings(model_repository=["models"]))[0] == 1
 
 
 def test_auto_is_one_on_one_core(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sizing, "usable_cores", lambda: 1)
     monkeypatch.setattr(sizing, "available_memory_bytes", lambda: 64 << 30)
-    assert sizing.worker_count(Settings(model_repository=[str(tmp_path)]))[0] == 1
+    assert _count(Settings(model_repository=[str(tmp_path)]))[0] == 1
 
 
 def test_lazy_serving_auto_is_one_and_a_number_is_taken(
@@ -71,6 +76,6 @@ def test_lazy_serving_auto_is_one_and_a_number_is_taken(
     by_memory = Settings(model_repository=repo, model_memory_budget="1Gi")
     by_count = Settings(model_repository=repo, max_loaded_models=2, http_workers="3")
     assert by_memory.lazy_serving() and by_count.lazy_serving()
-    count, reason = sizing.worker_count(by_memory)
+    count, reason = _count(by_memory)
     assert count == 1 and "lazy serving" in reason
-    assert sizing.worker_count(by_count) == (3, "--http-workers")
+    assert _count(by_count) == (3, "--http-workers")

@@ -16,14 +16,13 @@ def test_a_worker_interrupted_while_starting_exits_quietly(tmp_path: Path) -> No
         f"""
         from pathlib import Path
 
-        from inferd.app.settings import Settings
         from inferd.workers import supervisor
         from inferd.workers.peers import WorkerRole
 
-        def interrupted(settings, role):  # SIGINT lands while the server is importing
+        def interrupted(role):  # SIGINT lands while the server is importing
             raise KeyboardInterrupt
 
-        supervisor._worker_main(interrupted, Settings(), WorkerRole(0, 2, Path({str(tmp_path)!r})))
+        supervisor._worker_main(interrupted, WorkerRole(0, 2, Path({str(tmp_path)!r})))
         """
     )
     done = subprocess.run(

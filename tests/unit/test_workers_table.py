@@ -9,10 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from inferd.core.model import ModelState
-from inferd.core.registry import Registry
-from inferd.core.routing import RoutingPolicy
 from inferd.core.types import Tensors, Timings
+from inferd.plane.model import ModelState
+from inferd.plane.registry import Registry
+from inferd.plane.routing import RoutingPolicy
 from inferd.scheduling.work import Work
 from inferd.workers.mirror import Mirror
 from inferd.workers.queues import QueueBoard, QueueView

@@ -16,8 +16,8 @@ import os
 import time
 from collections.abc import Callable
 
-from inferd.core.dataplane import DataPlane
-from inferd.core.registry import Registry
+from inferd.plane.dataplane import DataPlane
+from inferd.plane.registry import Registry
 
 log = logging.getLogger("inferd.server")
 

@@ -41,9 +41,7 @@ from inferd.app.server_streams import StreamCalls
 from inferd.app.settings import Settings
 from inferd.backends.function import InferFunction
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError
-from inferd.core.registry import Registry
 from inferd.core.stats import ModelStatistics
 from inferd.core.types import InferRequest
 from inferd.core.views import IndexEntry, ModelMetadata, ServerMetadata
@@ -54,6 +52,8 @@ from inferd.observability.model_metrics import ModelMetrics
 from inferd.observability.rate_limiter_metrics import RateLimiterCollector
 from inferd.observability.trace_settings import TraceSettings
 from inferd.observability.tracing import Tracer
+from inferd.plane.dataplane import DataPlane
+from inferd.plane.registry import Registry
 from inferd.repository.control import RepositoryControl
 from inferd.repository.manager import ControlMode
 from inferd.repository.poller import Poller

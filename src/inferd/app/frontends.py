@@ -20,7 +20,6 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from inferd.app import edge
 from inferd.app.settings import Settings
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError
 from inferd.observability.log_settings import LogSettings
 from inferd.observability.logging import Logs
@@ -28,11 +27,13 @@ from inferd.observability.metrics import EndpointStats
 from inferd.observability.requests import RequestObserver
 from inferd.observability.trace_settings import TraceSettings
 from inferd.observability.tracing import Tracer
+from inferd.plane.dataplane import DataPlane
 from inferd.protocols import openapi
 from inferd.protocols.admin_http import AdminHttp
 from inferd.protocols.apis import Api, grpc_services, openapi_paths, register_routes
 from inferd.protocols.dashboard_http import Dashboard, DashboardOptions, page_url
 from inferd.protocols.openapi import OpenApi
+from inferd.protocols.tfserving import openapi as tfserving_openapi
 from inferd.protocols.tfserving.grpc import TfServingGrpc
 from inferd.protocols.tfserving.http import TfServingHttp
 from inferd.protocols.transport.grpc_services import grpc_server
@@ -154,8 +155,8 @@ class Frontends:
                     plane, self.observer, settings.tfserving_tensor_content
                 ).grpc_services(),
                 openapi=lambda: {
-                    **openapi.tfserving_paths(),
-                    **({} if page_here else openapi.kserve_v1_live_paths()),
+                    **tfserving_openapi.tfserving_paths(),
+                    **({} if page_here else tfserving_openapi.kserve_v1_live_paths()),
                 },
             ),
             Api("model repository", repository.register),

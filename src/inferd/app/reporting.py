@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 
 from inferd.app.settings import Settings
-from inferd.core.model import ModelState
-from inferd.core.registry import Registry
 from inferd.observability.logging import Logs
+from inferd.plane.model import ModelState
+from inferd.plane.registry import Registry
 
 log = logging.getLogger("inferd.server")
 

@@ -10,10 +10,10 @@ from prometheus_client import CollectorRegistry
 
 from inferd.app.flags import parse_size
 from inferd.app.settings import Settings
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError, InvalidInput
-from inferd.core.registry import Registry
 from inferd.observability.residency_metrics import ResidencyCollector
+from inferd.plane.dataplane import DataPlane
+from inferd.plane.registry import Registry
 from inferd.repository.manager import ControlMode, ModelManager
 from inferd.repository.memory import return_freed
 from inferd.repository.residency import Budget, Residency

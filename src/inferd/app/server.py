@@ -12,6 +12,7 @@ import shutil
 import signal
 import sys
 from dataclasses import replace
+from functools import partial
 
 from inferd.app import edge, torchserve_ports
 from inferd.app.drain import STOP_GRACE_S, Drain
@@ -248,7 +249,7 @@ def run(settings: Settings, worker: WorkerRole | None = None) -> None:
     if worker is None:
         if settings.exit_on_error:  # before any port is bound or worker started
             check_folders(settings.model_repository)
-        count, why = worker_count(settings)
+        count, why = worker_count(settings.http_workers, settings.lazy_serving())
         if count > 1 and torchserve_ports.enabled(settings):
             count = 1  # TorchServe's ports and its registrations live in one serving process
         if count > 1:
@@ -256,7 +257,8 @@ def run(settings: Settings, worker: WorkerRole | None = None) -> None:
                 raise ConfigError("--model-repository is required (or INFERD_MODEL_REPOSITORY)")
             Logs(verbose=settings.log_verbose, log_format=settings.log_format)
             log.info("%d HTTP workers (%s)", count, why)
-            if Supervisor(settings, count, serve).run() != 0:
+            entry = partial(_serve_as, settings)
+            if Supervisor(count, entry).run() != 0:
                 raise ConfigError("a worker could not start (its error is above)")
             return
     # OpenMP worker threads (PyTorch, XGBoost, LightGBM) spin while waiting by default, which
@@ -271,6 +273,20 @@ def run(settings: Settings, worker: WorkerRole | None = None) -> None:
         asyncio.run(server.run())
     else:
         uvloop.run(server.run())
+
+
+def worker_settings(settings: Settings, index: int) -> Settings:
+    """One worker's settings: only worker 0 serves the separate metrics port. Every worker
+    shares the dashboard's port as it shares the HTTP port (a frontend told of no dashboard
+    port would serve the page on the HTTP port, which the operator moved it off)."""
+    if index == 0:
+        return replace(settings, http_workers="1")
+    return replace(settings, http_workers="1", metrics_port=0)
+
+
+def _serve_as(settings: Settings, role: WorkerRole) -> int:
+    """What the supervisor runs in each worker process."""
+    return serve(worker_settings(settings, role.index), role)
 
 
 def serve(settings: Settings, worker: WorkerRole | None = None) -> int:

@@ -11,7 +11,7 @@ from inferd.app.server_loop import ServerLoop
 from inferd.core.types import InferRequest
 
 if TYPE_CHECKING:
-    from inferd.core.dataplane import DataPlane
+    from inferd.plane.dataplane import DataPlane
 
 _END = object()  # what ``_next`` returns when a stream has ended
 

@@ -20,9 +20,9 @@ from typing import Any
 from inferd.app import edge
 from inferd.app.repository import storage_options
 from inferd.app.settings import Settings
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError, InferdError
 from inferd.observability.requests import RequestObserver
+from inferd.plane.dataplane import DataPlane
 from inferd.protocols.torchserve.grpc import (
     MANAGEMENT_SERVICE,
     TorchServeGrpc,

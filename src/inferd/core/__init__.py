@@ -1,3 +1,3 @@
-"""The request core: one request/response type, the error tree and datatype table, validation,
-the registry of loaded versions with their routing and statistics, and the protocol-neutral data
-plane (KServe v2 and TF Serving semantics) that every frontend calls. Knows no wire format."""
+"""The shared vocabulary every layer speaks: the request/response types, the error tree, the
+datatype table, the statistics a version keeps and the read-only views the data plane hands
+out. Imports nothing of inferd outside itself; the request plane is ``inferd.plane``."""

@@ -12,6 +12,8 @@ import numpy as np
 Tensors = dict[str, np.ndarray]
 Parameters = dict[str, Any]
 
+LABEL_PARAMETER = "version_label"  # request parameter naming a version label (routing reads it)
+
 
 @dataclass(slots=True)
 class RequestedOutput:

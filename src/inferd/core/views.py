@@ -4,7 +4,7 @@ registry records or model versions behind them.
 Field names follow the KServe v2 / Triton documents they answer, so an adapter encodes a view
 field by field (HTTP: ``orjson`` serializes these dataclasses to exactly Triton's JSON).
 Statistics live beside their counters (``inferd.core.stats.ModelStatistics``) and routing beside its
-policies (``inferd.core.routing.RoutingView``).
+policies (``inferd.plane.routing.RoutingView``).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class IndexEntry:
     version: str
     state: str
     reason: str
-    residency: ResidencyView | None = None  # with lazy serving (``inferd.core.demand``)
+    residency: ResidencyView | None = None  # with lazy serving (``inferd.plane.demand``)
 
 
 @dataclass(frozen=True, slots=True)

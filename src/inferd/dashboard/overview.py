@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
-from inferd.core.demand import OnDemand
-from inferd.core.model import ModelVersion
-from inferd.core.registry import ModelRecord, Registry
-from inferd.core.routing import ShadowCounts, routing_document
+from inferd.plane.demand import OnDemand
+from inferd.plane.model import ModelVersion
+from inferd.plane.registry import ModelRecord, Registry
+from inferd.plane.routing import ShadowCounts, routing_document
 from inferd.repository.manager import ModelManager
 from inferd.version import __version__
 

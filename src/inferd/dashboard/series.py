@@ -17,9 +17,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferd.core.model import ModelVersion
-from inferd.core.registry import Registry
 from inferd.core.stats import BUCKETS_S, ModelStats
+from inferd.plane.model import ModelVersion
+from inferd.plane.registry import Registry
 
 log = logging.getLogger("inferd.dashboard")
 

@@ -22,11 +22,11 @@ from prometheus_client.core import (
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from inferd.core.registry import Registry
 from inferd.core.stats import BUCKETS_S, FLUSH_AT, Duration, drain_log, merge_log
+from inferd.plane.registry import Registry
 
 if TYPE_CHECKING:
-    from inferd.repository.manager import RepositoryStatus
+    from inferd.plane.control import RepositoryStatus
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)

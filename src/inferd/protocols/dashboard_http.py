@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import ConfigError, InvalidInput, NotFound
 from inferd.dashboard import envoy
 from inferd.dashboard.assets import CSP, Asset, load_assets
@@ -30,6 +29,7 @@ from inferd.dashboard.files import list_model, read_model_file
 from inferd.dashboard.overview import Overview, ServerFacts
 from inferd.dashboard.series import TrafficSeries
 from inferd.observability.requests import RequestObserver
+from inferd.plane.dataplane import DataPlane
 from inferd.protocols.tfserving.http import kserve_live
 from inferd.protocols.transport.http import HttpApp
 from inferd.protocols.transport.http_body import Limits

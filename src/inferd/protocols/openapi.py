@@ -52,8 +52,8 @@ _HEADER_LENGTH: Schema = {
     "description": "binary tensors: the length of the JSON part, which the tensors' bytes "
     "follow in the body",
 }
-_MODEL_ERRORS = (404,)  # a route naming a model, version or label
-_INFER_ERRORS = (404, 503, 504)
+MODEL_ERRORS = (404,)  # a route naming a model, version or label
+INFER_ERRORS = (404, 503, 504)
 
 
 def _path_parameter(name: str) -> Schema:
@@ -64,7 +64,7 @@ def _query(name: str, schema: Schema, description: str) -> Schema:
     return {"name": name, "in": "query", "schema": schema, "description": description}
 
 
-def _op(
+def operation(
     summary: str,
     ok: Schema | None,
     *,
@@ -103,7 +103,7 @@ def _op(
     return op
 
 
-def _model_paths(
+def model_paths(
     prefix: str, suffix: str, method: str, op: Schema, labels: bool = True
 ) -> dict[str, Schema]:
     """The route by model, by model and version, and by model and version label (a version
@@ -124,7 +124,7 @@ def _model_paths(
     }
 
 
-def _merge(paths: dict[str, Schema], more: dict[str, Schema]) -> None:
+def merge(paths: dict[str, Schema], more: dict[str, Schema]) -> None:
     for path, ops in more.items():
         paths.setdefault(path, {}).update(ops)
 
@@ -138,13 +138,13 @@ def dashboard_paths(page: bool) -> dict[str, Schema]:
         _query("model", {"type": "string"}, "one model's traffic"),
     ]
     paths: dict[str, Schema] = {
-        "/v2/dashboard/models": {"get": _op("the dashboard's models table", object_)},
+        "/v2/dashboard/models": {"get": operation("the dashboard's models table", object_)},
         "/v2/dashboard/series": {
-            "get": _op("recent traffic, sampled once a second", object_, parameters=query)
+            "get": operation("recent traffic, sampled once a second", object_, parameters=query)
         },
-        "/v2/dashboard/cluster": {"get": _op("Envoy's view of the nodes", object_)},
+        "/v2/dashboard/cluster": {"get": operation("Envoy's view of the nodes", object_)},
         "/v2/repository/models/{model}/files": {
-            "get": _op(
+            "get": operation(
                 "a model folder's files, versions and config",
                 object_,
                 access=Access.ADMIN,
@@ -153,7 +153,7 @@ def dashboard_paths(page: bool) -> dict[str, Schema]:
             )
         },
         "/v2/repository/models/{model}/files/{path}": {
-            "get": _op(
+            "get": operation(
                 "one file of a model folder",
                 _BINARY,
                 ok_type="application/octet-stream",
@@ -166,17 +166,17 @@ def dashboard_paths(page: bool) -> dict[str, Schema]:
     if page:
         to_page = {"302": {"description": "to /dashboard/"}}
         paths["/"] = {
-            "get": _op(
+            "get": operation(
                 "a browser (Accept: text/html) to the dashboard; else KServe v1's liveness",
                 ref("Live"),
                 access=Access.PUBLIC,
             )
         }
-        paths["/dashboard"] = {"get": _op("to the dashboard", None, access=Access.PUBLIC)}
+        paths["/dashboard"] = {"get": operation("to the dashboard", None, access=Access.PUBLIC)}
         for path in ("/", "/dashboard"):
             paths[path]["get"]["responses"].update(to_page)
         del paths["/dashboard"]["get"]["responses"]["200"]
-        asset = _op(
+        asset = operation(
             "a file of the dashboard page",
             _BINARY,
             ok_type="*/*",
@@ -196,16 +196,16 @@ def v2_paths() -> dict[str, Schema]:
     object_ = ref("Object")
     routing = ref("Routing")
     paths: dict[str, Schema] = {
-        "/v2": {"get": _op("server metadata", object_)},
+        "/v2": {"get": operation("server metadata", object_)},
         "/v2/health/live": {
-            "get": _op(
+            "get": operation(
                 "liveness",
                 {"type": "object", "properties": {"live": {"type": "boolean"}}},
                 access=Access.HEALTH,
             )
         },
         "/v2/health/ready": {
-            "get": _op(
+            "get": operation(
                 "readiness (503: not ready)",
                 ref("Ready"),
                 access=Access.HEALTH,
@@ -213,10 +213,10 @@ def v2_paths() -> dict[str, Schema]:
                 special={503: ref("Ready")},
             )
         },
-        "/v2/models/stats": {"get": _op("statistics of every model", object_)},
-        "/v2/openapi.json": {"get": _op("this description", object_)},
+        "/v2/models/stats": {"get": operation("statistics of every model", object_)},
+        "/v2/openapi.json": {"get": operation("this description", object_)},
         "/v2/repository/index": {
-            "post": _op(
+            "post": operation(
                 "the repository's models and their states",
                 ref("RepositoryIndex"),
                 body=ref("IndexRequest"),
@@ -224,12 +224,12 @@ def v2_paths() -> dict[str, Schema]:
             )
         },
         "/v2/repository/status": {
-            "get": _op(
+            "get": operation(
                 "when each store was last listed, held models", object_, access=admin, errors=(501,)
             )
         },
         "/v2/repository/models/{model}/load": {
-            "post": _op(
+            "post": operation(
                 "load a model (optionally with its config and files)",
                 None,
                 access=admin,
@@ -239,7 +239,7 @@ def v2_paths() -> dict[str, Schema]:
             )
         },
         "/v2/repository/models/{model}/unload": {
-            "post": _op(
+            "post": operation(
                 "unload a model",
                 None,
                 access=admin,
@@ -249,7 +249,7 @@ def v2_paths() -> dict[str, Schema]:
             )
         },
         "/v2/repository/models/{model}": {
-            "put": _op(
+            "put": operation(
                 "upload a model folder (.tar.gz, .tar or .zip) and load it",
                 ref("RepositoryIndex"),
                 access=admin,
@@ -261,7 +261,7 @@ def v2_paths() -> dict[str, Schema]:
             )
         },
         "/v2/repository/models/{model}/labels": {
-            "post": _op(
+            "post": operation(
                 "set version labels",
                 routing,
                 access=admin,
@@ -272,7 +272,7 @@ def v2_paths() -> dict[str, Schema]:
             )
         },
         "/v2/repository/models/{model}/routing": {
-            "post": _op(
+            "post": operation(
                 "set labels, traffic split, shadow",
                 routing,
                 access=admin,
@@ -282,10 +282,12 @@ def v2_paths() -> dict[str, Schema]:
             )
         },
         "/v2/models/{model}/routing": {
-            "get": _op("labels, traffic split, shadow", routing, errors=(404,), parameters=model)
+            "get": operation(
+                "labels, traffic split, shadow", routing, errors=(404,), parameters=model
+            )
         },
         "/v2/logs": {
-            "get": _op(
+            "get": operation(
                 "the last lines of the engine or access log",
                 object_,
                 access=admin,
@@ -297,12 +299,12 @@ def v2_paths() -> dict[str, Schema]:
             )
         },
     }
-    infer = _op(
+    infer = operation(
         "inference (JSON; binary tensors with Inference-Header-Content-Length)",
         ref("InferResponse"),
         body=ref("InferRequest"),
         body_required=True,
-        errors=_INFER_ERRORS,
+        errors=INFER_ERRORS,
     )
     # Binary tensors: the JSON part, then the tensors' bytes (Triton's binary data extension).
     header = {"name": "Inference-Header-Content-Length", "in": "header", **_HEADER_LENGTH}
@@ -310,62 +312,38 @@ def v2_paths() -> dict[str, Schema]:
     infer["requestBody"]["content"]["application/octet-stream"] = {"schema": _BINARY}
     infer["responses"]["200"]["content"]["application/octet-stream"] = {"schema": _BINARY}
     infer["responses"]["200"]["headers"] = {"Inference-Header-Content-Length": _HEADER_LENGTH}
-    _merge(
+    merge(
         paths,
-        _model_paths(
+        model_paths(
             "/v2/models",
             "",
             "get",
-            _op("model metadata", ref("ModelMetadata"), errors=_INFER_ERRORS),
+            operation("model metadata", ref("ModelMetadata"), errors=INFER_ERRORS),
         ),
     )
-    ready = _op(
+    ready = operation(
         "model readiness (400: not ready)",
         ref("Ready"),
-        errors=_MODEL_ERRORS,
+        errors=MODEL_ERRORS,
         special={400: {"anyOf": [ref("Ready"), ref("Error")]}},
     )
-    _merge(paths, _model_paths("/v2/models", "/ready", "get", ready))
-    _merge(
+    merge(paths, model_paths("/v2/models", "/ready", "get", ready))
+    merge(
         paths,
-        _model_paths(
-            "/v2/models", "/config", "get", _op("model config", object_, errors=_INFER_ERRORS)
+        model_paths(
+            "/v2/models", "/config", "get", operation("model config", object_, errors=INFER_ERRORS)
         ),
     )
-    _merge(
+    merge(
         paths,
-        _model_paths(
-            "/v2/models", "/stats", "get", _op("model statistics", object_, errors=_MODEL_ERRORS)
+        model_paths(
+            "/v2/models",
+            "/stats",
+            "get",
+            operation("model statistics", object_, errors=MODEL_ERRORS),
         ),
     )
-    _merge(paths, _model_paths("/v2/models", "/infer", "post", infer))
-    return paths
-
-
-def tfserving_paths() -> dict[str, Schema]:
-    """TF Serving's REST API (``/v1``), with KServe v1's name and ready in a model's status."""
-    paths: dict[str, Schema] = {}
-    status = _op(
-        "TF Serving model status, with KServe v1's name and ready",
-        ref("TfModelStatus"),
-        errors=_MODEL_ERRORS,
-    )
-    _merge(paths, _model_paths("/v1/models", "", "get", status))
-    metadata = _op("TF Serving metadata", ref("Object"), errors=_INFER_ERRORS)
-    _merge(paths, _model_paths("/v1/models", "/metadata", "get", metadata))
-    for verb, body, ok in (
-        ("predict", "TfPredictRequest", "TfPredictResponse"),
-        ("classify", "TfExamplesRequest", "TfResultsResponse"),
-        ("regress", "TfExamplesRequest", "TfResultsResponse"),
-    ):
-        op = _op(
-            f"TF Serving {verb}",
-            ref(ok),
-            body=ref(body),
-            body_required=True,
-            errors=_INFER_ERRORS,
-        )
-        _merge(paths, _model_paths("/v1/models", f":{verb}", "post", op))
+    merge(paths, model_paths("/v2/models", "/infer", "post", infer))
     return paths
 
 
@@ -374,14 +352,14 @@ def shared_memory_paths() -> dict[str, Schema]:
     paths: dict[str, Schema] = {}
     region = [_path_parameter("name")]
     for kind, root in (("system", "/v2/systemsharedmemory"), ("CUDA", "/v2/cudasharedmemory")):
-        status = _op(f"the registered {kind} shared memory regions", ref("RegionStatus"))
-        one = _op(
+        status = operation(f"the registered {kind} shared memory regions", ref("RegionStatus"))
+        one = operation(
             f"one {kind} shared memory region",
             ref("RegionStatus"),
             errors=(404,),
             parameters=region,
         )
-        register = _op(
+        register = operation(
             f"register a {kind} shared memory region",
             ref("Object"),
             body=ref("RegisterRegion"),
@@ -389,13 +367,13 @@ def shared_memory_paths() -> dict[str, Schema]:
             errors=(501,) if kind == "CUDA" else (),
             parameters=region,
         )
-        gone = _op(f"unregister every {kind} shared memory region", ref("Object"))
+        gone = operation(f"unregister every {kind} shared memory region", ref("Object"))
         paths[f"{root}/status"] = {"get": status}
         paths[f"{root}/region/{{name}}/status"] = {"get": one}
         paths[f"{root}/region/{{name}}/register"] = {"post": register}
         paths[f"{root}/unregister"] = {"post": gone}
         paths[f"{root}/region/{{name}}/unregister"] = {
-            "post": _op(f"unregister a {kind} region", ref("Object"), parameters=region)
+            "post": operation(f"unregister a {kind} region", ref("Object"), parameters=region)
         }
     return paths
 
@@ -410,8 +388,10 @@ def settings_paths() -> dict[str, Schema]:
         ("/v2/models/{model}/trace/setting", [_path_parameter("model")], (404,)),
     ):
         paths[path] = {
-            "get": _op("trace settings", trace, access=admin, errors=errors, parameters=parameters),
-            "post": _op(
+            "get": operation(
+                "trace settings", trace, access=admin, errors=errors, parameters=parameters
+            ),
+            "post": operation(
                 "change trace settings; answers those in effect",
                 trace,
                 access=admin,
@@ -422,8 +402,10 @@ def settings_paths() -> dict[str, Schema]:
         }
     logs = ref("LogSettings")
     paths["/v2/logging"] = {
-        "get": _op("log settings", logs, access=admin),
-        "post": _op("change log settings; answers those in effect", logs, access=admin, body=logs),
+        "get": operation("log settings", logs, access=admin),
+        "post": operation(
+            "change log settings; answers those in effect", logs, access=admin, body=logs
+        ),
     }
     return paths
 
@@ -431,37 +413,32 @@ def settings_paths() -> dict[str, Schema]:
 def generate_paths() -> dict[str, Schema]:
     """Triton's generate extension."""
     paths: dict[str, Schema] = {}
-    generate = _op(
+    generate = operation(
         "one inference as flat JSON: each input by name",
         ref("GenerateResponse"),
         body=ref("GenerateRequest"),
         body_required=True,
-        errors=_INFER_ERRORS,
+        errors=INFER_ERRORS,
     )
-    stream = _op(
+    stream = operation(
         "a decoupled model's responses as server-sent events (data: GenerateResponse)",
         {"type": "string"},
         ok_type="text/event-stream",
         body=ref("GenerateRequest"),
         body_required=True,
-        errors=_INFER_ERRORS,
+        errors=INFER_ERRORS,
     )
-    _merge(paths, _model_paths("/v2/models", "/generate", "post", generate, labels=False))
-    _merge(paths, _model_paths("/v2/models", "/generate_stream", "post", stream, labels=False))
+    merge(paths, model_paths("/v2/models", "/generate", "post", generate, labels=False))
+    merge(paths, model_paths("/v2/models", "/generate_stream", "post", stream, labels=False))
     return paths
 
 
 def metrics_paths() -> dict[str, Schema]:
     """``/metrics``."""
-    metrics = _op(
+    metrics = operation(
         "Prometheus metrics", {"type": "string"}, access=Access.METRICS, ok_type="text/plain"
     )
     return {"/metrics": {"get": metrics}}
-
-
-def kserve_v1_live_paths() -> dict[str, Schema]:
-    """``GET /``: KServe v1's server liveness."""
-    return {"/": {"get": _op("KServe v1 server liveness", ref("Live"), access=Access.HEALTH)}}
 
 
 def describe(parts: Iterable[dict[str, Schema]]) -> Schema:
@@ -469,7 +446,7 @@ def describe(parts: Iterable[dict[str, Schema]]) -> Schema:
     operation on a path replaces an earlier one's)."""
     paths: dict[str, Schema] = {}
     for part in parts:
-        _merge(paths, part)
+        merge(paths, part)
     return {
         "openapi": "3.0.3",
         "info": {

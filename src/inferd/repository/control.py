@@ -19,8 +19,8 @@ import orjson
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import parse_config_json
 from inferd.core.errors import ConfigError, InvalidInput
-from inferd.core.registry import ModelRecord
-from inferd.core.routing import RoutingPolicy
+from inferd.plane.registry import ModelRecord
+from inferd.plane.routing import RoutingPolicy
 from inferd.repository import routing_file
 from inferd.repository.manager import ControlMode, ModelManager, Outcome, RepositoryStatus
 from inferd.repository.storage import StorageError

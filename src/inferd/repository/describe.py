@@ -16,8 +16,8 @@ from inferd.backends import get_backend
 from inferd.config.model_config_pb2 import TYPE_INVALID, ModelConfig
 from inferd.config.spec import build_spec
 from inferd.config.text import CONFIG_FILENAME, parse_config_text
-from inferd.core.demand import Described
 from inferd.core.errors import InferdError
+from inferd.plane.demand import Described
 from inferd.repository.layout import select_versions
 from inferd.repository.storage import ModelFiles, Storage, version_files
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.errors import NotFound
-from inferd.core.model import ModelState, ModelVersion
-from inferd.core.registry import ModelRecord, Registry, VersionStatus
+from inferd.plane.model import ModelState, ModelVersion
+from inferd.plane.registry import ModelRecord, Registry, VersionStatus
 from inferd.repository import records
 from inferd.repository.catalog import Key, version_keys
 from inferd.repository.dependencies import Dependencies

@@ -18,12 +18,12 @@ from inferd.backends.base import Backend, InstancePlacement
 from inferd.backends.completion import bool_parameter
 from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from inferd.config.spec import ModelSpec, build_spec
-from inferd.core.classification import read_labels
 from inferd.core.errors import ConfigError, InvalidInput
-from inferd.core.model import ModelVersion
-from inferd.core.routing import ROUTING_PARAMETERS, RoutingPolicy, policy_from_config
 from inferd.core.stats import ModelStats
 from inferd.core.types import ModelCaller
+from inferd.plane.classification import read_labels
+from inferd.plane.model import ModelVersion
+from inferd.plane.routing import ROUTING_PARAMETERS, RoutingPolicy, policy_from_config
 from inferd.repository.config import read_config
 from inferd.repository.layout import select_versions, version_dirs
 from inferd.repository.provenance import network_files

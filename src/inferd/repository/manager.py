@@ -23,7 +23,7 @@ from typing import Any
 
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.errors import ConfigError, InferdError, InvalidInput, NotFound
-from inferd.core.registry import ModelRecord, Registry
+from inferd.plane.registry import ModelRecord, Registry
 from inferd.repository import provenance, records, routing_file
 from inferd.repository.catalog import Catalog, Listing, StoreState
 from inferd.repository.guard import Held, UnloadGuard

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from inferd.core.model import ModelState, ModelVersion
-from inferd.core.registry import ModelRecord, Registry, VersionStatus
+from inferd.plane.model import ModelState, ModelVersion
+from inferd.plane.registry import ModelRecord, Registry, VersionStatus
 
 log = logging.getLogger("inferd.repository")
 

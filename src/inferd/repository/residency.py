@@ -28,10 +28,7 @@ from functools import partial
 
 from inferd.backends import get_backend
 from inferd.backends.completion import bool_parameter
-from inferd.core.demand import Described, wait_load
 from inferd.core.errors import InferdError, NotFound, Unavailable
-from inferd.core.model import ModelState
-from inferd.core.registry import ModelRecord
 from inferd.core.stats import Duration
 from inferd.core.views import (
     AVAILABLE,
@@ -42,6 +39,9 @@ from inferd.core.views import (
     ResidencyTotals,
     ResidencyView,
 )
+from inferd.plane.demand import Described, wait_load
+from inferd.plane.model import ModelState
+from inferd.plane.registry import ModelRecord
 from inferd.repository.describe import describe
 from inferd.repository.loader import MEMORY_PARAMETER, PIN_PARAMETER
 from inferd.repository.manager import ModelManager
@@ -94,7 +94,7 @@ class _Failure:
 
 
 class Residency:
-    """The ``OnDemand`` of ``inferd.core.demand``: loads, evicts and accounts for models."""
+    """The ``OnDemand`` of ``inferd.plane.demand``: loads, evicts and accounts for models."""
 
     def __init__(
         self,

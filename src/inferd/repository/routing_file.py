@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.core.errors import ConfigError, InvalidInput
-from inferd.core.routing import (
+from inferd.plane.routing import (
     RoutingPolicy,
     labels_from_mapping,
     policy_document,

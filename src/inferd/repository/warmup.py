@@ -14,9 +14,9 @@ import numpy as np
 
 from inferd.config.model_config_pb2 import ModelConfig, ModelWarmup
 from inferd.config.spec import ModelSpec, TensorSpec, datatype_of
-from inferd.core import validate
 from inferd.core.errors import ConfigError, InferdError, ModelLoadError
 from inferd.core.types import Tensors
+from inferd.plane import validate
 from inferd.scheduling.instances import Instances
 from inferd.scheduling.work import Work
 

@@ -18,9 +18,9 @@ from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import datatype_of
 from inferd.core.datatypes import DataType, of_array
 from inferd.core.errors import ConfigError, InferdError, InternalError
-from inferd.core.routing import LABEL_PARAMETER
 from inferd.core.stats import ModelStats
 from inferd.core.types import (
+    LABEL_PARAMETER,
     InferRequest,
     ModelCaller,
     Parameters,

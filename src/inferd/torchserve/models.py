@@ -28,13 +28,13 @@ from inferd.backends.torchserve.settings import (
     VersionSettings,
 )
 from inferd.core.errors import NotFound, Unavailable
-from inferd.core.model import ModelVersion
-from inferd.core.registry import ModelRecord
 from inferd.core.types import InferRequest
+from inferd.plane.model import ModelVersion
+from inferd.plane.registry import ModelRecord
 from inferd.torchserve.errors import model_not_found, no_worker, version_not_found
 
 if TYPE_CHECKING:
-    from inferd.core.dataplane import DataPlane
+    from inferd.plane.dataplane import DataPlane
 
 BACKEND = "torchserve"
 JOB_QUEUE_SIZE = 100  # TorchServe's job_queue_size, which describe reports capacity against

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
-from inferd.core.routing import ROUTING_PARAMETERS
+from inferd.plane.routing import ROUTING_PARAMETERS
 
 # The thread parameter of each backend whose thread pool a config sets.
 THREAD_PARAMETERS = {

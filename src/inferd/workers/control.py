@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from inferd.core.errors import InferdError, InternalError, InvalidInput
-from inferd.core.registry import ModelRecord, Registry
-from inferd.core.routing import RoutingPolicy
-from inferd.core.shared_memory import SystemSharedMemory
 from inferd.observability.log_settings import LogSettings
 from inferd.observability.trace_settings import TraceSettings
+from inferd.plane.registry import ModelRecord, Registry
+from inferd.plane.routing import RoutingPolicy
+from inferd.plane.shared_memory import SystemSharedMemory
 from inferd.repository import routing_file
 from inferd.repository.control import RepositoryControl
 from inferd.repository.manager import ModelManager

@@ -21,8 +21,8 @@ from pathlib import Path
 from inferd.backends import select_backend
 from inferd.backends.completion import copies_only
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.core.model import ModelVersion
-from inferd.core.routing import RoutingPolicy
+from inferd.plane.model import ModelVersion
+from inferd.plane.routing import RoutingPolicy
 from inferd.repository.loader import LoadOptions, Plan, load_version
 from inferd.scheduling.batcher import DirectScheduler
 from inferd.scheduling.instances import ThreadInstances

@@ -1,6 +1,6 @@
 """Lazy serving at a frontend worker: the model host loads, under the server's one budget.
 
-``RemoteDemand`` is the ``OnDemand`` (``inferd.core.demand``) of a frontend's data plane. A
+``RemoteDemand`` is the ``OnDemand`` (``inferd.plane.demand``) of a frontend's data plane. A
 request for a model of the repository that is not loaded here asks the host to load it, once per
 model however many of this worker's requests wait (the host joins every worker's asks into one
 load: ``workers.demand_host``), then waits until this worker has applied the host's table that
@@ -20,9 +20,9 @@ from functools import partial
 from typing import Any
 
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.core.demand import Described, wait_load
-from inferd.core.registry import Registry
 from inferd.core.views import ResidencyTotals, ResidencyView
+from inferd.plane.demand import Described, wait_load
+from inferd.plane.registry import Registry
 from inferd.scheduling.wire import decode_error
 from inferd.workers.demand_host import Extra
 from inferd.workers.forward import HostLink, host_gone

@@ -23,7 +23,7 @@ from dataclasses import asdict
 from typing import Any
 
 from inferd.core.errors import InferdError, NotFound
-from inferd.core.registry import unknown_model
+from inferd.plane.registry import unknown_model
 from inferd.repository.residency import Residency
 from inferd.scheduling.wire import encode_error
 from inferd.workers.host import ModelHost

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from inferd.core.errors import InternalError, Unavailable
-from inferd.core.registry import Registry
 from inferd.core.types import Tensors, Timings
+from inferd.plane.registry import Registry
 from inferd.repository.manager import RepositoryStatus
 from inferd.scheduling.channel import SOCKET_BUFFER_BYTES, Channel
 from inferd.scheduling.processes import COPY_OFF_LOOP_BYTES

@@ -16,8 +16,8 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from inferd.core.registry import ModelRecord, Registry
-from inferd.core.routing import RoutingPolicy
+from inferd.plane.registry import ModelRecord, Registry
+from inferd.plane.routing import RoutingPolicy
 from inferd.repository import routing_file
 from inferd.repository.control import RepositoryView
 from inferd.repository.manager import ModelManager, RepositoryStatus

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from inferd.core.errors import InferdError, InternalError, NotFound, Unavailable
-from inferd.core.model import ModelVersion
-from inferd.core.registry import Registry, unknown_model
 from inferd.core.types import Timings
-from inferd.core.validate import shape_outputs
+from inferd.plane.model import ModelVersion
+from inferd.plane.registry import Registry, unknown_model
+from inferd.plane.validate import shape_outputs
 from inferd.repository.manager import RepositoryStatus
 from inferd.scheduling.channel import SOCKET_BUFFER_BYTES, Channel
 from inferd.scheduling.eager import run_eagerly

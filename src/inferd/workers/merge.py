@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferd.core.routing import ShadowCounts
 from inferd.core.stats import BatchStatistics, InferStatistics, ModelStatistics, StatDuration
+from inferd.plane.routing import ShadowCounts
 
 _COMBINE: dict[str, Callable[[Iterable[float]], float]] = {
     "inferd_model_ready": min,  # READY only when every worker has the version READY

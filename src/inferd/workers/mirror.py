@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from inferd.core.model import ModelState, ModelVersion
-from inferd.core.registry import ModelRecord, Registry, VersionStatus
-from inferd.core.routing import RoutingPolicy
+from inferd.plane.model import ModelState, ModelVersion
+from inferd.plane.registry import ModelRecord, Registry, VersionStatus
+from inferd.plane.routing import RoutingPolicy
 from inferd.repository import routing_file
 from inferd.workers.copies import load_copy
 from inferd.workers.table import Doc, SchedulerFactory, config_of, stand_in

@@ -15,13 +15,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InferdError
-from inferd.core.routing import ShadowCounts
 from inferd.core.stats import ModelStatistics
 from inferd.dashboard.series import TrafficSeries
 from inferd.observability.logging import Entry, Logs, merge_entries
 from inferd.observability.metrics import render
+from inferd.plane.dataplane import DataPlane
+from inferd.plane.routing import ShadowCounts
 from inferd.workers.control import CHANGES, SharedControl
 from inferd.workers.merge import (
     merge_metrics,

@@ -22,7 +22,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from inferd.core.model import ModelVersion
+from inferd.plane.model import ModelVersion
 
 QUEUES_FILE = "queues"
 SLOTS = 1 << 16  # queue-limited versions loaded at once, at most (more go unflagged)

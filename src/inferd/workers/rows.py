@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from inferd.core.model import ModelVersion
 from inferd.core.types import Tensors
+from inferd.plane.model import ModelVersion
 from inferd.scheduling.batcher import DynamicBatcher
 from inferd.scheduling.instances import ThreadInstances
 from inferd.scheduling.work import Work

@@ -20,7 +20,6 @@ import math
 import os
 from pathlib import Path
 
-from inferd.app.settings import Settings
 from inferd.core.errors import ConfigError
 
 FRONTEND_BYTES = 256 << 20  # one frontend worker's memory, rounded up: interpreter, buffers
@@ -73,10 +72,11 @@ def auto_workers() -> tuple[int, str]:
     return cores, f"{cores} usable CPU cores; the models load once, in worker 0"
 
 
-def worker_count(settings: Settings) -> tuple[int, str]:
-    """``--http-workers``: a positive number, or auto (ConfigError otherwise)."""
-    text = settings.http_workers.strip().lower()
-    if text == "auto" and settings.lazy_serving():
+def worker_count(http_workers: str, lazy_serving: bool = False) -> tuple[int, str]:
+    """``--http-workers``: a positive number, or auto (ConfigError otherwise); ``lazy_serving``:
+    whether the server loads models on first use."""
+    text = http_workers.strip().lower()
+    if text == "auto" and lazy_serving:
         return 1, "lazy serving: a warm hit in one process skips the hop to the model host"
     if text == "auto":
         return auto_workers()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import dataclasses
 import logging
 import multiprocessing
 import os
@@ -28,7 +27,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
-from inferd.app.settings import Settings
 from inferd.observability.logging import ENGINE, TAIL_LINES, TailHandler
 from inferd.workers.peers import WorkerRole
 from inferd.workers.supervisor_log import SUPERVISOR_LOG, RunFolderLog
@@ -37,9 +35,10 @@ log = logging.getLogger("inferd.workers")
 
 
 class Entry(Protocol):
-    """What a worker process runs: serve ``settings`` as ``role``; its exit code."""
+    """What a worker process runs: serve as ``role``; its exit code. The application binds its
+    settings (each worker's own: see ``inferd.app.server.worker_settings``)."""
 
-    def __call__(self, settings: Settings, role: WorkerRole, /) -> int: ...
+    def __call__(self, role: WorkerRole, /) -> int: ...
 
 
 CONFIG_EXIT = 2  # what `inferd serve` exits with on a configuration error
@@ -47,15 +46,6 @@ INTERRUPTED_EXIT = 128 + signal.SIGINT  # a worker stopped by SIGINT while start
 STEADY_S = 10.0  # a worker that lived this long is restarted at once; sooner, with back-off
 MAX_BACKOFF_S = 30.0
 _PR_SET_PDEATHSIG = 1
-
-
-def worker_settings(settings: Settings, index: int) -> Settings:
-    """One worker's settings: only worker 0 serves the separate metrics port. Every worker
-    shares the dashboard's port as it shares the HTTP port (a frontend told of no dashboard
-    port would serve the page on the HTTP port, which the operator moved it off)."""
-    if index == 0:
-        return dataclasses.replace(settings, http_workers="1")
-    return dataclasses.replace(settings, http_workers="1", metrics_port=0)
 
 
 def _keep_log(run_dir: Path) -> RunFolderLog:
@@ -73,7 +63,7 @@ def _keep_log(run_dir: Path) -> RunFolderLog:
     return handler
 
 
-def _worker_main(entry: Entry, settings: Settings, role: WorkerRole) -> None:
+def _worker_main(entry: Entry, role: WorkerRole) -> None:
     # Forked from the supervisor: its signal handlers are not this process's (SIGINT stops a
     # worker that is still starting, SIGTERM ends it; the server installs its own later).
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -87,7 +77,7 @@ def _worker_main(entry: Entry, settings: Settings, role: WorkerRole) -> None:
     if os.getppid() == 1:  # the supervisor died before prctl
         sys.exit(0)
     try:
-        code = entry(settings, role)
+        code = entry(role)
     except KeyboardInterrupt:
         # SIGINT before the server took the signal over (still importing or loading): the
         # supervisor stops every worker this way when one cannot start. A stop, not a crash.
@@ -96,8 +86,7 @@ def _worker_main(entry: Entry, settings: Settings, role: WorkerRole) -> None:
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, count: int, entry: Entry) -> None:
-        self.settings = settings
+    def __init__(self, count: int, entry: Entry) -> None:
         self.entry = entry
         self.count = count
         self.run_dir = Path(tempfile.mkdtemp(prefix="inferd-workers-"))
@@ -124,7 +113,7 @@ class Supervisor:
         )
         proc = self.context.Process(
             target=_worker_main,
-            args=(self.entry, worker_settings(self.settings, index), role),
+            args=(self.entry, role),
             name=f"inferd-worker-{index}",
         )
         proc.start()

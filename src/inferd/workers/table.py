@@ -23,8 +23,8 @@ from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import SignatureSpec, build_spec, signature_spec
 from inferd.core.datatypes import BY_NAME
 from inferd.core.errors import NotFound
-from inferd.core.model import ModelState, ModelVersion
-from inferd.core.registry import ModelRecord, Registry
+from inferd.plane.model import ModelState, ModelVersion
+from inferd.plane.registry import ModelRecord, Registry
 from inferd.repository import routing_file
 from inferd.scheduling.batcher import Scheduler
 from inferd.workers.copies import copyable

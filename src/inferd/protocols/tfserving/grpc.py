@@ -21,12 +21,12 @@ import grpc
 import numpy as np
 
 from inferd.core import datatypes
-from inferd.core.dataplane import DataPlane
 from inferd.core.datatypes import DataType
 from inferd.core.errors import InvalidInput
-from inferd.core.tfexample import Features
-from inferd.core.tfserving import ModelSignatures, Target, TensorInfo
 from inferd.observability.requests import RequestObserver
+from inferd.plane.dataplane import DataPlane
+from inferd.plane.tfexample import Features
+from inferd.plane.tfserving import ModelSignatures, Target, TensorInfo
 from inferd.protocols import codecs
 from inferd.protocols.grpc_common import Handler, guarded, safe_deserializer
 from inferd.protocols.transport.grpc_services import GrpcService

@@ -23,11 +23,11 @@ import numpy as np
 import orjson
 
 from inferd.config.spec import ModelSpec, TensorSpec
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InvalidInput
-from inferd.core.tfexample import Features
-from inferd.core.tfserving import ModelSignatures, TensorInfo
 from inferd.core.types import InferResponse, Tensors
+from inferd.plane.dataplane import DataPlane
+from inferd.plane.tfexample import Features
+from inferd.plane.tfserving import ModelSignatures, TensorInfo
 from inferd.protocols import codecs
 from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router
 from inferd.protocols.v2.http import OFFLOAD_BYTES, check_value_count

@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 
 from inferd.core import datatypes
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InferdError, InvalidInput
 from inferd.core.types import InferRequest, InferResponse, Tensors
+from inferd.plane.dataplane import DataPlane
 from inferd.protocols import codecs
 from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2.http import json_object, parse_json

@@ -17,10 +17,10 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2
 
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InferdError, InvalidInput, NotFound, Unimplemented
 from inferd.core.stats import ModelStatistics, StatDuration
 from inferd.observability.requests import RequestObserver
+from inferd.plane.dataplane import DataPlane
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols.grpc_common import (
     Handler,

@@ -17,11 +17,10 @@ import orjson
 
 from inferd.config.text import config_to_dict
 from inferd.core import datatypes
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InvalidInput
-from inferd.core.routing import LABEL_PARAMETER
-from inferd.core.shared_memory import SystemSharedMemory
-from inferd.core.types import InferRequest, InferResponse, RequestedOutput, Tensors
+from inferd.core.types import LABEL_PARAMETER, InferRequest, InferResponse, RequestedOutput, Tensors
+from inferd.plane.dataplane import DataPlane
+from inferd.plane.shared_memory import SystemSharedMemory
 from inferd.protocols import codecs
 from inferd.protocols.transport.http import cancel_on_disconnect
 from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router, json_response

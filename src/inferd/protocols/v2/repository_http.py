@@ -16,10 +16,10 @@ import binascii
 import time
 from typing import Any
 
-from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InferdError, InvalidInput, Unavailable
-from inferd.core.routing import routing_document
 from inferd.core.views import IndexEntry, ResidencyView
+from inferd.plane.dataplane import DataPlane
+from inferd.plane.routing import routing_document
 from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2.http import json_object, parse_json
 from inferd.security.access import Access

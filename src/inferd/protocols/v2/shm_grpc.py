@@ -4,7 +4,7 @@ and listed as over ``/v2/systemsharedmemory``; CUDA regions refused (no GPU)."""
 from __future__ import annotations
 
 from inferd.core.errors import NotFound, Unimplemented
-from inferd.core.shared_memory import SystemSharedMemory
+from inferd.plane.shared_memory import SystemSharedMemory
 from inferd.protocols import grpc_service_pb2 as pb
 from inferd.protocols.v2.shm_http import NO_GPU
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from inferd.core.errors import InvalidInput, NotFound, Unimplemented
-from inferd.core.shared_memory import SystemSharedMemory
+from inferd.plane.shared_memory import SystemSharedMemory
 from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2.http import parse_json
 

@@ -11,8 +11,8 @@ import numpy as np
 
 from inferd.core.datatypes import DataType
 from inferd.core.errors import InvalidInput
-from inferd.core.shared_memory import SystemSharedMemory
 from inferd.core.types import InferResponse, RequestedOutput
+from inferd.plane.shared_memory import SystemSharedMemory
 from inferd.protocols import codecs
 
 REGION = "shared_memory_region"

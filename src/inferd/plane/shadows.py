@@ -1,7 +1,7 @@
 """Shadow copies: a request mirrored to another version of its model, off the answer's path.
 
 The routing policy decides which requests are copied and to which version
-(``inferd.core.routing``); a copy runs in a task of its own, never delays the primary answer,
+(``inferd.plane.routing``); a copy runs in a task of its own, never delays the primary answer,
 and its outcome is compared with the primary's and counted (``ModelRouting.shadowed``).
 """
 
@@ -12,10 +12,10 @@ import logging
 from dataclasses import replace
 
 from inferd.core.errors import InferdError
-from inferd.core.model import ModelVersion
-from inferd.core.registry import Registry
-from inferd.core.routing import ModelRouting, ShadowDecision
 from inferd.core.types import InferRequest, InferResponse, Tensors
+from inferd.plane.model import ModelVersion
+from inferd.plane.registry import Registry
+from inferd.plane.routing import ModelRouting, ShadowDecision
 
 log = logging.getLogger("inferd.dataplane")
 

@@ -24,15 +24,15 @@ from inferd.config.spec import (
     SignatureSpec,
     TensorSpec,
 )
-from inferd.core import validate
 from inferd.core.datatypes import DataType
 from inferd.core.errors import InvalidInput
-from inferd.core.model import ModelVersion
-from inferd.core.tfexample import Features, check_examples, serialize_all
 from inferd.core.types import InferRequest, InferResponse, RequestedOutput, Tensors
+from inferd.plane import validate
+from inferd.plane.model import ModelVersion
+from inferd.plane.tfexample import Features, check_examples, serialize_all
 
 if TYPE_CHECKING:
-    from inferd.core.registry import Registry
+    from inferd.plane.registry import Registry
 
 SIGNATURE_PARAMETER = "signature_name"  # config parameter: the model's own signature
 _FLOAT_TYPES = ("FP16", "FP32", "FP64", "BF16")

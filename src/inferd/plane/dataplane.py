@@ -5,7 +5,7 @@ back: an InferResponse, or a read-only view (``inferd.core.views``, ``stats.Mode
 ``routing.RoutingView``); never a registry record or a model version. Routing decides which
 version serves a request (once per request) and whether to mirror it; the data plane runs the
 request and its shadow copy. TF Serving's predict, classify and regress live in
-``inferd.core.tfserving`` (``DataPlane.tfserving``). This module knows nothing of HTTP or gRPC.
+``inferd.plane.tfserving`` (``DataPlane.tfserving``). This module knows nothing of HTTP or gRPC.
 """
 
 from __future__ import annotations
@@ -20,25 +20,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.core import demand as lazy
 from inferd.core.errors import InferdError, InvalidInput, NotFound, Unavailable, Unimplemented
-from inferd.core.model import ModelState, ModelVersion
-from inferd.core.registry import Registry, parse_version, unknown_model
-from inferd.core.routing import (
-    LABEL_PARAMETER,
-    RoutingPolicy,
-    RoutingView,
-    ShadowCounts,
-    check_label,
-    check_version,
-    routing_fields,
-    with_labels,
-)
-from inferd.core.shadows import Shadows
-from inferd.core.shared_memory import SystemSharedMemory
 from inferd.core.stats import ModelStatistics
-from inferd.core.tfserving import TfServing
-from inferd.core.types import InferRequest, InferResponse
+from inferd.core.types import LABEL_PARAMETER, InferRequest, InferResponse
 from inferd.core.views import (
     IndexEntry,
     ModelMetadata,
@@ -47,11 +31,25 @@ from inferd.core.views import (
     TensorMetadata,
     VersionState,
 )
+from inferd.plane import demand as lazy
+from inferd.plane.model import ModelState, ModelVersion
+from inferd.plane.registry import Registry, parse_version, unknown_model
+from inferd.plane.routing import (
+    RoutingPolicy,
+    RoutingView,
+    ShadowCounts,
+    check_label,
+    check_version,
+    routing_fields,
+    with_labels,
+)
+from inferd.plane.shadows import Shadows
+from inferd.plane.shared_memory import SystemSharedMemory
+from inferd.plane.tfserving import TfServing
 from inferd.version import __version__
 
 if TYPE_CHECKING:
-    from inferd.repository.control import RepositoryControl
-    from inferd.repository.manager import RepositoryStatus
+    from inferd.plane.control import RepositoryControl, RepositoryStatus
 
 log = logging.getLogger("inferd.dataplane")
 

@@ -3,7 +3,7 @@
 The repository manager writes records here; the data plane reads them (protocols never see
 a record or a version). A record is replaced whole, so a request sees either the old set of
 versions or the new one, never half. Each name's routing state (labels, split, shadow;
-``inferd.core.routing``, which decides with version numbers) outlives its reloads.
+``inferd.plane.routing``, which decides with version numbers) outlives its reloads.
 
 Lookup failures use Triton's wording, which client code tests with ``startswith``:
 ``Request for unknown model: 'm' is not found``, ``... 'm' version 3 is not found`` and
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.errors import InvalidInput, NotFound, Unavailable
-from inferd.core.model import ModelState, ModelVersion
-from inferd.core.routing import ModelRouting, ShadowCounts
+from inferd.plane.model import ModelState, ModelVersion
+from inferd.plane.routing import ModelRouting, ShadowCounts
 
 _READY = ModelState.READY  # a module constant: an enum attribute lookup costs ~0.3 us here
 # A guess at a misspelt model name compares it with every name: bounded, as the name comes

@@ -31,7 +31,6 @@ LABELS_PARAMETER = "version_labels"
 SPLIT_PARAMETER = "traffic_split"
 SHADOW_PARAMETER = "shadow"
 ROUTING_PARAMETERS = (LABELS_PARAMETER, SPLIT_PARAMETER, SHADOW_PARAMETER)
-LABEL_PARAMETER = "version_label"  # request parameter naming a label
 SHADOW_MAX_IN_FLIGHT = 64  # shadow copies of one model running at once; more are skipped
 SHADOW_LOG_INTERVAL_S = 10.0
 _LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")

@@ -1,6 +1,6 @@
 """A loaded model version: its config, spec, signatures, scheduler, statistics and cache.
 
-Internal to the core: the registry holds versions and the data plane runs them; protocol
+Internal to the plane: the registry holds versions and the data plane runs them; protocol
 adapters see only the data plane's views.
 """
 
@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import ModelSpec, SignatureSpec
-from inferd.core import validate
-from inferd.core.classification import class_counts, classify
 from inferd.core.errors import InferdError, InvalidInput
 from inferd.core.stats import ModelStats
 from inferd.core.types import InferRequest, InferResponse, Tensors, Timings
+from inferd.plane import validate
+from inferd.plane.classification import class_counts, classify
 from inferd.scheduling.batcher import Scheduler
 from inferd.scheduling.cache import ResponseCache
 from inferd.scheduling.work import Result, Work

@@ -5,7 +5,7 @@ keeps only some models loaded; ``OnDemand`` is what the data plane asks when a r
 model that is not: whether it serves that name, to load it (the request waits, bounded by its
 ``timeout`` parameter), and for its config when metadata can answer without loading. The
 repository side implements it (``inferd.repository.residency``), and so does a frontend worker,
-which asks the model host (``inferd.workers.demand_frontend``); the core imports neither.
+which asks the model host (``inferd.workers.demand_frontend``); the plane imports neither.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Protocol, TypeVar
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import build_spec
 from inferd.core.errors import InvalidInput, NotFound, Unavailable
-from inferd.core.registry import unknown_model
 from inferd.core.types import InferRequest
 from inferd.core.views import ModelMetadata, ResidencyTotals, ResidencyView, TensorMetadata
+from inferd.plane.registry import unknown_model
 
 
 @dataclass(frozen=True, slots=True)
