@@ -35,6 +35,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from inferd.backends.work import BatchExecutor
 from inferd.config.spec import build_spec
 from inferd.config.text import parse_config_text
 from inferd.core.model import ModelState, ModelVersion
@@ -44,7 +45,6 @@ from inferd.core.stats import ModelStats
 from inferd.core.types import Tensors
 from inferd.scheduling.batcher import DirectScheduler
 from inferd.scheduling.instances import ThreadInstances
-from inferd.scheduling.work import BatchExecutor
 from tests.e2e.lifecycle_support import (
     numbered_onnx,
     remove_version,

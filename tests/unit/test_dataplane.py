@@ -12,6 +12,7 @@ import numpy as np
 import orjson
 import pytest
 
+from inferd.backends.work import Work
 from inferd.core.dataplane import DataPlane
 from inferd.core.errors import InvalidInput, NotFound, Unavailable, Unimplemented
 from inferd.core.model import ModelState, ModelVersion
@@ -26,7 +27,6 @@ from inferd.core.views import (
     TensorMetadata,
     VersionState,
 )
-from inferd.scheduling.work import Work
 from inferd.version import __version__
 from tests.echo_support import echo_version, registry_with, request, rows
 

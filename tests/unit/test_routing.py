@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from inferd.backends.work import BatchExecutor
 from inferd.config.spec import build_spec
 from inferd.config.text import parse_config_text
 from inferd.core.dataplane import DataPlane
@@ -34,7 +35,6 @@ from inferd.core.stats import ModelStats
 from inferd.core.types import InferRequest, Tensors
 from inferd.scheduling.batcher import DirectScheduler
 from inferd.scheduling.instances import ThreadInstances
-from inferd.scheduling.work import BatchExecutor
 
 CONFIG = """
 name: "m"

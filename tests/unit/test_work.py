@@ -7,9 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from inferd.core.errors import InternalError, InvalidInput
-from inferd.core.types import Tensors
-from inferd.scheduling.work import (
+from inferd.backends.work import (
     CANCELLED,
     BatchExecutor,
     InstanceFailed,
@@ -17,6 +15,8 @@ from inferd.scheduling.work import (
     check_rows,
     run_live,
 )
+from inferd.core.errors import InternalError, InvalidInput
+from inferd.core.types import Tensors
 from tests.echo_support import ok
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from inferd.scheduling.work import Work
+from inferd.backends.work import Work
 from inferd.workers import rows
 
 

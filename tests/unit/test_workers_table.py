@@ -9,11 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from inferd.backends.work import Work
 from inferd.core.model import ModelState
 from inferd.core.registry import Registry
 from inferd.core.routing import RoutingPolicy
 from inferd.core.types import Tensors, Timings
-from inferd.scheduling.work import Work
 from inferd.workers.mirror import Mirror
 from inferd.workers.queues import QueueBoard, QueueView
 from inferd.workers.table import Fingerprints, Serials

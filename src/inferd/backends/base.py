@@ -38,7 +38,7 @@ def available_cpus() -> int:
 
 
 class Runtime(Protocol):
-    """One loaded execution instance of a model version (``scheduling.work.BatchExecutor``
+    """One loaded execution instance of a model version (``backends.work.BatchExecutor``
     puts it behind the request-level seam)."""
 
     # Whether a call may run on the event loop itself when it is fast (the instances measure
@@ -87,7 +87,7 @@ class Backend(Protocol):
     def load(self, version_dir: Path, config: ModelConfig, placement: InstancePlacement) -> Runtime:
         """A batch Runtime. A backend whose models answer request by request (Python models)
         also has ``load_executor(version_dir, config, placement)``, returning a request-level
-        ``scheduling.work.Executor`` (or None to fall back to ``load``). A backend whose
+        ``backends.work.Executor`` (or None to fall back to ``load``). A backend whose
         model files hold several signatures also has ``signatures(version_dir, config) ->
         dict[str, config.spec.SignatureSpec]``, and its runtimes are ``SignatureRuntime``s."""
         ...

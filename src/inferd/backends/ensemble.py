@@ -1,5 +1,5 @@
 """The ensemble "backend" (Triton's ``platform: "ensemble"``): no model file and no runtime;
-its models are schedulers that call their composing models (``scheduling.ensemble``).
+its models are schedulers that call their composing models (``backends.ensemble_graph``).
 
 The control plane loads the composing models first (``dependencies``), and the loader builds
 an ``EnsembleScheduler`` (``load_scheduler``) in place of instances.
@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from inferd.backends.base import InstancePlacement, Runtime
+from inferd.backends.ensemble_graph import ENSEMBLE_PLATFORM, EnsembleScheduler, build_graph
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.errors import ConfigError
 from inferd.core.stats import ModelStats
 from inferd.core.types import ModelCaller
-from inferd.scheduling.ensemble import ENSEMBLE_PLATFORM, EnsembleScheduler, build_graph
 
 
 class EnsembleBackend:

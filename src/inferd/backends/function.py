@@ -28,11 +28,11 @@ import numpy as np
 from inferd.backends.base import InstancePlacement
 from inferd.backends.completion import require_listed
 from inferd.backends.python.triton import output_types, wanted_outputs
+from inferd.backends.work import Executed, Result, Work, as_error, check_rows
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import config_to_dict
 from inferd.core.errors import ConfigError, InferdError, InternalError
 from inferd.core.types import Parameters, Tensors
-from inferd.scheduling.work import Executed, Result, Work, as_error, check_rows
 
 # One response per request (a list), or, decoupled, a generator of such lists.
 InferFunction = Callable[[list["FunctionRequest"]], Iterable[Any]]

@@ -16,6 +16,8 @@ from pathlib import Path
 from inferd.backends import select_backend
 from inferd.backends.base import Backend, InstancePlacement
 from inferd.backends.completion import bool_parameter
+from inferd.backends.process import ProcessRecipe
+from inferd.backends.work import Executor
 from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from inferd.config.spec import ModelSpec, build_spec
 from inferd.core.classification import read_labels
@@ -37,10 +39,9 @@ from inferd.scheduling.limited import LimitedInstances
 from inferd.scheduling.policy import BatchingOptions
 from inferd.scheduling.processes import MetricsSink, ProcessInstances
 from inferd.scheduling.rate_limiter import RateLimiter, asks_of
-from inferd.scheduling.recipe import WorkerRecipe, backend_recipe, build_executor
+from inferd.scheduling.recipe import backend_recipe, build_executor
 from inferd.scheduling.sequence import SequenceBatcher
 from inferd.scheduling.sequence_options import SequenceOptions
-from inferd.scheduling.work import Executor
 from inferd.security.trust import CodePolicy, Grants, Origin, granted
 
 log = logging.getLogger("inferd.repository")
@@ -312,11 +313,11 @@ def worker_recipe(
     config: ModelConfig,
     placement: InstancePlacement,
     label: str,
-) -> WorkerRecipe:
+) -> ProcessRecipe:
     """How a worker process builds this instance: the backend's own recipe if it has one."""
     own = getattr(backend, "worker_recipe", None)
     if own is not None:
-        recipe: WorkerRecipe = own(version_dir, config, placement)
+        recipe: ProcessRecipe = own(version_dir, config, placement)
         return recipe
     return backend_recipe(backend, version_dir, config, placement, label)
 

@@ -3,7 +3,7 @@
 The dynamic batcher owns the queue (per priority level), timeouts, and the choice of which
 compatible requests (same requested outputs, input datatypes and shapes past the batch
 dimension) form one batch. It hands the batch to an instance as a list of Work, each request
-with its id and parameters; the instance assembles and splits it (``scheduling.work``), off
+with its id and parameters; the instance assembles and splits it (``backends.work``), off
 the event loop.
 """
 
@@ -18,12 +18,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from inferd.backends.work import CANCELLED, Executed, Work
 from inferd.core.errors import DeadlineExceeded, InferdError, InternalError, Unavailable
 from inferd.core.stats import ModelStats
 from inferd.core.types import Tensors, Timings
 from inferd.scheduling.instances import Instances
 from inferd.scheduling.policy import BatchingOptions, check_request_parameters, timeout_parameter_us
-from inferd.scheduling.work import CANCELLED, Executed, Work
 
 log = logging.getLogger("inferd.scheduling")
 

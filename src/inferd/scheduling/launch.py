@@ -8,10 +8,10 @@ import logging
 import subprocess
 import sys
 
+from inferd.backends.process import ProcessRecipe
+from inferd.backends.spawn import WorkerProcess, describe_exit, start_python
 from inferd.core.errors import ModelLoadError, Unavailable
 from inferd.scheduling.channel import Channel, socket_pair
-from inferd.scheduling.recipe import WorkerRecipe
-from inferd.scheduling.spawn import WorkerProcess, describe_exit, start_python
 from inferd.scheduling.wire import Encoder, encode_result
 from inferd.scheduling.zygote import fork_worker
 
@@ -30,10 +30,10 @@ def start_worker(interpreter: str, worker_fd: int) -> WorkerProcess:
         except OSError as exc:
             log.warning("the worker zygote failed (%s); starting the worker directly", exc)
     env = {"INFERD_WORKER_FD": str(worker_fd)}
-    return start_python(interpreter, "inferd.scheduling.worker", (worker_fd,), env)
+    return start_python(interpreter, "inferd.scheduling.model_process", (worker_fd,), env)
 
 
-def launch(label: str, index: int, recipe: WorkerRecipe) -> tuple[WorkerProcess, Channel]:
+def launch(label: str, index: int, recipe: ProcessRecipe) -> tuple[WorkerProcess, Channel]:
     """Start a worker and wait until its executor is built (ModelLoadError if it fails)."""
     server_end, worker_end = socket_pair()
     try:

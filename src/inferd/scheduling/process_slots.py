@@ -8,12 +8,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from inferd.backends.process import ProcessRecipe
+from inferd.backends.spawn import WorkerProcess, describe_exit
+from inferd.backends.work import CANCELLED, Executed, InstanceFailed, Work
 from inferd.scheduling.channel import Channel
 from inferd.scheduling.launch import launch, reap, refuse_call
-from inferd.scheduling.recipe import WorkerRecipe
-from inferd.scheduling.spawn import WorkerProcess, describe_exit
 from inferd.scheduling.wire import decode_error, decode_executed, encode_works
-from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Work
 
 RESTART_BACKOFF_FIRST_S = 0.5
 STARTING, UP, DOWN, BROKEN, CLOSED = "starting", "up", "down", "broken", "closed"
@@ -32,7 +32,7 @@ class Slot:
     """One instance: its process, its connection and its jobs, as the server sees them."""
 
     index: int
-    recipe: WorkerRecipe
+    recipe: ProcessRecipe
     proc: WorkerProcess | None = None
     channel: Channel | None = None
     state: str = STARTING

@@ -6,7 +6,7 @@ queued is not run), same restart on failure. Python models always run here (thei
 never block the event loop or hold the server's GIL); any backend can, with the config
 parameter ``process_instances``.
 
-A worker is started from a ``WorkerRecipe`` and builds its model itself; tensors cross in
+A worker is started from a ``ProcessRecipe`` and builds its model itself; tensors cross in
 shared memory (``scheduling.shm``), messages over a Unix socket (``scheduling.channel``). The
 event loop reads every worker's socket itself (``add_reader``): no thread hop per answer. Each
 worker holds at most ``DEPTH`` jobs (one running, one next), the rest wait here, where a
@@ -31,6 +31,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from inferd.backends.process import ProcessRecipe
+from inferd.backends.spawn import WorkerProcess, describe_exit
+from inferd.backends.work import CANCELLED, Executed, InstanceFailed, Work, live
 from inferd.core.errors import InferdError, InternalError, Unavailable
 from inferd.core.types import ModelCaller
 from inferd.scheduling.channel import Channel
@@ -47,8 +50,6 @@ from inferd.scheduling.process_slots import (
 )
 from inferd.scheduling.process_slots import Job as _Job
 from inferd.scheduling.process_slots import Slot as _Worker
-from inferd.scheduling.recipe import WorkerRecipe
-from inferd.scheduling.spawn import WorkerProcess, describe_exit
 from inferd.scheduling.wire import (
     decode_error,
     decode_executed,
@@ -56,7 +57,6 @@ from inferd.scheduling.wire import (
     encode_works,
     works_bytes,
 )
-from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Work, live
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -79,7 +79,7 @@ class ProcessInstances:
     def __init__(
         self,
         name: str,
-        recipes: Sequence[WorkerRecipe],
+        recipes: Sequence[ProcessRecipe],
         call_model: ModelCaller | None = None,
         on_metrics: MetricsSink | None = None,
     ) -> None:

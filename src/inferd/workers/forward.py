@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inferd.backends.work import CANCELLED, Result, Work
 from inferd.core.errors import InternalError, Unavailable
 from inferd.core.registry import Registry
 from inferd.core.types import Tensors, Timings
@@ -43,7 +44,6 @@ from inferd.repository.manager import RepositoryStatus
 from inferd.scheduling.channel import SOCKET_BUFFER_BYTES, Channel
 from inferd.scheduling.processes import COPY_OFF_LOOP_BYTES
 from inferd.scheduling.wire import Encoder, decode_result, works_bytes
-from inferd.scheduling.work import CANCELLED, Result, Work
 from inferd.workers import rows
 from inferd.workers.mirror import Mirror
 from inferd.workers.queues import QueueView

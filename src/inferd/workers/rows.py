@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from inferd.backends.work import Work
 from inferd.core.model import ModelVersion
 from inferd.core.types import Tensors
 from inferd.scheduling.batcher import DynamicBatcher
 from inferd.scheduling.instances import ThreadInstances
-from inferd.scheduling.work import Work
 
 # Request parameters the host's batcher acts on: a request carrying one travels alone.
 SCHEDULING = ("priority", "timeout", "sequence_id", "sequence_start", "sequence_end")

@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from inferd.backends.base import InstancePlacement, Runtime
+from inferd.backends.process import ProcessRecipe
 from inferd.backends.python.env import ENV_PARAMETER, interpreter_for
 from inferd.backends.torchserve import archive
 from inferd.backends.torchserve.settings import (
@@ -32,11 +33,10 @@ from inferd.backends.torchserve.settings import (
     read_registration,
     resolve,
 )
+from inferd.backends.work import Executor
 from inferd.config.model_config_pb2 import DataType as ConfigDataType
 from inferd.config.model_config_pb2 import ModelConfig, ModelInput, ModelInstanceGroup, ModelOutput
 from inferd.core.errors import ConfigError
-from inferd.scheduling.recipe import WorkerRecipe
-from inferd.scheduling.work import Executor
 from inferd.security.trust import Capability, require
 
 INPUT = "body"
@@ -126,7 +126,7 @@ class TorchServeBackend:
 
     def worker_recipe(
         self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
-    ) -> WorkerRecipe:
+    ) -> ProcessRecipe:
         """How a worker process builds one instance: the unpacked archive and the handler."""
         from inferd.backends.torchserve.executor import torchserve_executor
 
@@ -145,7 +145,7 @@ class TorchServeBackend:
             if ENV_PARAMETER in config.parameters
             else ""
         )
-        return WorkerRecipe(
+        return ProcessRecipe(
             f"{torchserve_executor.__module__}:{torchserve_executor.__name__}",
             (
                 str(archive.unpacked(found, self.cache_dir)),

@@ -21,7 +21,7 @@ from typing import Protocol
 
 log = logging.getLogger("inferd.scheduling")
 
-# The folder that holds the inferd package (this file is inferd/scheduling/spawn.py).
+# The folder that holds the inferd package (this file is inferd/backends/spawn.py).
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 BOOT = """\
