@@ -35,7 +35,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from inferd.backends.work import BatchExecutor
+from inferd.backends.work import BatchExecutor, Runtime
 from inferd.config.spec import build_spec
 from inferd.config.text import parse_config_text
 from inferd.core.model import ModelState, ModelVersion
@@ -181,7 +181,7 @@ def _registry_with(versions: tuple[int, ...]) -> Registry:
         'output [{ name: "y" data_type: TYPE_FP32 dims: [1] }]'
     )
 
-    class Echo:
+    class Echo(Runtime):
         inline = False
 
         def execute(self, inputs: Tensors, output_names: Sequence[str]) -> Tensors:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from inferd.backends.work import BatchExecutor
+from inferd.backends.work import BatchExecutor, Runtime
 from inferd.config.spec import build_spec
 from inferd.config.text import parse_config_text
 from inferd.core.dataplane import DataPlane
@@ -44,7 +44,7 @@ output [{ name: "y" data_type: TYPE_FP32 dims: [1] }]
 """
 
 
-class Scale:
+class Scale(Runtime):
     inline = False
 
     def __init__(self, factor: float) -> None:

@@ -37,9 +37,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inferd.backends.base import InstancePlacement
+from inferd.backends.base import Backend, InstancePlacement
 from inferd.backends.completion import bool_parameter, check_parameters, int_parameter
-from inferd.backends.work import Executed, InstanceFailed, Work, check_rows
+from inferd.backends.work import Executed, InstanceFailed, Runtime, Work, check_rows
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.errors import ConfigError, InternalError
 from inferd.core.types import Tensors
@@ -192,7 +192,7 @@ def _pairs(config: ModelConfig) -> list[tuple[str, str]]:
     return [(o.name, i.name) for o, i in zip(config.output, config.input, strict=False)]
 
 
-class EchoRuntime:
+class EchoRuntime(Runtime):
     """The batch form: one concatenated batch in, the same arrays out."""
 
     inline = True
@@ -239,7 +239,7 @@ class EchoExecutor:
         self.closed = True
 
 
-class EchoBackend:
+class EchoBackend(Backend):
     name = "echo"
     platforms: tuple[str, ...] = ()
     default_filename = ""

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inferd.backends.base import InstancePlacement, Runtime
+from inferd.backends.base import Backend, InstancePlacement
 from inferd.backends.ensemble_graph import ENSEMBLE_PLATFORM, EnsembleScheduler, build_graph
+from inferd.backends.work import Runtime
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.errors import ConfigError
 from inferd.core.stats import ModelStats
 from inferd.core.types import ModelCaller
 
 
-class EnsembleBackend:
+class EnsembleBackend(Backend):
     name = "ensemble"
     platforms: tuple[str, ...] = (ENSEMBLE_PLATFORM,)
     default_filename = ""  # an ensemble's version folder is empty

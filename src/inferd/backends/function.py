@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.backends.base import InstancePlacement
+from inferd.backends.base import Backend, InstancePlacement
 from inferd.backends.completion import require_listed
 from inferd.backends.python.triton import output_types, wanted_outputs
 from inferd.backends.work import Executed, Result, Work, as_error, check_rows
@@ -182,7 +182,7 @@ class FunctionExecutor:
         pass
 
 
-class FunctionBackend:
+class FunctionBackend(Backend):
     name = "function"
     platforms: tuple[str, ...] = ()
     default_filename = ""

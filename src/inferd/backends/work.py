@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import logging
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from inferd.core.errors import InferdError, InternalError, InvalidInput, Unavailable
-from inferd.core.types import Parameters, Tensors
-
-if TYPE_CHECKING:  # a worker process of a Python model imports this module without protobuf
-    from inferd.backends.base import Runtime
+from inferd.core.types import Parameters, Tensors, Timings
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -47,7 +45,7 @@ class Work:
     # was handed to an instance: the instance skips it and answers CANCELLED.
     cancelled: bool = False
     # Which signature of the model file runs ("": the model's own inputs and outputs); only
-    # models whose backend lists signatures get one (``SignatureRuntime``).
+    # models whose backend lists signatures get one (``Runtime.execute_signature``).
     signature: str = ""
     # Decoupled models: called on the event loop with each response as the model sends it
     # (``final`` on the last); the request's own result is then empty. Never crosses to a worker.
@@ -112,6 +110,46 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+class Runtime(ABC):
+    """One loaded execution instance of a model version, as a backend's ``load`` returns it:
+    whole batches of numpy arrays in, the requested outputs out (``BatchExecutor`` puts it
+    behind the request-level seam: concatenating requests, checking rows, splitting)."""
+
+    # Whether a call may run on the event loop itself when it is fast (the instances measure
+    # it on the worker threads first): true only for runtimes with no thread affinity that
+    # release no lock the loop could need.
+    inline: bool = False
+
+    @abstractmethod
+    def execute(self, inputs: Tensors, output_names: Sequence[str]) -> Tensors:
+        """Run one whole batch (each input's first dimension is the batch when the model
+        batches); called by one thread at a time per instance. Return at least the outputs
+        named, each with as many rows as the inputs."""
+
+    def execute_signature(
+        self, signature: str, inputs: Tensors, output_names: Sequence[str]
+    ) -> Tensors:
+        """Run another signature of the model file (a TF SavedModel's SignatureDefs); called
+        only for the names the backend's ``signatures`` listed."""
+        raise InvalidInput(f"this model has no signature '{signature}'")
+
+    def close(self) -> None:
+        """Free what the instance holds (the model is unloaded or the instance rebuilt);
+        the default holds nothing to free."""
+        return None
+
+
+class Scheduler(Protocol):
+    """What runs a model version's requests: a batcher over instances, or a backend's own
+    (``Backend.load_scheduler``: an ensemble calling its composing models)."""
+
+    async def run(self, work: Work, timings: Timings) -> Tensors:
+        """Execute one validated request; its outputs, or its error raised."""
+        ...
+
+    async def close(self) -> None: ...
+
+
 def check_rows(model: str, outputs: Tensors, rows: int) -> None:
     """Every output of a batching model has ``rows`` rows (the one place this is checked)."""
     for name, array in outputs.items():
@@ -143,12 +181,10 @@ class BatchExecutor:
     def __init__(self, model: str, runtime: Runtime) -> None:
         self.model = model
         self.runtime = runtime
-        self.inline = bool(getattr(runtime, "inline", False))
+        self.inline = runtime.inline
 
     def _signature(self, work: Work, inputs: Tensors) -> Tensors:
-        runtime: Any = self.runtime  # a SignatureRuntime: only its models get signatures
-        outputs: Tensors = runtime.execute_signature(work.signature, inputs, work.outputs)
-        return outputs
+        return self.runtime.execute_signature(work.signature, inputs, work.outputs)
 
     def execute(self, batch: Sequence[Work]) -> Executed:
         first = batch[0]

@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from inferd.backends.work import Result, Work
+from inferd.backends.work import Result, Scheduler, Work
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import ModelSpec, SignatureSpec
 from inferd.core import validate
@@ -20,7 +20,6 @@ from inferd.core.classification import class_counts, classify
 from inferd.core.errors import InferdError, InvalidInput
 from inferd.core.stats import ModelStats
 from inferd.core.types import InferRequest, InferResponse, Tensors, Timings
-from inferd.scheduling.batcher import Scheduler
 from inferd.scheduling.cache import ResponseCache
 
 

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from inferd.backends.work import CANCELLED, Executed, Work
 from inferd.core.errors import DeadlineExceeded, InferdError, InternalError, Unavailable
@@ -26,14 +26,6 @@ from inferd.scheduling.instances import Instances
 from inferd.scheduling.policy import BatchingOptions, check_request_parameters, timeout_parameter_us
 
 log = logging.getLogger("inferd.scheduling")
-
-
-class Scheduler(Protocol):
-    async def run(self, work: Work, timings: Timings) -> Tensors:
-        """Execute one validated request; its outputs, or its error raised."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 class DirectScheduler:

@@ -33,11 +33,9 @@ def build_executor(
     Runtime behind ``BatchExecutor``."""
     from inferd.backends.work import BatchExecutor
 
-    load_executor = getattr(backend, "load_executor", None)
-    if load_executor is not None:
-        executor: Executor | None = load_executor(version_dir, config, placement)
-        if executor is not None:
-            return executor
+    executor = backend.load_executor(version_dir, config, placement)
+    if executor is not None:
+        return executor
     return BatchExecutor(label, backend.load(version_dir, config, placement))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from inferd.backends.base import InstancePlacement
+from inferd.backends.base import Backend, InstancePlacement
 from inferd.backends.completion import model_file, require_listed
 from inferd.backends.process import ProcessRecipe
 from inferd.backends.python.describe import describe
@@ -29,7 +29,7 @@ from inferd.security.trust import Capability, require
 FILENAME = "model.py"
 
 
-class PythonBackend:
+class PythonBackend(Backend):
     name = "python"
     platforms: tuple[str, ...] = ()
     default_filename = FILENAME
@@ -74,7 +74,7 @@ class PythonBackend:
         if not config.backend:
             config.backend = self.name
 
-    def worker_recipe(
+    def process_recipe(
         self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
     ) -> ProcessRecipe:
         """How a worker process builds one instance (with the model's own interpreter)."""
