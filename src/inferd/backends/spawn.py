@@ -34,8 +34,8 @@ importlib.import_module(os.environ.pop("INFERD_WORKER_MAIN")).main()
 VERSION_PROBE_TIMEOUT_S = 30.0
 
 
-class WorkerProcess(Protocol):
-    """What the server keeps of a worker process (``subprocess.Popen`` is one)."""
+class ProcessHandle(Protocol):
+    """What the server keeps of a model process (``subprocess.Popen`` is one)."""
 
     pid: int
 

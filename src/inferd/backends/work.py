@@ -3,7 +3,7 @@
 A scheduler hands an instance a list of ``Work`` (one per request: inputs, requested outputs,
 id, parameters, sequence controls) and gets back one ``Tensors`` or error per request, with the
 time spent assembling, executing and splitting. ``Executor`` is what runs inside an instance
-(a worker thread or a worker process). Framework runtimes keep their small batch interface
+(a worker thread or a model process). Framework runtimes keep their small batch interface
 (``Runtime.execute(inputs, names) -> outputs``) behind ``BatchExecutor``, which concatenates
 the requests' inputs along axis 0 and splits the outputs back, inside the worker, never on the
 event loop. A request-level executor (Python models) sees every request as it came.
@@ -16,7 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -150,6 +150,43 @@ class Scheduler(Protocol):
     async def close(self) -> None: ...
 
 
+# ---------------------------------------------------------------- batch compatibility
+# The one rule of which requests may share a batch and how their rows travel together: the
+# dynamic batcher groups queued requests by ``batch_key``; a batch runtime's executor joins
+# and splits them (``BatchExecutor``); the serving processes send compatible requests to the
+# model host as one (``inferd.workers.rows``).
+
+
+def batch_key(work: Work) -> tuple[Any, ...]:
+    """Requests with equal keys can share a batch: same signature, outputs, input names,
+    dtypes and row shapes. Each request keeps its own id and parameters inside the batch."""
+    inputs = work.inputs
+    if len(inputs) == 1:  # the usual request: no generator to run
+        for name, array in inputs.items():
+            return (work.signature, work.outputs, name, array.dtype, array.shape[1:])
+    key: list[Any] = [work.signature, work.outputs]
+    for name, array in inputs.items():
+        key += (name, array.dtype, array.shape[1:])
+    return tuple(key)
+
+
+def join(works: Sequence[Work]) -> Tensors:
+    """The inputs of compatible works (equal ``batch_key``), their rows one after the other."""
+    first = works[0].inputs
+    return {name: np.concatenate([w.inputs[name] for w in works], axis=0) for name in first}
+
+
+def split(outputs: Tensors, rows: Sequence[int]) -> list[Tensors]:
+    """Each work's rows of a joined answer, in order (views, no copies)."""
+    parts: list[Tensors] = []
+    offset = 0
+    for count in rows:
+        end = offset + count
+        parts.append({name: array[offset:end] for name, array in outputs.items()})
+        offset = end
+    return parts
+
+
 def check_rows(model: str, outputs: Tensors, rows: int) -> None:
     """Every output of a batching model has ``rows`` rows (the one place this is checked)."""
     for name, array in outputs.items():
@@ -211,7 +248,7 @@ class BatchExecutor:
         rows = 0
         for work in batch:
             rows += work.rows
-        inputs = {n: np.concatenate([w.inputs[n] for w in batch], axis=0) for n in first.inputs}
+        inputs = join(batch)
         assembled = time.perf_counter_ns()
         try:
             outputs = (
@@ -227,12 +264,7 @@ class BatchExecutor:
             return self._one_by_one(batch)
         except Exception as exc:
             return Executed([as_error(self.model, exc)] * len(batch), assembled - started)
-        parts: list[Result] = []
-        offset = 0
-        for work in batch:
-            end = offset + work.rows
-            parts.append({n: a[offset:end] for n, a in outputs.items()})
-            offset = end
+        parts: list[Result] = list(split(outputs, [work.rows for work in batch]))
         return Executed(
             parts, assembled - started, executed - assembled, time.perf_counter_ns() - executed
         )

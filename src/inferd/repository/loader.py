@@ -45,7 +45,7 @@ from inferd.security.trust import CodePolicy, Grants, Origin, granted
 
 log = logging.getLogger("inferd.repository")
 
-# "true": each instance of the model is a worker process (Python models always are).
+# "true": each instance of the model is a model process (Python models always are).
 PROCESS_PARAMETER = "process_instances"
 # Lazy serving (``inferd.repository.residency``): "true" keeps the model loaded once it is, and
 # the memory the budget counts for it, in bytes, instead of what its load is measured to take.
@@ -59,7 +59,7 @@ class LoadOptions:
     auto_complete: bool = True
     cache: ResponseCache | None = None  # the server-wide response cache, if --cache-size > 0
     code_policy: CodePolicy = field(default_factory=CodePolicy)  # --allow-pickle, ...
-    call_model: ModelCaller | None = None  # how a model in a worker process calls others
+    call_model: ModelCaller | None = None  # how a model in a model process calls others
     model_metrics: MetricsSink | None = None  # where metrics a model's code records go
     loaded: str = "loaded"  # what the log says was done ("worker 1 copied": a small model)
     rate_limiter: RateLimiter | None = None  # --rate-limit execution_count
@@ -290,13 +290,13 @@ def _folder_bytes(folder: Path) -> int:
 
 
 def uses_processes(backend: Backend, parameters: dict[str, str]) -> bool:
-    """Whether the model's instances are worker processes: Python models always, any other
+    """Whether the model's instances are model processes: Python models always, any other
     model when its config sets ``process_instances``."""
     wanted = bool_parameter(parameters, PROCESS_PARAMETER)
     if backend.processes_only:
         if PROCESS_PARAMETER in parameters and not wanted:
             raise ConfigError(
-                f"{backend.name} models always run in worker processes "
+                f"{backend.name} models always run in model processes "
                 f"({PROCESS_PARAMETER} cannot be false)"
             )
         return True

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferd.backends.work import CANCELLED, Executed, Work
+from inferd.backends.work import CANCELLED, Executed, Work, batch_key
 from inferd.core.errors import DeadlineExceeded, InferdError, InternalError, Unavailable
 from inferd.core.stats import ModelStats
 from inferd.core.types import Tensors, Timings
@@ -67,19 +67,6 @@ class _Pending:
     level: int
     timings: Timings
     timer: asyncio.TimerHandle | None = field(default=None)
-
-
-def _compat_key(work: Work) -> tuple[Any, ...]:
-    """Requests with equal keys can share a batch: same signature, outputs, input dtypes and
-    row shapes. Each request keeps its own id and parameters inside the batch."""
-    inputs = work.inputs
-    if len(inputs) == 1:  # the usual request: no generator to run
-        for name, array in inputs.items():
-            return (work.signature, work.outputs, name, array.dtype, array.shape[1:])
-    key: list[Any] = [work.signature, work.outputs]
-    for name, array in inputs.items():
-        key += (name, array.dtype, array.shape[1:])
-    return tuple(key)
 
 
 @dataclass(eq=False, slots=True)
@@ -181,7 +168,7 @@ class DynamicBatcher:
         entry = _Pending(
             work,
             work.rows,
-            _compat_key(work),
+            batch_key(work),
             loop.create_future(),
             now,
             level,

@@ -42,7 +42,7 @@ from inferd.scheduling.wire import (
     encode_result,
 )
 
-log = logging.getLogger("inferd.worker")
+log = logging.getLogger("inferd.model_process")
 
 EXIT_BROKEN = 3  # the executor broke: the server starts a fresh worker
 
@@ -157,7 +157,7 @@ class ModelProcess:
 
     def send_response(self, index: int, result: Result, final: bool) -> None:
         """One response of request ``index`` of the job running now (decoupled models), sent
-        to the server at once; call it from the worker's main thread only."""
+        to the server at once; call it from the model process's main thread only."""
         if self._running is None:
             raise RuntimeError("responses can only be sent while a job runs")
         encoded = encode_result(Encoder(self.channel), result)
@@ -241,7 +241,7 @@ def _failure(exc: BaseException) -> str:
 
 
 def main() -> None:
-    """The worker's entry point (``spawn.BOOT`` calls it): the connection is an inherited
+    """The model process's entry point (``spawn.BOOT`` calls it): the connection is an inherited
     descriptor named by ``INFERD_WORKER_FD``; the first message is the recipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops its workers in order
     fd = int(os.environ.pop("INFERD_WORKER_FD"))
@@ -272,7 +272,7 @@ def main() -> None:
 
 
 def _exit(code: int) -> None:
-    """Leave now: a model's stray non-daemon threads must not keep the worker alive."""
+    """Leave now: a model's stray non-daemon threads must not keep the model process alive."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -1,4 +1,4 @@
-"""A fork server for worker processes of the server's own Python.
+"""A fork server for model processes of the server's own Python.
 
 Starting a worker from scratch imports numpy, asyncio and the worker's modules again: a
 second or more on a busy host, paid at every load and every restart after a crash. The
@@ -121,7 +121,7 @@ _zygote: Zygote | None = None
 _zygote_lock = threading.Lock()
 
 
-def fork_worker(worker_fd: int) -> ForkedProcess:
+def fork_model_process(worker_fd: int) -> ForkedProcess:
     """Fork a worker of the server's Python from the (started on demand) zygote."""
     global _zygote
     with _zygote_lock:
