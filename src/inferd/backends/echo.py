@@ -244,9 +244,6 @@ class EchoBackend(Backend):
     platforms: tuple[str, ...] = ()
     default_filename = ""
 
-    def gpu_available(self) -> bool:
-        return False
-
     def dependencies(self, config: ModelConfig) -> list[str]:
         """The models named by the ``depends_on`` parameter."""
         text = (

@@ -44,6 +44,3 @@ class EnsembleBackend(Backend):
         if call_model is None:
             raise ConfigError("this server cannot run ensembles (no way to call models)")
         return EnsembleScheduler(build_graph(config), call_model, stats)
-
-    def gpu_available(self) -> bool:
-        return False

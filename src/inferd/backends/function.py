@@ -187,9 +187,6 @@ class FunctionBackend(Backend):
     platforms: tuple[str, ...] = ()
     default_filename = ""
 
-    def gpu_available(self) -> bool:
-        return False
-
     def complete_config(
         self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
     ) -> None:

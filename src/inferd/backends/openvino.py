@@ -85,9 +85,6 @@ class OpenVinoBackend(Backend):
     platforms: tuple[str, ...] = (PLATFORM,)
     default_filename = "model.xml"
 
-    def gpu_available(self) -> bool:
-        return False  # CPU device only
-
     def complete_config(
         self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
     ) -> None:

@@ -185,9 +185,6 @@ class TabularBackend(Backend):
     platforms: tuple[str, ...] = ()
     read: Callable[[Path, ModelConfig, int], TabularModel]
 
-    def gpu_available(self) -> bool:
-        return False
-
     def complete_config(
         self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
     ) -> None:
