@@ -3,11 +3,13 @@ built-in wins over a same-named one; one that fails to load fails only its model
 
 from __future__ import annotations
 
+import ast
 import logging
 import textwrap
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import inferd.backends as backends
@@ -49,8 +51,6 @@ def test_every_hook_has_its_default() -> None:
     runtime.close()
     with pytest.raises(InvalidInput, match="no signature 'other'"):
         runtime.execute_signature("other", {}, ["y"])
-    import numpy as np
-
     work = Work({"x": np.array([[1.0]], np.float32)}, 1, ("y",))
     (result,) = BatchExecutor("m", runtime).execute([work]).results
     assert isinstance(result, dict) and result["y"].tolist() == [[2.0]]
@@ -123,8 +123,6 @@ def test_an_entry_point_backend_is_found_by_name_and_by_platform(site: Path) -> 
     by_platform = select_backend(_config('name: "m"\nplatform: "twice_platform"'), [])
     assert by_platform is by_name
     runtime = by_name.load(site, ModelConfig(), InstancePlacement("CPU", 0, 1))
-    import numpy as np
-
     assert runtime.execute({"x": np.array([3])}, ["y"])["y"].tolist() == [6]
 
 
@@ -177,3 +175,25 @@ def test_two_distributions_with_one_name_select_neither(site: Path) -> None:
         ConfigError, match=r"several distributions \(one-backend 1.0, two-backend 1.0\)"
     ):
         get_backend("same")
+
+
+# Packages above the backends: they use backends, never the other way round.
+_ABOVE = {"scheduling", "repository", "workers", "app", "protocols", "dashboard", "cli"}
+
+
+def test_backends_import_nothing_from_the_layers_above_them() -> None:
+    root = Path(backends.__file__).parent
+    upward: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "inferd" and len(parts) > 1 and parts[1] in _ABOVE:
+                    upward.append(f"{path.relative_to(root)}: {name}")
+    assert upward == []
