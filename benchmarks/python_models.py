@@ -255,11 +255,11 @@ def in_process_crossing_ms(count: int) -> dict[str, float]:
     from inferd.backends import get_backend
     from inferd.backends.base import InstancePlacement
     from inferd.backends.echo import EchoRuntime
+    from inferd.backends.work import BatchExecutor, Work
     from inferd.config.text import parse_config_text
     from inferd.scheduling.instances import ThreadInstances
     from inferd.scheduling.processes import ProcessInstances
     from inferd.scheduling.recipe import backend_recipe
-    from inferd.scheduling.work import BatchExecutor, Work
 
     config = parse_config_text(
         'name: "echo" backend: "echo" max_batch_size: 0\n'

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from inferd.backends.work import Work
 from inferd.core.types import Timings
 from inferd.repository.loader import LoadOptions, load_version, plan
-from inferd.scheduling.work import Work
 
 CONFIG = """
 name: "{name}"

@@ -35,6 +35,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from inferd.backends.work import BatchExecutor, Runtime
 from inferd.config.spec import build_spec
 from inferd.config.text import parse_config_text
 from inferd.core.stats import ModelStats
@@ -44,7 +45,6 @@ from inferd.plane.registry import ModelRecord, Registry, VersionStatus
 from inferd.plane.routing import RoutingPolicy
 from inferd.scheduling.batcher import DirectScheduler
 from inferd.scheduling.instances import ThreadInstances
-from inferd.scheduling.work import BatchExecutor
 from tests.e2e.lifecycle_support import (
     numbered_onnx,
     remove_version,
@@ -181,7 +181,7 @@ def _registry_with(versions: tuple[int, ...]) -> Registry:
         'output [{ name: "y" data_type: TYPE_FP32 dims: [1] }]'
     )
 
-    class Echo:
+    class Echo(Runtime):
         inline = False
 
         def execute(self, inputs: Tensors, output_names: Sequence[str]) -> Tensors:

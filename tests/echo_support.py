@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 
 from inferd.backends import echo
+from inferd.backends.work import Result
 from inferd.core.errors import InferdError
 from inferd.core.types import InferRequest, Tensors
 from inferd.plane.model import ModelState, ModelVersion
 from inferd.plane.registry import ModelRecord, Registry, VersionStatus
 from inferd.repository.loader import LoadOptions, load_version, plan
-from inferd.scheduling.work import Result
 
 _NAMES = itertools.count()
 

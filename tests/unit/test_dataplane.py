@@ -12,6 +12,7 @@ import numpy as np
 import orjson
 import pytest
 
+from inferd.backends.work import Work
 from inferd.core.errors import InvalidInput, NotFound, Unavailable, Unimplemented
 from inferd.core.stats import ModelStatistics, StatDuration
 from inferd.core.types import InferRequest, Tensors, Timings
@@ -26,7 +27,6 @@ from inferd.plane.dataplane import DataPlane
 from inferd.plane.model import ModelState, ModelVersion
 from inferd.plane.registry import Registry
 from inferd.plane.routing import RoutingPolicy, ShadowCounts, ShadowPolicy
-from inferd.scheduling.work import Work
 from inferd.version import __version__
 from tests.echo_support import echo_version, registry_with, request, rows
 

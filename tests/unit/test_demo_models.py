@@ -113,9 +113,9 @@ def test_unknown_name_raises(tmp_path: Path) -> None:
 
 
 def test_resnet_pipeline_files(tmp_path: Path) -> None:
+    from inferd.backends.ensemble_graph import build_graph
     from inferd.config.text import parse_config_text
     from inferd.demo.models import PIPELINE_MODELS, default_models
-    from inferd.scheduling.ensemble import build_graph
 
     assert PIPELINE_MODELS == ("resnet_preprocess", "resnet_postprocess", "resnet")
     assert set(PIPELINE_MODELS) <= set(default_models())

@@ -13,9 +13,9 @@ from inferd_docs.examples import blocks
 
 from inferd.backends.base import InstancePlacement
 from inferd.backends.python.backend import PythonBackend
+from inferd.backends.work import Work
 from inferd.config.text import parse_config_text
 from inferd.repository.loader import plan
-from inferd.scheduling.work import Work
 from inferd.security.trust import CodeNotAllowed, CodePolicy, Grant, Origin, granted
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "python" / "index.md"

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from inferd.backends import echo
+from inferd.backends.ensemble_graph import build_graph
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import parse_config_text
 from inferd.core.errors import ConfigError, InternalError
@@ -19,7 +20,6 @@ from inferd.plane.dataplane import DataPlane
 from inferd.plane.model import ModelVersion
 from inferd.plane.registry import Registry
 from inferd.repository.loader import LoadOptions, load_version, plan
-from inferd.scheduling.ensemble import build_graph
 from tests.e2e.ensemble_support import ensemble, step
 from tests.echo_support import echo_version, registry_with
 

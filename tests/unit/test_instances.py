@@ -10,11 +10,11 @@ import pytest
 
 from inferd.backends import echo
 from inferd.backends.echo import EchoExecutor, EchoRuntime
+from inferd.backends.work import BatchExecutor, Executor, InstanceFailed, Work
 from inferd.config.text import parse_config_text
 from inferd.core.errors import InferdError
 from inferd.scheduling import instances
 from inferd.scheduling.instances import ThreadInstances
-from inferd.scheduling.work import BatchExecutor, Executor, InstanceFailed, Work
 from tests.echo_support import ok
 
 

@@ -32,14 +32,6 @@ LAYERS: list[list[str]] = [
     ["__main__"],
 ]
 
-# Package edges that point up, allowed while the work that removes them is under way (each
-# removal deletes its line; the set ends empty):
-PENDING: set[tuple[str, str]] = {
-    # backends ask scheduling for the work they run and the worker processes (the backend
-    # contract moves ``Runtime``'s side of it below scheduling)
-    ("backends", "scheduling"),
-}
-
 
 def _modules() -> dict[str, Path]:
     found: dict[str, Path] = {}
@@ -156,7 +148,7 @@ def _upward(edges: dict[str, set[str]], layers: list[list[str]]) -> list[str]:
     for name in sorted(edges):
         for target in sorted(edges[name]):
             low, high = _unit(name), _unit(target)
-            if low != high and level[high] >= level[low] and (low, high) not in PENDING:
+            if low != high and level[high] >= level[low]:
                 found.append(f"{name} -> {target}")
     return found
 
@@ -172,18 +164,6 @@ def test_no_package_imports_one_above_it_or_beside_it() -> None:
     modules = _modules()
     edges = {name: _imports(name, path, modules) for name, path in modules.items()}
     assert _upward(edges, LAYERS) == []
-
-
-def test_the_pending_edges_still_point_up() -> None:
-    # A pending edge that is gone, or that points down, is taken off the list.
-    modules = _modules()
-    level = {unit: n for n, units in enumerate(LAYERS) for unit in units}
-    seen = {
-        (_unit(name), _unit(target))
-        for name, path in modules.items()
-        for target in _imports(name, path, modules)
-    }
-    assert {(a, b) for a, b in PENDING if level[b] > level[a] and (a, b) in seen} == PENDING
 
 
 def test_the_layer_finder_sees_an_import_up_and_one_beside() -> None:

@@ -18,16 +18,17 @@ import pytest
 
 from inferd.backends import get_backend
 from inferd.backends.base import InstancePlacement
+from inferd.backends.process import ProcessRecipe
+from inferd.backends.work import CANCELLED, Executed, InstanceFailed, Work
 from inferd.config.text import parse_config_text
 from inferd.core.errors import ModelLoadError
 from inferd.scheduling.processes import ProcessInstances
-from inferd.scheduling.recipe import WorkerRecipe, backend_recipe
+from inferd.scheduling.recipe import backend_recipe
 from inferd.scheduling.shm import Arenas
-from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Work
 from tests.echo_support import ok
 
 
-def _recipes(name: str, count: int, extra: str = "", dims: str = "[1]") -> list[WorkerRecipe]:
+def _recipes(name: str, count: int, extra: str = "", dims: str = "[1]") -> list[ProcessRecipe]:
     config = parse_config_text(
         f'name: "{name}" backend: "echo" max_batch_size: 8\n'
         f'input [{{ name: "INPUT0" data_type: TYPE_FP32 dims: {dims} }}]\n'

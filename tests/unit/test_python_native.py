@@ -14,8 +14,8 @@ import pytest
 
 from inferd.backends.python.host import python_executor
 from inferd.backends.python.native import complete_native
+from inferd.backends.work import Work
 from inferd.core.errors import InternalError, ModelLoadError
-from inferd.scheduling.work import Work
 
 
 class In(TypedDict):

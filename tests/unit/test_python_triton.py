@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from inferd.backends.python.host import python_executor
+from inferd.backends.work import Executor, Work
 from inferd.core.errors import InferdError, InternalError, InvalidInput, ModelLoadError, NotFound
-from inferd.scheduling.work import Executor, Work
 
 CONFIG = {
     "name": "m",
@@ -245,7 +245,7 @@ def test_a_file_without_a_model_class(model: Build) -> None:
 def test_the_worker_side_imports_no_protobuf() -> None:
     """A model's own environment may pin any protobuf: the worker side never imports it."""
     code = (
-        "import sys, inferd.scheduling.worker, inferd.scheduling.zygote, "
+        "import sys, inferd.scheduling.model_process, inferd.scheduling.zygote, "
         "inferd.backends.python.host; print('google.protobuf' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

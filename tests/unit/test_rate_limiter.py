@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from inferd.backends import echo
+from inferd.backends.work import Executed, Work
 from inferd.config.text import parse_config_text
 from inferd.core.errors import ConfigError
 from inferd.plane.model import ModelVersion
@@ -29,7 +30,6 @@ from inferd.scheduling.rate_limiter import (
     limiter_from,
     parse_resource,
 )
-from inferd.scheduling.work import Executed, Work
 from tests.echo_support import request
 
 

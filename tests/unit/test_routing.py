@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from inferd.backends.work import BatchExecutor, Runtime
 from inferd.config.spec import build_spec
 from inferd.config.text import parse_config_text
 from inferd.core.errors import ConfigError, InvalidInput, NotFound
@@ -34,7 +35,6 @@ from inferd.plane.routing import (
 )
 from inferd.scheduling.batcher import DirectScheduler
 from inferd.scheduling.instances import ThreadInstances
-from inferd.scheduling.work import BatchExecutor
 
 CONFIG = """
 name: "m"
@@ -44,7 +44,7 @@ output [{ name: "y" data_type: TYPE_FP32 dims: [1] }]
 """
 
 
-class Scale:
+class Scale(Runtime):
     inline = False
 
     def __init__(self, factor: float) -> None:

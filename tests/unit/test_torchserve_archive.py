@@ -10,8 +10,8 @@ import pytest
 
 from inferd.backends.torchserve import archive
 from inferd.backends.torchserve.settings import VersionSettings, resolve
+from inferd.backends.work import InstanceFailed
 from inferd.core.errors import ConfigError, ModelFailed, NotFound, Unauthenticated
-from inferd.scheduling.work import InstanceFailed
 from inferd.torchserve import forms
 from inferd.torchserve.errors import TorchServeError, answer, model_not_found
 

@@ -7,20 +7,21 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from inferd.core.errors import InternalError, InvalidInput
-from inferd.core.types import Tensors
-from inferd.scheduling.work import (
+from inferd.backends.work import (
     CANCELLED,
     BatchExecutor,
     InstanceFailed,
+    Runtime,
     Work,
     check_rows,
     run_live,
 )
+from inferd.core.errors import InternalError, InvalidInput
+from inferd.core.types import Tensors
 from tests.echo_support import ok
 
 
-class Double:
+class Double(Runtime):
     inline = True
 
     def __init__(self) -> None:
@@ -103,7 +104,7 @@ def test_cancelled_work_is_skipped_and_answered_cancelled() -> None:
     assert run_live(executor, [first, gone, last]) is None
 
 
-class RefusesNegatives:
+class RefusesNegatives(Runtime):
     """A runtime that refuses bad input for the whole batch it is given."""
 
     inline = True

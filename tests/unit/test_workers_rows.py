@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from inferd.scheduling.work import Work
+from inferd.backends.work import Work, batch_key, join, split
 from inferd.workers import rows
 
 
@@ -20,6 +20,7 @@ def test_compatible_requests_share_a_key() -> None:
     other_dtype = Work({"x": a.inputs["x"].astype(np.float64)}, 1, ("y",))
     other_shape = Work({"x": np.ones((1, 3), np.float32)}, 1, ("y",))
     assert len({rows.key(w) for w in (a, other_outputs, other_dtype, other_shape)}) == 4
+    assert rows.key(a) == batch_key(a)  # the batcher's own rule: they would share a batch
 
 
 def test_a_request_with_its_own_scheduling_travels_alone() -> None:
@@ -34,9 +35,9 @@ def test_a_request_with_its_own_scheduling_travels_alone() -> None:
 
 def test_rows_join_in_order_and_each_gets_its_own_back() -> None:
     works = [_work([1.0]), _work([2.0, 3.0]), _work([4.0])]
-    joined = rows.join(works)
+    joined = join(works)
     assert joined["x"][:, 0].tolist() == [1.0, 2.0, 3.0, 4.0]
     answer = {"y": joined["x"] * 10}
-    parts = rows.split(answer, [w.rows for w in works])
+    parts = split(answer, [w.rows for w in works])
     assert [p["y"][:, 0].tolist() for p in parts] == [[10.0], [20.0, 30.0], [40.0]]
     assert all(p["y"].base is answer["y"] for p in parts)  # views, not copies

@@ -9,11 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from inferd.backends.work import Work
 from inferd.core.types import Tensors, Timings
 from inferd.plane.model import ModelState
 from inferd.plane.registry import Registry
 from inferd.plane.routing import RoutingPolicy
-from inferd.scheduling.work import Work
 from inferd.workers.mirror import Mirror
 from inferd.workers.queues import QueueBoard, QueueView
 from inferd.workers.table import Fingerprints, Serials

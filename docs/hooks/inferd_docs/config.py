@@ -17,7 +17,8 @@ DESCRIPTIONS: dict[str, str] = {
     "ModelConfig.platform": "Triton's platform (`onnxruntime_onnx`, `tensorflow_savedmodel`, "
     "`tensorflow_graphdef`, `pytorch_libtorch`, `ensemble`); usually found from the model file",
     "ModelConfig.backend": "the backend by name (`onnxruntime`, `tensorflow`, `pytorch`, "
-    "`openvino`, `sklearn`, `xgboost`, `lightgbm`, `python`)",
+    "`openvino`, `sklearn`, `xgboost`, `lightgbm`, `python`), or an installed package's "
+    "(see Writing a backend)",
     "ModelConfig.version_policy": "which version folders are served; default: the latest",
     "ModelConfig.max_batch_size": "largest batch (first dimension) one execution takes; 0: the "
     "model does not batch and `dims` are the whole shape. Left out, a batchable model gets "

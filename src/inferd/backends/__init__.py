@@ -1,17 +1,18 @@
 """The backend table: built-in backends by name, plus third-party ones from entry points.
 
-A third-party package registers a backend class under the ``inferd.backends`` entry-point
-group; the class must satisfy ``inferd.backends.base.Backend``.
+A third-party package registers a subclass of ``inferd.backends.base.Backend`` under the
+``inferd.backends`` entry-point group (``inferd.backends.entry_points``: a built-in wins over
+an entry point of the same name; one that fails to load fails only its models' loads).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
-from importlib.metadata import entry_points
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from inferd.backends import entry_points
 from inferd.core.errors import ConfigError
 
 if TYPE_CHECKING:  # a Python model's worker imports this package without protobuf
@@ -72,26 +73,45 @@ _cache: dict[str, Backend] = {}
 
 
 def get_backend(name: str) -> Backend:
+    """The backend called ``name``: a built-in, else an ``inferd.backends`` entry point
+    (ConfigError naming the problem when there is none or it does not load)."""
     if name in _cache:
         return _cache[name]
-    factory: Callable[[], Backend] | None = None
     if name in BUILTIN:
         module, _, attr = BUILTIN[name].partition(":")
-        factory = getattr(importlib.import_module(module), attr)
+        backend: Backend = getattr(importlib.import_module(module), attr)()
     else:
-        for ep in entry_points(group="inferd.backends"):
-            if ep.name == name:
-                factory = ep.load()
-                break
-    if factory is None:
-        raise ConfigError(f"unknown backend '{name}'; available: {', '.join(available())}")
-    backend = factory()
+        eps = entry_points.registered(BUILTIN).get(name)
+        if not eps:
+            raise ConfigError(f"unknown backend '{name}'; available: {', '.join(available())}")
+        backend = entry_points.load(name, eps)
     _cache[name] = backend
     return backend
 
 
 def available() -> list[str]:
-    return sorted(set(BUILTIN) | {ep.name for ep in entry_points(group="inferd.backends")})
+    return sorted(set(BUILTIN) | set(entry_points.registered(BUILTIN)))
+
+
+def for_platform(platform: str) -> Backend:
+    """The backend a Triton ``platform`` selects: a built-in's, else the entry-point backend
+    whose ``platforms`` lists it (ConfigError naming the platforms known, and any entry
+    point that could not be asked because it failed to load)."""
+    name = PLATFORMS.get(platform)
+    if name is not None:
+        return get_backend(name)
+    failed: list[str] = []
+    for ep_name in entry_points.registered(BUILTIN):
+        try:
+            backend = get_backend(ep_name)
+        except ConfigError as exc:
+            failed.append(exc.message)
+            continue
+        if platform in backend.platforms:
+            return backend
+    known = ", ".join(PLATFORMS)
+    why = "".join(f"; {f}" for f in failed)
+    raise ConfigError(f"unsupported platform '{platform}'; supported: {known}{why}")
 
 
 def select_backend(config: ModelConfig, version_dirs: Iterable[Path]) -> Backend:
@@ -101,12 +121,7 @@ def select_backend(config: ModelConfig, version_dirs: Iterable[Path]) -> Backend
     if config.backend:
         return get_backend(config.backend)
     if config.platform:
-        name = PLATFORMS.get(config.platform)
-        if name is None:
-            raise ConfigError(
-                f"unsupported platform '{config.platform}'; supported: {', '.join(PLATFORMS)}"
-            )
-        return get_backend(name)
+        return for_platform(config.platform)
     if config.default_model_filename:
         suffix = Path(config.default_model_filename).suffix
         for filename, name in DEFAULT_FILES.items():

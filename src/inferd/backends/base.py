@@ -1,4 +1,12 @@
-"""The backend seam: a Backend completes a config and loads Runtimes that execute whole batches.
+"""The backend contract: a ``Backend`` completes a model's config and loads ``Runtime``s.
+
+A backend is a subclass of ``Backend`` found by name: a built-in in ``inferd.backends.BUILTIN``,
+or a third-party one under the ``inferd.backends`` entry-point group (``inferd.backends.found``).
+It must say what it is (``name``, ``platforms``, ``default_filename``) and load a model
+(``load``); every other hook below has a default that suits a framework whose model runs on
+threads, one batch at a time, with no config of its own to read. The server calls each hook
+directly: a backend changes a behaviour by overriding its hook, never by having an attribute
+the server looks for.
 
 A Runtime sees only numpy arrays shaped as the model itself expects (after any config
 reshape) and never a request, a protocol or a queue.
@@ -7,13 +15,24 @@ reshape) and never a request, a protocol or a queue.
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING
 
+from inferd.backends.work import Runtime
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.core.types import Tensors
+from inferd.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from inferd.backends.process import ProcessRecipe
+    from inferd.backends.work import Executor, Scheduler
+    from inferd.config.spec import SignatureSpec
+    from inferd.core.stats import ModelStats
+    from inferd.core.types import ModelCaller
+
+__all__ = ["Backend", "InstancePlacement", "Runtime", "available_cpus", "model_path"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,62 +56,91 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-class Runtime(Protocol):
-    """One loaded execution instance of a model version (``scheduling.work.BatchExecutor``
-    puts it behind the request-level seam)."""
+class Backend(ABC):
+    """A framework adapter. Subclass it, set the three class attributes, implement ``load``
+    and override the hooks whose default does not suit your framework.
 
-    # Whether a call may run on the event loop itself when it is fast (the instances measure
-    # it on the worker threads first): true for runtimes with no thread affinity.
-    inline: bool
-
-    def execute(self, inputs: Tensors, output_names: Sequence[str]) -> Tensors:
-        """Run one whole batch; called by one thread at a time per instance."""
-        ...
-
-    def close(self) -> None: ...
-
-
-class SignatureRuntime(Runtime, Protocol):
-    """A Runtime whose model file has several signatures (a TF SavedModel's SignatureDefs):
-    ``execute`` runs the model's own (the config's) inputs and outputs, this runs another."""
-
-    def execute_signature(
-        self, signature: str, inputs: Tensors, output_names: Sequence[str]
-    ) -> Tensors: ...
-
-
-class Backend(Protocol):
-    """A framework adapter, found by name in ``inferd.backends.BACKENDS``.
-
-    A backend whose models call other models (ensembles, pipelines) also has
-    ``dependencies(config) -> Sequence[str]``: the control plane loads those models first.
-    A backend may have ``prime()``: load its framework once, so that the memory a later load
-    takes is the model's own (lazy serving measures each model's load).
+    One instance serves every model of the backend, from several threads: keep per-model
+    state in the Runtime, not here.
     """
 
-    name: str
-    platforms: tuple[str, ...]  # Triton ``platform`` values that select this backend
-    default_filename: str  # the file (or folder) a version directory holds
+    # The name a config selects it by (``backend: "<name>"``), and the one it is listed under.
+    name: str = ""
+    # Triton ``platform`` values that select this backend (``platform: "onnxruntime_onnx"``).
+    platforms: tuple[str, ...] = ()
+    # The file (or folder) a version directory holds; a config's ``default_model_filename``
+    # overrides it (``model_path``).
+    default_filename: str = ""
+    # Whether every instance runs in a model process of its own, whatever the config says
+    # (code that must not share the server's interpreter). False: threads, unless the config
+    # sets ``process_instances``.
+    processes_only: bool = False
+
+    @abstractmethod
+    def load(self, version_dir: Path, config: ModelConfig, placement: InstancePlacement) -> Runtime:
+        """One execution instance of the model in ``version_dir`` (the completed config; where
+        it runs in ``placement``). Raise ``ConfigError`` for a model that cannot load."""
 
     def complete_config(
         self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
     ) -> None:
-        """Fill in missing inputs, outputs and max_batch_size from the model file.
+        """Fill in missing inputs, outputs and max_batch_size from the model file (run at
+        each load unless the server runs with auto-completion off).
 
-        ``default_max_batch_size`` applies when the config is empty and every tensor of
-        the model has a variable first dimension (Triton's autocomplete rule).
+        ``default_max_batch_size`` applies when the config is empty and every tensor of the
+        model has a variable first dimension (Triton's autocomplete rule). The default reads
+        nothing: the config must list the model's inputs and outputs itself.
         """
-        ...
+        if not config.input or not config.output:
+            raise ConfigError(
+                f"the {self.name} backend reads no inputs and outputs from the model file: "
+                "list them in config.pbtxt"
+            )
 
-    def load(self, version_dir: Path, config: ModelConfig, placement: InstancePlacement) -> Runtime:
-        """A batch Runtime. A backend whose models answer request by request (Python models)
-        also has ``load_executor(version_dir, config, placement)``, returning a request-level
-        ``scheduling.work.Executor`` (or None to fall back to ``load``). A backend whose
-        model files hold several signatures also has ``signatures(version_dir, config) ->
-        dict[str, config.spec.SignatureSpec]``, and its runtimes are ``SignatureRuntime``s."""
-        ...
+    def gpu_available(self) -> bool:
+        """Whether ``KIND_GPU`` instances can run on a GPU here (default: no, they run on
+        the CPU with a warning)."""
+        return False
 
-    def gpu_available(self) -> bool: ...
+    def prime(self) -> bool:
+        """Load the framework once, before the first model, so that the memory a later load
+        takes is the model's own (lazy serving measures each load). True when it loaded
+        something; the default has nothing to load."""
+        return False
+
+    def dependencies(self, config: ModelConfig) -> Sequence[str]:
+        """The models this model calls (ensembles, pipelines): the control plane loads them
+        first and refuses a cycle. Default: none."""
+        return ()
+
+    def signatures(self, version_dir: Path, config: ModelConfig) -> dict[str, SignatureSpec]:
+        """Other signatures the model file offers, by name (a TF SavedModel's SignatureDefs):
+        requests naming one run through ``Runtime.execute_signature``. Default: none."""
+        return {}
+
+    def load_executor(
+        self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
+    ) -> Executor | None:
+        """A request-level executor in place of ``load``'s batch Runtime, for models that
+        answer request by request (Python models, decoupled responses). Default: None, the
+        Runtime behind ``inferd.backends.work.BatchExecutor``."""
+        return None
+
+    def process_recipe(
+        self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
+    ) -> ProcessRecipe | None:
+        """How a model process builds this model's executor, when it runs in one. Default:
+        None, the process gets this backend by name and calls ``load_executor`` or ``load``
+        there; a backend whose models need another interpreter or setup gives its own."""
+        return None
+
+    def load_scheduler(
+        self, config: ModelConfig, call_model: ModelCaller | None, stats: ModelStats
+    ) -> Scheduler | None:
+        """A scheduler of the backend's own in place of instances (an ensemble runs its graph
+        over other models through ``call_model``). Default: None, instances and the config's
+        batcher."""
+        return None
 
 
 def model_path(version_dir: Path, config: ModelConfig, backend: Backend) -> Path:

@@ -37,12 +37,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inferd.backends.base import InstancePlacement
+from inferd.backends.base import Backend, InstancePlacement
 from inferd.backends.completion import bool_parameter, check_parameters, int_parameter
+from inferd.backends.work import Executed, InstanceFailed, Runtime, Work, check_rows
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.errors import ConfigError, InternalError
 from inferd.core.types import Tensors
-from inferd.scheduling.work import Executed, InstanceFailed, Work, check_rows
 
 _KNOWN = {
     "delay_ms",
@@ -130,9 +130,9 @@ class _Behaviour:
         if behaviour.die_by not in _DEATHS:
             raise ConfigError(f"echo die_by must be one of {', '.join(sorted(_DEATHS))}")
         if behaviour.die_every:
-            from inferd.scheduling import worker
+            from inferd.backends import process
 
-            if worker.current() is None:
+            if process.current() is None:
                 raise ConfigError("echo die_every needs process_instances: it ends the process")
         return behaviour
 
@@ -192,7 +192,7 @@ def _pairs(config: ModelConfig) -> list[tuple[str, str]]:
     return [(o.name, i.name) for o, i in zip(config.output, config.input, strict=False)]
 
 
-class EchoRuntime:
+class EchoRuntime(Runtime):
     """The batch form: one concatenated batch in, the same arrays out."""
 
     inline = True
@@ -239,13 +239,10 @@ class EchoExecutor:
         self.closed = True
 
 
-class EchoBackend:
+class EchoBackend(Backend):
     name = "echo"
     platforms: tuple[str, ...] = ()
     default_filename = ""
-
-    def gpu_available(self) -> bool:
-        return False
 
     def dependencies(self, config: ModelConfig) -> list[str]:
         """The models named by the ``depends_on`` parameter."""

@@ -1,5 +1,5 @@
 """The ensemble "backend" (Triton's ``platform: "ensemble"``): no model file and no runtime;
-its models are schedulers that call their composing models (``scheduling.ensemble``).
+its models are schedulers that call their composing models (``backends.ensemble_graph``).
 
 The control plane loads the composing models first (``dependencies``), and the loader builds
 an ``EnsembleScheduler`` (``load_scheduler``) in place of instances.
@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inferd.backends.base import InstancePlacement, Runtime
+from inferd.backends.base import Backend, InstancePlacement
+from inferd.backends.ensemble_graph import ENSEMBLE_PLATFORM, EnsembleScheduler, build_graph
+from inferd.backends.work import Runtime
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.errors import ConfigError
 from inferd.core.stats import ModelStats
 from inferd.core.types import ModelCaller
-from inferd.scheduling.ensemble import ENSEMBLE_PLATFORM, EnsembleScheduler, build_graph
 
 
-class EnsembleBackend:
+class EnsembleBackend(Backend):
     name = "ensemble"
     platforms: tuple[str, ...] = (ENSEMBLE_PLATFORM,)
     default_filename = ""  # an ensemble's version folder is empty
@@ -43,6 +44,3 @@ class EnsembleBackend:
         if call_model is None:
             raise ConfigError("this server cannot run ensembles (no way to call models)")
         return EnsembleScheduler(build_graph(config), call_model, stats)
-
-    def gpu_available(self) -> bool:
-        return False

@@ -25,14 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from inferd.backends.base import InstancePlacement
+from inferd.backends.base import Backend, InstancePlacement
 from inferd.backends.completion import require_listed
 from inferd.backends.python.triton import output_types, wanted_outputs
+from inferd.backends.work import Executed, Result, Work, as_error, check_rows
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import config_to_dict
 from inferd.core.errors import ConfigError, InferdError, InternalError
 from inferd.core.types import Parameters, Tensors
-from inferd.scheduling.work import Executed, Result, Work, as_error, check_rows
 
 # One response per request (a list), or, decoupled, a generator of such lists.
 InferFunction = Callable[[list["FunctionRequest"]], Iterable[Any]]
@@ -182,13 +182,10 @@ class FunctionExecutor:
         pass
 
 
-class FunctionBackend:
+class FunctionBackend(Backend):
     name = "function"
     platforms: tuple[str, ...] = ()
     default_filename = ""
-
-    def gpu_available(self) -> bool:
-        return False
 
     def complete_config(
         self, version_dir: Path, config: ModelConfig, default_max_batch_size: int

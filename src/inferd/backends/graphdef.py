@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from inferd.backends.work import Runtime
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import config_enum_of, datatype_of
 from inferd.core import datatypes
@@ -121,7 +122,7 @@ def _complete(tensor: Any, graph: Any, batching: bool, kind: str) -> None:
         raise ConfigError(f"config {kind} '{tensor.name}': dims are missing")
 
 
-class GraphDefRuntime:
+class GraphDefRuntime(Runtime):
     """A frozen graph in a TF1 session; each (inputs, outputs) pair runs as a callable."""
 
     inline = True

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from inferd.backends import onnxruntime_accelerators as accelerators
-from inferd.backends.base import InstancePlacement, Runtime, model_path
+from inferd.backends.base import Backend, InstancePlacement, model_path
 from inferd.backends.completion import (
     TensorIO,
     check_parameters,
@@ -25,6 +25,7 @@ from inferd.backends.completion import (
     int_parameter,
     string_parameters,
 )
+from inferd.backends.work import Runtime
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core import datatypes
 from inferd.core.errors import ConfigError, InternalError, InvalidInput, ModelLoadError
@@ -94,7 +95,7 @@ def _read_io(path: Path) -> tuple[list[TensorIO], list[TensorIO], dict[str, str]
     return convert(model.graph.input), convert(model.graph.output), notes
 
 
-class OnnxRuntimeBackend:
+class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     platforms: tuple[str, ...] = ("onnxruntime_onnx",)
     default_filename = "model.onnx"
@@ -104,7 +105,7 @@ class OnnxRuntimeBackend:
 
         return "CUDAExecutionProvider" in ort.get_available_providers()
 
-    def prime(self) -> None:
+    def prime(self) -> bool:
         """Import onnxruntime and onnx and run one session of a one-node model: what stays
         (the libraries, the runtime's environment and thread pools) is not any model's."""
         import onnxruntime as ort
@@ -117,6 +118,7 @@ class OnnxRuntimeBackend:
         providers = ["CPUExecutionProvider"]
         session = ort.InferenceSession(model.SerializeToString(), providers=providers)
         session.run(None, {"x": np.zeros(1, np.float32)})
+        return True
 
     def complete_config(
         self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
@@ -250,7 +252,7 @@ def _load_on_openvino(
     return runtime
 
 
-class OnnxRuntimeSession:
+class OnnxRuntimeSession(Runtime):
     """One InferenceSession; ORT releases the GIL while it runs."""
 
     inline = True

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.backends.base import InstancePlacement
+from inferd.backends.base import Backend, InstancePlacement
 from inferd.backends.completion import (
     TensorIO,
     check_parameters,
@@ -28,6 +28,7 @@ from inferd.backends.completion import (
     model_file,
     string_parameters,
 )
+from inferd.backends.work import Runtime
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core import datatypes
 from inferd.core.errors import ConfigError, InternalError, InvalidInput, ModelLoadError
@@ -79,13 +80,10 @@ def _port_io(port: Any) -> TensorIO:
     return TensorIO(name, datatype, shape)
 
 
-class OpenVinoBackend:
+class OpenVinoBackend(Backend):
     name = "openvino"
     platforms: tuple[str, ...] = (PLATFORM,)
     default_filename = "model.xml"
-
-    def gpu_available(self) -> bool:
-        return False  # CPU device only
 
     def complete_config(
         self, version_dir: Path, config: ModelConfig, default_max_batch_size: int
@@ -143,7 +141,7 @@ def _fixed_width(name: str, array: np.ndarray) -> np.ndarray:
     return np.array(items, dtype=np.bytes_).reshape(array.shape)
 
 
-class OpenVinoRuntime:
+class OpenVinoRuntime(Runtime):
     """One compiled model and one infer request (an instance runs one batch at a time)."""
 
     inline = True

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from inferd.backends.base import InstancePlacement
+from inferd.backends.base import Backend, InstancePlacement
 from inferd.backends.completion import TensorIO, complete
+from inferd.backends.work import Runtime
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import datatype_of
 from inferd.core import datatypes
@@ -105,7 +106,7 @@ def _numeric(enum_value: int, where: str) -> DataType:
     return datatype
 
 
-class TabularRuntime:
+class TabularRuntime(Runtime):
     """Runs one TabularModel on whole batches (the frameworks release the GIL in C code)."""
 
     inline = True
@@ -173,7 +174,7 @@ def binary_proba(positive: np.ndarray) -> np.ndarray:
     return np.stack([1.0 - positive, positive], axis=1)
 
 
-class TabularBackend:
+class TabularBackend(Backend):
     """The Backend of a framework whose model file reads into a TabularModel; a framework
     module names itself, its default file and its reader
     (``read(version_dir, config, threads)``)."""
@@ -183,9 +184,6 @@ class TabularBackend:
     default_filename = ""
     platforms: tuple[str, ...] = ()
     read: Callable[[Path, ModelConfig, int], TabularModel]
-
-    def gpu_available(self) -> bool:
-        return False
 
     def complete_config(
         self, version_dir: Path, config: ModelConfig, default_max_batch_size: int

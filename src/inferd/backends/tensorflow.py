@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.backends.base import InstancePlacement, available_cpus
+from inferd.backends.base import Backend, InstancePlacement, available_cpus
 from inferd.backends.completion import (
     TensorIO,
     check_parameters,
@@ -41,6 +41,7 @@ from inferd.backends.graphdef import (
     read_graph_def,
 )
 from inferd.backends.tf_graph import graph_def_unsafe_ops, unsafe_ops
+from inferd.backends.work import Runtime
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import CLASSIFY_METHOD, REGRESS_METHOD, SignatureSpec, signature_spec
 from inferd.core import datatypes
@@ -248,7 +249,7 @@ def _set_threads(tf: Any, intra: int, inter: int) -> None:
             log.debug("TensorFlow thread pools were already set up")
 
 
-class TensorFlowBackend:
+class TensorFlowBackend(Backend):
     name = "tensorflow"
     platforms: tuple[str, ...] = (PLATFORM, GRAPHDEF_PLATFORM)
     default_filename = SAVED_MODEL_DIR
@@ -334,7 +335,7 @@ def _failure(tf: Any, exc: Exception) -> InferdError:
     return InternalError(f"TensorFlow execution failed: {_first_line(exc)}")
 
 
-class TensorFlowRuntime:
+class TensorFlowRuntime(Runtime):
     """One SavedModel loaded by ``tf.saved_model.load``; signature functions run whole batches."""
 
     inline = True
@@ -388,7 +389,7 @@ def _load_session(tf: Any, path: Path, name: str, device: str, why: str) -> Sess
     return SessionRuntime(tf, session, meta.signature_def, name)
 
 
-class SessionRuntime:
+class SessionRuntime(Runtime):
     """A TF1 SavedModel in a session: each signature runs as a callable on its tensor names,
     which feeds tensors without Python's shape checks (as TF Serving's C++ session does)."""
 

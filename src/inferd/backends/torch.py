@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.backends.base import InstancePlacement
+from inferd.backends.base import Backend, InstancePlacement
 from inferd.backends.completion import (
     TensorIO,
     check_parameters,
@@ -36,6 +36,7 @@ from inferd.backends.completion import (
     require_listed,
     string_parameters,
 )
+from inferd.backends.work import Runtime
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import datatype_of
 from inferd.core import datatypes
@@ -106,7 +107,7 @@ def _datatype(dtype: Any, torch: Any, name: str) -> datatypes.DataType:
         raise ConfigError(f"tensor '{name}' has dtype {dtype}, which inferd cannot serve") from None
 
 
-class TorchBackend:
+class TorchBackend(Backend):
     name = "pytorch"
     platforms: tuple[str, ...] = (PLATFORM,)
     default_filename = "model.pt"
@@ -206,7 +207,7 @@ def _positions(names: Sequence[str], arg_names: Sequence[str], keywords: bool) -
     return found
 
 
-class TorchRuntime:
+class TorchRuntime(Runtime):
     """One loaded module; forward runs in inference mode on whole batches."""
 
     inline = True

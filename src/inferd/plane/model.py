@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from inferd.backends.work import Result, Scheduler, Work
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import ModelSpec, SignatureSpec
 from inferd.core.errors import InferdError, InvalidInput
@@ -19,9 +20,7 @@ from inferd.core.stats import ModelStats
 from inferd.core.types import InferRequest, InferResponse, Tensors, Timings
 from inferd.plane import validate
 from inferd.plane.classification import class_counts, classify
-from inferd.scheduling.batcher import Scheduler
 from inferd.scheduling.cache import ResponseCache
-from inferd.scheduling.work import Result, Work
 
 
 class ModelState(enum.Enum):

@@ -145,7 +145,7 @@ def check_outputs(spec: ModelSpec, requested: Sequence[str] | None) -> tuple[str
 
 def shape_outputs(spec: ModelSpec, outputs: Tensors, batch: int) -> Tensors:
     """Reshape model outputs to the config's dims (their batch size was checked where they
-    were made: ``scheduling.work.check_rows``)."""
+    were made: ``backends.work.check_rows``)."""
     if not spec.reshaped_outputs:
         return outputs
     for name, array in outputs.items():

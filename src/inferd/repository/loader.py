@@ -9,13 +9,14 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferd.backends import select_backend
 from inferd.backends.base import Backend, InstancePlacement
 from inferd.backends.completion import bool_parameter
+from inferd.backends.process import ProcessRecipe
+from inferd.backends.work import Executor, Scheduler
 from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from inferd.config.spec import ModelSpec, build_spec
 from inferd.core.errors import ConfigError, InvalidInput
@@ -30,22 +31,21 @@ from inferd.repository.provenance import network_files
 from inferd.repository.routing_file import read_policy
 from inferd.repository.storage import check_relative
 from inferd.repository.warmup import run_warmup
-from inferd.scheduling.batcher import DirectScheduler, DynamicBatcher, Scheduler
+from inferd.scheduling.batcher import DirectScheduler, DynamicBatcher
 from inferd.scheduling.cache import ResponseCache
 from inferd.scheduling.instances import Instances, ThreadInstances
 from inferd.scheduling.limited import LimitedInstances
 from inferd.scheduling.policy import BatchingOptions
 from inferd.scheduling.processes import MetricsSink, ProcessInstances
 from inferd.scheduling.rate_limiter import RateLimiter, asks_of
-from inferd.scheduling.recipe import WorkerRecipe, backend_recipe, build_executor
+from inferd.scheduling.recipe import backend_recipe, build_executor
 from inferd.scheduling.sequence import SequenceBatcher
 from inferd.scheduling.sequence_options import SequenceOptions
-from inferd.scheduling.work import Executor
 from inferd.security.trust import CodePolicy, Grants, Origin, granted
 
 log = logging.getLogger("inferd.repository")
 
-# "true": each instance of the model is a worker process (Python models always are).
+# "true": each instance of the model is a model process (Python models always are).
 PROCESS_PARAMETER = "process_instances"
 # Lazy serving (``inferd.repository.residency``): "true" keeps the model loaded once it is, and
 # the memory the budget counts for it, in bytes, instead of what its load is measured to take.
@@ -59,7 +59,7 @@ class LoadOptions:
     auto_complete: bool = True
     cache: ResponseCache | None = None  # the server-wide response cache, if --cache-size > 0
     code_policy: CodePolicy = field(default_factory=CodePolicy)  # --allow-pickle, ...
-    call_model: ModelCaller | None = None  # how a model in a worker process calls others
+    call_model: ModelCaller | None = None  # how a model in a model process calls others
     model_metrics: MetricsSink | None = None  # where metrics a model's code records go
     loaded: str = "loaded"  # what the log says was done ("worker 1 copied": a small model)
     rate_limiter: RateLimiter | None = None  # --rate-limit execution_count
@@ -105,8 +105,7 @@ def plan(name: str, folder: Path, override: ModelConfig | None = None) -> Plan:
     backend = select_backend(config, (dirs[v] for v in selected))
     routing = read_policy(folder, policy_from_config(config))
     # A backend whose models call other models (ensembles, pipelines) names them here.
-    declared = getattr(backend, "dependencies", None)
-    needs = tuple(declared(config)) if declared is not None else ()
+    needs = tuple(backend.dependencies(config))
     if name in needs:
         raise ConfigError(f"model '{name}' depends on itself")
     network = network_files(folder)
@@ -177,15 +176,15 @@ def load_version(
     elif not config.platform and not config.backend:
         config.backend = backend.name
     spec = build_spec(config)
-    own_scheduler = getattr(backend, "load_scheduler", None)  # ensembles: no instances
+    stats = ModelStats()
+    own_scheduler = backend.load_scheduler(config, options.call_model, stats)  # ensembles
     if own_scheduler is not None:
         for key, value in kept.items():
             config.parameters[key].string_value = value
-        loaded = _scheduled_version(name, version, config, spec, own_scheduler, options, started)
+        loaded = _scheduled_version(name, version, config, spec, own_scheduler, stats, started)
         loaded.labels = read_labels(model_plan.folder, config)
         return loaded
-    read_signatures = getattr(backend, "signatures", None)  # model files with several
-    signatures = read_signatures(version_dir, config) if read_signatures is not None else {}
+    signatures = backend.signatures(version_dir, config)  # model files with several
     batching = BatchingOptions.from_config(config) if config.HasField("dynamic_batching") else None
     sequence = SequenceOptions.from_config(config) if config.HasField("sequence_batching") else None
     if config.response_cache.enable and options.cache is None:
@@ -203,7 +202,7 @@ def load_version(
     pool: Instances
     with granted(grants):  # a worker's recipe carries the grants to its process
         if in_processes:
-            recipes = [worker_recipe(backend, version_dir, config, p, label) for p in where]
+            recipes = [process_recipe(backend, version_dir, config, p, label) for p in where]
             pool = ProcessInstances(label, recipes, options.call_model, options.model_metrics)
         else:
             pool = _thread_instances(backend, version_dir, config, where, label, grants)
@@ -222,7 +221,6 @@ def load_version(
         config.parameters[key].string_value = value
     if warmups:
         log.info("warmed up model '%s' version %d: %d execution(s)", name, version, warmups)
-    stats = ModelStats()
     scheduler: Scheduler
     if sequence is not None:
         scheduler = SequenceBatcher(label, pool, sequence, stats)
@@ -262,18 +260,17 @@ def _scheduled_version(
     version: int,
     config: ModelConfig,
     spec: ModelSpec,
-    load_scheduler: Callable[[ModelConfig, ModelCaller | None, ModelStats], Scheduler],
-    options: LoadOptions,
+    scheduler: Scheduler,
+    stats: ModelStats,
     started: float,
 ) -> ModelVersion:
     """A version whose backend gives a scheduler of its own (an ensemble calling models)."""
-    stats = ModelStats()
     loaded = ModelVersion(
         name=name,
         version=version,
         config=config,
         spec=spec,
-        scheduler=load_scheduler(config, options.call_model, stats),
+        scheduler=scheduler,
         stats=stats,
     )
     loaded.load_seconds = time.perf_counter() - started
@@ -293,31 +290,30 @@ def _folder_bytes(folder: Path) -> int:
 
 
 def uses_processes(backend: Backend, parameters: dict[str, str]) -> bool:
-    """Whether the model's instances are worker processes: Python models always, any other
+    """Whether the model's instances are model processes: Python models always, any other
     model when its config sets ``process_instances``."""
     wanted = bool_parameter(parameters, PROCESS_PARAMETER)
-    if getattr(backend, "processes_only", False):
+    if backend.processes_only:
         if PROCESS_PARAMETER in parameters and not wanted:
             raise ConfigError(
-                f"{backend.name} models always run in worker processes "
+                f"{backend.name} models always run in model processes "
                 f"({PROCESS_PARAMETER} cannot be false)"
             )
         return True
     return wanted
 
 
-def worker_recipe(
+def process_recipe(
     backend: Backend,
     version_dir: Path,
     config: ModelConfig,
     placement: InstancePlacement,
     label: str,
-) -> WorkerRecipe:
-    """How a worker process builds this instance: the backend's own recipe if it has one."""
-    own = getattr(backend, "worker_recipe", None)
+) -> ProcessRecipe:
+    """How a model process builds this instance: the backend's own recipe if it has one."""
+    own = backend.process_recipe(version_dir, config, placement)
     if own is not None:
-        recipe: WorkerRecipe = own(version_dir, config, placement)
-        return recipe
+        return own
     return backend_recipe(backend, version_dir, config, placement, label)
 
 

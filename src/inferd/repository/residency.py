@@ -215,10 +215,9 @@ class Residency:
         start: importing it would hold the event loop while the server comes up)."""
         self._prime_tried.add(name)
         try:
-            prime = getattr(get_backend(name), "prime", None)
-            if prime is not None:
-                before = await asyncio.to_thread(self.measure)
-                await asyncio.to_thread(prime)
+            backend = get_backend(name)
+            before = await asyncio.to_thread(self.measure)
+            if await asyncio.to_thread(backend.prime):
                 grown = await asyncio.to_thread(self.measure) - before
                 self.costs.runtime_in(name, grown, self.budget.memory_bytes)
                 self._primed.add(name)

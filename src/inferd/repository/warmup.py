@@ -12,13 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
+from inferd.backends.work import Work
 from inferd.config.model_config_pb2 import ModelConfig, ModelWarmup
 from inferd.config.spec import ModelSpec, TensorSpec, datatype_of
 from inferd.core.errors import ConfigError, InferdError, ModelLoadError
 from inferd.core.types import Tensors
 from inferd.plane import validate
 from inferd.scheduling.instances import Instances
-from inferd.scheduling.work import Work
 
 log = logging.getLogger("inferd.repository")
 

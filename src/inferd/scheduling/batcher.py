@@ -3,7 +3,7 @@
 The dynamic batcher owns the queue (per priority level), timeouts, and the choice of which
 compatible requests (same requested outputs, input datatypes and shapes past the batch
 dimension) form one batch. It hands the batch to an instance as a list of Work, each request
-with its id and parameters; the instance assembles and splits it (``scheduling.work``), off
+with its id and parameters; the instance assembles and splits it (``backends.work``), off
 the event loop.
 """
 
@@ -16,24 +16,16 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from inferd.backends.work import CANCELLED, Executed, Work, batch_key
 from inferd.core.errors import DeadlineExceeded, InferdError, InternalError, Unavailable
 from inferd.core.stats import ModelStats
 from inferd.core.types import Tensors, Timings
 from inferd.scheduling.instances import Instances
 from inferd.scheduling.policy import BatchingOptions, check_request_parameters, timeout_parameter_us
-from inferd.scheduling.work import CANCELLED, Executed, Work
 
 log = logging.getLogger("inferd.scheduling")
-
-
-class Scheduler(Protocol):
-    async def run(self, work: Work, timings: Timings) -> Tensors:
-        """Execute one validated request; its outputs, or its error raised."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 class DirectScheduler:
@@ -75,19 +67,6 @@ class _Pending:
     level: int
     timings: Timings
     timer: asyncio.TimerHandle | None = field(default=None)
-
-
-def _compat_key(work: Work) -> tuple[Any, ...]:
-    """Requests with equal keys can share a batch: same signature, outputs, input dtypes and
-    row shapes. Each request keeps its own id and parameters inside the batch."""
-    inputs = work.inputs
-    if len(inputs) == 1:  # the usual request: no generator to run
-        for name, array in inputs.items():
-            return (work.signature, work.outputs, name, array.dtype, array.shape[1:])
-    key: list[Any] = [work.signature, work.outputs]
-    for name, array in inputs.items():
-        key += (name, array.dtype, array.shape[1:])
-    return tuple(key)
 
 
 @dataclass(eq=False, slots=True)
@@ -189,7 +168,7 @@ class DynamicBatcher:
         entry = _Pending(
             work,
             work.rows,
-            _compat_key(work),
+            batch_key(work),
             loop.create_future(),
             now,
             level,

@@ -38,8 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from inferd.core.errors import InferdError, Unavailable
-from inferd.scheduling.work import (
+from inferd.backends.work import (
     CANCELLED,
     BatchExecutor,
     Executed,
@@ -50,6 +49,7 @@ from inferd.scheduling.work import (
     as_error,
     run_live,
 )
+from inferd.core.errors import InferdError, Unavailable
 
 log = logging.getLogger("inferd.scheduling")
 

@@ -1,4 +1,4 @@
-"""One worker process as the server starts, reaps and stops it (``scheduling.processes``
+"""One model process as the server starts, reaps and stops it (``scheduling.processes``
 keeps the instances; this is the life of one process)."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import logging
 import subprocess
 import sys
 
+from inferd.backends.process import ProcessRecipe
+from inferd.backends.spawn import ProcessHandle, describe_exit, start_python
 from inferd.core.errors import ModelLoadError, Unavailable
 from inferd.scheduling.channel import Channel, socket_pair
-from inferd.scheduling.recipe import WorkerRecipe
-from inferd.scheduling.spawn import WorkerProcess, describe_exit, start_python
 from inferd.scheduling.wire import Encoder, encode_result
-from inferd.scheduling.zygote import fork_worker
+from inferd.scheduling.zygote import fork_model_process
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -21,26 +21,26 @@ CLOSE_TIMEOUT_S = 30.0  # for finalize, after which the worker is killed
 REAP_TIMEOUT_S = 5.0
 
 
-def start_worker(interpreter: str, worker_fd: int) -> WorkerProcess:
-    """A worker process serving the connection ``worker_fd``: forked by the zygote for the
+def start_model_process(interpreter: str, worker_fd: int) -> ProcessHandle:
+    """A model process serving the connection ``worker_fd``: forked by the zygote for the
     server's own Python (fast), else started with the model's interpreter."""
     if not interpreter or interpreter == sys.executable:
         try:
-            return fork_worker(worker_fd)
+            return fork_model_process(worker_fd)
         except OSError as exc:
             log.warning("the worker zygote failed (%s); starting the worker directly", exc)
     env = {"INFERD_WORKER_FD": str(worker_fd)}
-    return start_python(interpreter, "inferd.scheduling.worker", (worker_fd,), env)
+    return start_python(interpreter, "inferd.scheduling.model_process", (worker_fd,), env)
 
 
-def launch(label: str, index: int, recipe: WorkerRecipe) -> tuple[WorkerProcess, Channel]:
+def launch(label: str, index: int, recipe: ProcessRecipe) -> tuple[ProcessHandle, Channel]:
     """Start a worker and wait until its executor is built (ModelLoadError if it fails)."""
     server_end, worker_end = socket_pair()
     try:
-        proc = start_worker(recipe.interpreter, worker_end.fileno())
+        proc = start_model_process(recipe.interpreter, worker_end.fileno())
     except OSError as exc:
         server_end.close()
-        raise ModelLoadError(f"cannot start a worker process for model '{label}': {exc}") from None
+        raise ModelLoadError(f"cannot start a model process for model '{label}': {exc}") from None
     finally:
         worker_end.close()
     channel = Channel(server_end, trusting=False)
@@ -51,7 +51,7 @@ def launch(label: str, index: int, recipe: WorkerRecipe) -> tuple[WorkerProcess,
             assert message is not None
             kind, payload = message
             if kind == "ready":
-                log.info("model '%s': instance %d is worker process %d", label, index, proc.pid)
+                log.info("model '%s': instance %d is model process %d", label, index, proc.pid)
                 return proc, channel
             if kind == "failed":
                 raise ModelLoadError(f"model '{label}' instance {index} failed to start: {payload}")
@@ -59,7 +59,7 @@ def launch(label: str, index: int, recipe: WorkerRecipe) -> tuple[WorkerProcess,
         how = describe_exit(reap(proc))
         channel.close()
         raise ModelLoadError(
-            f"the worker process of model '{label}' (instance {index}) {how} while starting"
+            f"the model process of model '{label}' (instance {index}) {how} while starting"
         ) from None
     except BaseException:
         reap(proc)
@@ -67,7 +67,7 @@ def launch(label: str, index: int, recipe: WorkerRecipe) -> tuple[WorkerProcess,
         raise
 
 
-def reap(proc: WorkerProcess, timeout_s: float = REAP_TIMEOUT_S) -> int | None:
+def reap(proc: ProcessHandle, timeout_s: float = REAP_TIMEOUT_S) -> int | None:
     """Wait for a worker to end (killing it after ``timeout_s``); its return code."""
     try:
         return proc.wait(timeout_s)
@@ -76,7 +76,7 @@ def reap(proc: WorkerProcess, timeout_s: float = REAP_TIMEOUT_S) -> int | None:
         return proc.wait()
 
 
-def stop_worker(label: str, proc: WorkerProcess, channel: Channel) -> None:
+def stop_model_process(label: str, proc: ProcessHandle, channel: Channel) -> None:
     """Ask a worker to close its executor, wait (killing it after CLOSE_TIMEOUT_S)."""
     try:
         channel.send("close")

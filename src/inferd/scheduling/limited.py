@@ -17,10 +17,10 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from inferd.backends.work import Executed, Work
 from inferd.core.errors import Unavailable
 from inferd.scheduling.instances import Instances
 from inferd.scheduling.rate_limiter import Ask, RateLimiter, Slot
-from inferd.scheduling.work import Executed, Work
 
 
 @dataclass(eq=False, slots=True)

@@ -9,13 +9,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from inferd.backends.work import Result
 from inferd.core.errors import InferdError, InternalError
 from inferd.core.types import InferRequest, ModelCaller, RequestedOutput
 from inferd.scheduling.channel import Channel
 from inferd.scheduling.eager import run_eagerly
 from inferd.scheduling.launch import refuse_call
 from inferd.scheduling.wire import Encoder, decode_tensors, encode_result
-from inferd.scheduling.work import Result
 
 log = logging.getLogger("inferd.scheduling")
 

@@ -1,4 +1,4 @@
-"""The server's view of one worker process of ``ProcessInstances``: its state, and the jobs it
+"""The server's view of one model process of ``ProcessInstances``: its state, and the jobs it
 holds or will be sent (``scheduling.processes`` drives them)."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from inferd.backends.process import ProcessRecipe
+from inferd.backends.spawn import ProcessHandle, describe_exit
+from inferd.backends.work import CANCELLED, Executed, InstanceFailed, Work
 from inferd.scheduling.channel import Channel
 from inferd.scheduling.launch import launch, reap, refuse_call
-from inferd.scheduling.recipe import WorkerRecipe
-from inferd.scheduling.spawn import WorkerProcess, describe_exit
 from inferd.scheduling.wire import decode_error, decode_executed, encode_works
-from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Work
 
 RESTART_BACKOFF_FIRST_S = 0.5
 STARTING, UP, DOWN, BROKEN, CLOSED = "starting", "up", "down", "broken", "closed"
@@ -32,8 +32,8 @@ class Slot:
     """One instance: its process, its connection and its jobs, as the server sees them."""
 
     index: int
-    recipe: WorkerRecipe
-    proc: WorkerProcess | None = None
+    recipe: ProcessRecipe
+    proc: ProcessHandle | None = None
     channel: Channel | None = None
     state: str = STARTING
     queue: deque[Job] = field(default_factory=deque)  # not sent yet
@@ -72,7 +72,7 @@ def run_now(
         restarted()
         slot.proc, slot.channel = launch(name, slot.index, slot.recipe)
         raise InstanceFailed(
-            f"model '{name}': the worker process of instance {slot.index} {how}"
+            f"model '{name}': the model process of instance {slot.index} {how}"
         ) from None
     _, status, data = payload
     if status == "ok":

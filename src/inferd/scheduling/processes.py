@@ -1,4 +1,4 @@
-"""Process instances: each execution instance of a model version is a worker process.
+"""Process instances: each execution instance of a model version is a model process.
 
 The second implementation of ``Instances`` (``scheduling.instances``): same addressing
 (``instance=i``, else the least busy), same cancellation (work whose caller left while it was
@@ -6,7 +6,7 @@ queued is not run), same restart on failure. Python models always run here (thei
 never block the event loop or hold the server's GIL); any backend can, with the config
 parameter ``process_instances``.
 
-A worker is started from a ``WorkerRecipe`` and builds its model itself; tensors cross in
+A worker is started from a ``ProcessRecipe`` and builds its model itself; tensors cross in
 shared memory (``scheduling.shm``), messages over a Unix socket (``scheduling.channel``). The
 event loop reads every worker's socket itself (``add_reader``): no thread hop per answer. Each
 worker holds at most ``DEPTH`` jobs (one running, one next), the rest wait here, where a
@@ -31,10 +31,13 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from inferd.backends.process import ProcessRecipe
+from inferd.backends.spawn import ProcessHandle, describe_exit
+from inferd.backends.work import CANCELLED, Executed, InstanceFailed, Work, live
 from inferd.core.errors import InferdError, InternalError, Unavailable
 from inferd.core.types import ModelCaller
 from inferd.scheduling.channel import Channel
-from inferd.scheduling.launch import launch, reap, stop_worker
+from inferd.scheduling.launch import launch, reap, stop_model_process
 from inferd.scheduling.model_calls import ModelCalls
 from inferd.scheduling.process_slots import (
     BROKEN,
@@ -46,9 +49,7 @@ from inferd.scheduling.process_slots import (
     run_now,
 )
 from inferd.scheduling.process_slots import Job as _Job
-from inferd.scheduling.process_slots import Slot as _Worker
-from inferd.scheduling.recipe import WorkerRecipe
-from inferd.scheduling.spawn import WorkerProcess, describe_exit
+from inferd.scheduling.process_slots import Slot as _ModelProcess
 from inferd.scheduling.wire import (
     decode_error,
     decode_executed,
@@ -56,7 +57,6 @@ from inferd.scheduling.wire import (
     encode_works,
     works_bytes,
 )
-from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Work, live
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -74,12 +74,12 @@ _STARTING, _UP, _DOWN, _BROKEN, _CLOSED = STARTING, UP, DOWN, BROKEN, CLOSED
 
 
 class ProcessInstances:
-    """One worker process per instance, built from ``recipes`` (one per instance)."""
+    """One model process per instance, built from ``recipes`` (one per instance)."""
 
     def __init__(
         self,
         name: str,
-        recipes: Sequence[WorkerRecipe],
+        recipes: Sequence[ProcessRecipe],
         call_model: ModelCaller | None = None,
         on_metrics: MetricsSink | None = None,
     ) -> None:
@@ -90,7 +90,7 @@ class ProcessInstances:
         self.restarts = 0
         self._calls = ModelCalls(name, call_model)
         self._on_metrics = on_metrics
-        self._workers = [_Worker(i, r) for i, r in enumerate(recipes)]
+        self._workers = [_ModelProcess(i, r) for i, r in enumerate(recipes)]
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -112,13 +112,13 @@ class ProcessInstances:
         if errors:
             for worker in self._workers:
                 if worker.proc is not None and worker.channel is not None:
-                    stop_worker(self.name, worker.proc, worker.channel)
+                    stop_model_process(self.name, worker.proc, worker.channel)
             raise errors[0]
 
     # ------------------------------------------------------------------ submitting
 
     def try_inline(self, work: Work) -> Executed | None:
-        return None  # a worker process answers through its channel, never on the loop
+        return None  # a model process answers through its channel, never on the loop
 
     def submit(self, batch: list[Work], instance: int | None = None) -> asyncio.Future[Executed]:
         if self._closed:
@@ -139,7 +139,7 @@ class ProcessInstances:
         self._pump(worker)
         return job.future
 
-    def _least_busy(self) -> _Worker:
+    def _least_busy(self) -> _ModelProcess:
         workers = self._workers
         first = workers[0]
         if first.state is _UP and (self.count == 1 or first.load == 0):
@@ -152,7 +152,7 @@ class ProcessInstances:
             return min(coming, key=lambda w: w.load)
         raise InstanceFailed(workers[0].reason or f"model '{self.name}' has no running instance")
 
-    def _pump(self, worker: _Worker) -> None:
+    def _pump(self, worker: _ModelProcess) -> None:
         """Send queued jobs while the worker has room."""
         channel = worker.channel
         while (
@@ -183,7 +183,7 @@ class ProcessInstances:
             self._send_job(worker, job, payload)
 
     def _copied(
-        self, worker: _Worker, job: _Job, channel: Channel, copy: asyncio.Future[Any]
+        self, worker: _ModelProcess, job: _Job, channel: Channel, copy: asyncio.Future[Any]
     ) -> None:
         """A large batch is in shared memory: send it, then what waited behind it."""
         worker.copying = None
@@ -204,12 +204,12 @@ class ProcessInstances:
             worker.queue.appendleft(job)
         self._pump(worker)
 
-    def _send_job(self, worker: _Worker, job: _Job, payload: Any) -> None:
+    def _send_job(self, worker: _ModelProcess, job: _Job, payload: Any) -> None:
         worker.sent[job.id] = job
         job.future.add_done_callback(functools.partial(self._cancel, worker, job.id))
         self._send(worker, "job", (job.id, payload))
 
-    def _send(self, worker: _Worker, kind: str, payload: Any) -> None:
+    def _send(self, worker: _ModelProcess, kind: str, payload: Any) -> None:
         channel = worker.channel
         assert channel is not None and self._loop is not None
         try:
@@ -218,7 +218,7 @@ class ProcessInstances:
         except OSError:
             pass  # the worker is gone: its reader sees the end and handles it
 
-    def _writable(self, worker: _Worker) -> None:
+    def _writable(self, worker: _ModelProcess) -> None:
         channel = worker.channel
         assert channel is not None and self._loop is not None
         try:
@@ -228,7 +228,7 @@ class ProcessInstances:
         if done:
             self._loop.remove_writer(channel.fileno())
 
-    def _cancel(self, worker: _Worker, job_id: int, future: asyncio.Future[Executed]) -> None:
+    def _cancel(self, worker: _ModelProcess, job_id: int, future: asyncio.Future[Executed]) -> None:
         if future.cancelled() and job_id in worker.sent and worker.state is _UP:
             self._send(worker, "cancel", job_id)
 
@@ -244,7 +244,7 @@ class ProcessInstances:
                         old.remove_reader(worker.channel.fileno())
                 loop.add_reader(worker.channel.fileno(), self._readable, worker)
 
-    def _readable(self, worker: _Worker) -> None:
+    def _readable(self, worker: _ModelProcess) -> None:
         channel = worker.channel
         assert channel is not None
         while worker.channel is channel:
@@ -271,7 +271,7 @@ class ProcessInstances:
             if not channel.waiting():  # mostly one message per wake-up: no receive that fails
                 return
 
-    def _done(self, worker: _Worker, job_id: int, status: str, data: Any) -> None:
+    def _done(self, worker: _ModelProcess, job_id: int, status: str, data: Any) -> None:
         job = worker.sent.pop(job_id, None)
         if job is None:
             return
@@ -300,7 +300,7 @@ class ProcessInstances:
             self._loop.call_later(IDLE_FLUSH_S, self._flush_idle, worker)
 
     def _response(
-        self, worker: _Worker, job_id: int, index: int, encoded: Any, final: bool
+        self, worker: _ModelProcess, job_id: int, index: int, encoded: Any, final: bool
     ) -> None:
         """One response of a decoupled model's request, handed to the request's sink."""
         job = worker.sent.get(job_id)
@@ -311,7 +311,7 @@ class ProcessInstances:
         if sink is not None:
             sink(result, final)
 
-    def _flush_idle(self, worker: _Worker) -> None:
+    def _flush_idle(self, worker: _ModelProcess) -> None:
         """Hand an idle worker back the output blocks its answers no longer need."""
         worker.flush_armed = False
         channel = worker.channel
@@ -328,7 +328,7 @@ class ProcessInstances:
 
     # ------------------------------------------------------------------ calls to other models
 
-    def _call(self, worker: _Worker, payload: Any) -> None:
+    def _call(self, worker: _ModelProcess, payload: Any) -> None:
         channel = worker.channel
         assert channel is not None
 
@@ -349,7 +349,7 @@ class ProcessInstances:
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(callback, *args)
 
-    def _lost(self, worker: _Worker) -> None:
+    def _lost(self, worker: _ModelProcess) -> None:
         """The worker's socket ended: it died. Reap it off the loop, then restart it."""
         proc, channel = worker.proc, worker.channel
         assert proc is not None and channel is not None and self._loop is not None
@@ -365,15 +365,17 @@ class ProcessInstances:
         self._threads.append(thread)
         thread.start()
 
-    def _reap_and_report(self, worker: _Worker, proc: WorkerProcess, channel: Channel) -> None:
+    def _reap_and_report(
+        self, worker: _ModelProcess, proc: ProcessHandle, channel: Channel
+    ) -> None:
         how = describe_exit(reap(proc))
         channel.close()
         self._call_soon(self._crashed, worker, proc.pid, how)
 
-    def _crashed(self, worker: _Worker, pid: int, how: str) -> None:
+    def _crashed(self, worker: _ModelProcess, pid: int, how: str) -> None:
         self.restarts += 1
         error = InstanceFailed(
-            f"model '{self.name}': the worker process of instance {worker.index} (pid {pid}) "
+            f"model '{self.name}': the model process of instance {worker.index} (pid {pid}) "
             f"{how}; it is being restarted"
         )
         if worker.sent:
@@ -390,7 +392,7 @@ class ProcessInstances:
             return
         self._thread(self._restart, worker)
 
-    def _restart(self, worker: _Worker) -> None:
+    def _restart(self, worker: _ModelProcess) -> None:
         try:
             proc, channel = launch(self.name, worker.index, worker.recipe)
         except Exception as exc:
@@ -399,9 +401,9 @@ class ProcessInstances:
             return
         self._call_soon(self._restarted, worker, proc, channel)
 
-    def _restarted(self, worker: _Worker, proc: WorkerProcess, channel: Channel) -> None:
+    def _restarted(self, worker: _ModelProcess, proc: ProcessHandle, channel: Channel) -> None:
         if self._stopping:  # closing, past waiting for the queues: too late to serve
-            self._thread(stop_worker, self.name, proc, channel)
+            self._thread(stop_model_process, self.name, proc, channel)
             worker.state = _CLOSED
             self._fail_queue(worker, Unavailable(f"model '{self.name}' is unloading"))
             return
@@ -412,7 +414,7 @@ class ProcessInstances:
         log.info("model '%s': instance %d is running again", self.name, worker.index)
         self._pump(worker)
 
-    def _restart_failed(self, worker: _Worker, reason: str) -> None:
+    def _restart_failed(self, worker: _ModelProcess, reason: str) -> None:
         assert self._loop is not None
         worker.state = _BROKEN
         worker.reason = f"model '{self.name}': instance {worker.index} cannot restart: {reason}"
@@ -422,12 +424,12 @@ class ProcessInstances:
             self._loop.call_later(worker.backoff_s, self._retry, worker)
             worker.backoff_s = min(RESTART_BACKOFF_MAX_S, worker.backoff_s * 2)
 
-    def _retry(self, worker: _Worker) -> None:
+    def _retry(self, worker: _ModelProcess) -> None:
         if worker.state is _BROKEN and not self._closed:
             worker.state = _DOWN
             self._thread(self._restart, worker)
 
-    def _fail_queue(self, worker: _Worker, error: InferdError) -> None:
+    def _fail_queue(self, worker: _ModelProcess, error: InferdError) -> None:
         while worker.queue:
             job = worker.queue.popleft()
             if not job.future.done():
@@ -470,7 +472,7 @@ class ProcessInstances:
         for worker in running:
             worker.state = _CLOSED
         threads = [
-            threading.Thread(target=stop_worker, args=(self.name, w.proc, w.channel))
+            threading.Thread(target=stop_model_process, args=(self.name, w.proc, w.channel))
             for w in running
         ]
         for thread in threads:
@@ -479,7 +481,7 @@ class ProcessInstances:
             thread.join()
 
     def pids(self) -> list[int | None]:
-        """The worker process of each instance (None while one restarts)."""
+        """The model process of each instance (None while one restarts)."""
         return [
             w.proc.pid if w.proc is not None and w.state is _UP else None for w in self._workers
         ]

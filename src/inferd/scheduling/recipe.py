@@ -1,39 +1,25 @@
 """How an execution instance builds its executor: from a picklable recipe, never a pickled model.
 
 ``build_executor`` is the one place a backend's model becomes an ``Executor`` (in the server
-for thread instances, in the worker for process instances). A ``WorkerRecipe`` is what the
-server sends a fresh worker process: a factory to import (``module:function``) and its plain
-arguments. A framework backend's recipe names the backend, the version folder, the completed
-config (serialized) and the placement; the Python backend has its own (``worker_recipe``).
+for thread instances, in the model process for process instances). A
+``backends.process.ProcessRecipe`` is what the server sends a fresh model process: a factory to
+import (``module:function``) and its plain arguments. A framework backend's recipe names the
+backend, the version folder, the completed config (serialized) and the placement; the Python
+backend has its own (``Backend.process_recipe``).
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from inferd.backends.process import ProcessRecipe
 
 if TYPE_CHECKING:
     from inferd.backends.base import Backend, InstancePlacement
+    from inferd.backends.work import Executor
     from inferd.config.model_config_pb2 import ModelConfig
-    from inferd.scheduling.work import Executor
     from inferd.security.trust import PlainGrants
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerRecipe:
-    """What a worker process calls to build its executor, and with which Python."""
-
-    factory: str  # "package.module:function"
-    args: tuple[Any, ...]  # plain, picklable values
-    interpreter: str = ""  # the Python that runs the worker; "" is the server's own
-
-    def build(self) -> Executor:
-        module, _, name = self.factory.partition(":")
-        factory = getattr(importlib.import_module(module), name)
-        executor: Executor = factory(*self.args)
-        return executor
 
 
 def build_executor(
@@ -45,13 +31,11 @@ def build_executor(
 ) -> Executor:
     """The backend's request-level executor if it has one for this model, else its batch
     Runtime behind ``BatchExecutor``."""
-    from inferd.scheduling.work import BatchExecutor
+    from inferd.backends.work import BatchExecutor
 
-    load_executor = getattr(backend, "load_executor", None)
-    if load_executor is not None:
-        executor: Executor | None = load_executor(version_dir, config, placement)
-        if executor is not None:
-            return executor
+    executor = backend.load_executor(version_dir, config, placement)
+    if executor is not None:
+        return executor
     return BatchExecutor(label, backend.load(version_dir, config, placement))
 
 
@@ -61,14 +45,14 @@ def backend_recipe(
     config: ModelConfig,
     placement: InstancePlacement,
     label: str,
-) -> WorkerRecipe:
+) -> ProcessRecipe:
     """A framework backend's model, loaded in the worker by ``backend_executor``, with what
     the server granted the model's code where the recipe is made (``inferd.security.trust``)."""
     from inferd.security.trust import current
 
     fields = (placement.kind, placement.device_id, placement.instance_count, placement.index)
     grants = current()
-    return WorkerRecipe(
+    return ProcessRecipe(
         f"{__name__}:backend_executor",
         (
             backend.name,

@@ -20,13 +20,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferd.backends.work import SEQUENCE_END, SEQUENCE_START, Executed, Work
 from inferd.core.errors import InferdError, InvalidInput, Unavailable
 from inferd.core.stats import ModelStats
 from inferd.core.types import Tensors, Timings
 from inferd.scheduling.instances import Instances
 from inferd.scheduling.policy import check_request_parameters
 from inferd.scheduling.sequence_options import SequenceId, SequenceOptions, sequence_parameters
-from inferd.scheduling.work import SEQUENCE_END, SEQUENCE_START, Executed, Work
 
 _RELEASED_KEPT = 4096  # ids of sequences released as idle, remembered for a clear error
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from inferd.backends.work import CANCELLED, Executed, InstanceFailed, Result, Work
 from inferd.core.errors import (
     ConfigError,
     DeadlineExceeded,
@@ -30,7 +31,6 @@ from inferd.core.errors import (
 )
 from inferd.core.types import Tensors
 from inferd.scheduling.channel import Channel
-from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Result, Work
 
 INLINE_BYTES = 16 << 10  # a tensor up to this size rides in the message
 INLINE_BUDGET_BYTES = 32 << 10  # inline bytes per message at most

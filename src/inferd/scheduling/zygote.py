@@ -1,4 +1,4 @@
-"""A fork server for worker processes of the server's own Python.
+"""A fork server for model processes of the server's own Python.
 
 Starting a worker from scratch imports numpy, asyncio and the worker's modules again: a
 second or more on a busy host, paid at every load and every restart after a crash. The
@@ -29,7 +29,7 @@ START_TIMEOUT_S = 60.0
 _PRELOAD = (
     "numpy",
     "asyncio",
-    "inferd.scheduling.worker",
+    "inferd.scheduling.model_process",
     "inferd.backends.python.host",
 )
 
@@ -55,7 +55,7 @@ class Zygote:
     """The server's end: fork requests out, pids and exit statuses back."""
 
     def __init__(self) -> None:
-        from inferd.scheduling.spawn import start_python
+        from inferd.backends.spawn import start_python
 
         server_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -121,7 +121,7 @@ _zygote: Zygote | None = None
 _zygote_lock = threading.Lock()
 
 
-def fork_worker(worker_fd: int) -> ForkedProcess:
+def fork_model_process(worker_fd: int) -> ForkedProcess:
     """Fork a worker of the server's Python from the (started on demand) zygote."""
     global _zygote
     with _zygote_lock:
@@ -157,10 +157,10 @@ def _child(sock: socket.socket, wakes: tuple[socket.socket, ...], fd: int) -> No
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
     os.environ["INFERD_WORKER_FD"] = str(fd)
-    from inferd.scheduling import worker
+    from inferd.scheduling import model_process
 
     try:
-        worker.main()
+        model_process.main()
     finally:
         os._exit(0)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferd.backends.work import InstanceFailed
 from inferd.core.errors import ErrorCode, InferdError, ModelFailed
-from inferd.scheduling.work import InstanceFailed
 
 NOT_FOUND_MESSAGE = "Requested resource is not found, please refer to API document."
 METHOD_MESSAGE = "Requested method is not allowed, please refer to API document."

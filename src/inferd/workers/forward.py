@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inferd.backends.work import CANCELLED, Result, Work, join, split
 from inferd.core.errors import InternalError, Unavailable
 from inferd.core.types import Tensors, Timings
 from inferd.plane.registry import Registry
@@ -43,7 +44,6 @@ from inferd.repository.manager import RepositoryStatus
 from inferd.scheduling.channel import SOCKET_BUFFER_BYTES, Channel
 from inferd.scheduling.processes import COPY_OFF_LOOP_BYTES
 from inferd.scheduling.wire import Encoder, decode_result, works_bytes
-from inferd.scheduling.work import CANCELLED, Result, Work
 from inferd.workers import rows
 from inferd.workers.mirror import Mirror
 from inferd.workers.queues import QueueView
@@ -326,7 +326,7 @@ class HostLink:
         if len(chunk) == 1:
             return self._encode(encoder, first.call_id, first.scheduler, first.work)
         works = [item.work for item in chunk]
-        joined = Work(rows.join(works), sum(w.rows for w in works), first.work.outputs)
+        joined = Work(join(works), sum(w.rows for w in works), first.work.outputs)
         joint_id = next(self._ids)
         self._joined[joint_id] = [(item.call_id, item.work.rows) for item in chunk]
         return self._encode(encoder, joint_id, first.scheduler, joined, len(chunk))
@@ -391,9 +391,7 @@ class HostLink:
                 if parts is None:
                     self._done(calls.pop(call_id), result, item[3], table)
                     continue
-                shares = (
-                    rows.split(result, [n for _, n in parts]) if isinstance(result, dict) else None
-                )
+                shares = split(result, [n for _, n in parts]) if isinstance(result, dict) else None
                 for i, (part_id, _) in enumerate(parts):
                     call = calls.pop(part_id, None)
                     if call is not None:

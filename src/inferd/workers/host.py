@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from inferd.backends.work import Result, Work
 from inferd.core.errors import InferdError, InternalError, NotFound, Unavailable
 from inferd.core.types import Timings
 from inferd.plane.model import ModelVersion
@@ -37,7 +38,6 @@ from inferd.repository.manager import RepositoryStatus
 from inferd.scheduling.channel import SOCKET_BUFFER_BYTES, Channel
 from inferd.scheduling.eager import run_eagerly
 from inferd.scheduling.wire import Encoder, decode_tensors, encode_result
-from inferd.scheduling.work import Result, Work
 from inferd.workers.forward import HOST_SOCKET, IDLE_FLUSH_S
 from inferd.workers.queues import QueueBoard
 from inferd.workers.status import status_doc

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
+from inferd.backends.work import Work
 from inferd.core.errors import Unavailable
 from inferd.core.types import Tensors, Timings
-from inferd.scheduling.work import Work
 from inferd.workers.queues import QueueView
 
 

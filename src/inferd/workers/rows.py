@@ -5,7 +5,9 @@ event-loop iteration, with the same requested outputs, input datatypes and row s
 scheduling parameter of their own (priority, timeout, sequence), would sit side by side in the
 host's batcher anyway: they go as one request of all their rows (at most the model's
 ``max_batch_size``), which the host queues and counts as that many requests
-(``Work.requests``), and each gets its own rows of the answer back. The host then handles one
+(``Work.requests``), and each gets its own rows of the answer back. Which requests are
+compatible, and how their rows are joined and split, is the batcher's own rule
+(``inferd.backends.work``: ``batch_key``, ``join``, ``split``). The host then handles one
 entry where it would have handled several, and the batching is the same.
 
 Only versions whose instances run a batch runtime get this (``ThreadInstances.row_batches``): a
@@ -14,16 +16,12 @@ request-level executor (a Python model) sees every request as it came.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from inferd.core.types import Tensors
+from inferd.backends.work import Work, batch_key
 from inferd.plane.model import ModelVersion
 from inferd.scheduling.batcher import DynamicBatcher
 from inferd.scheduling.instances import ThreadInstances
-from inferd.scheduling.work import Work
 
 # Request parameters the host's batcher acts on: a request carrying one travels alone.
 SCHEDULING = ("priority", "timeout", "sequence_id", "sequence_start", "sequence_end")
@@ -45,30 +43,11 @@ def joinable_rows(version: ModelVersion) -> int:
 
 
 def key(work: Work) -> tuple[Any, ...] | None:
-    """Works with equal keys may travel as one; None: this one travels alone."""
+    """Works with equal keys may travel as one (the batcher's own ``batch_key``: they would
+    share a batch there); None: this one travels alone."""
     if work.rows <= 0 or work.signature or work.responses is not None:
         return None
     parameters = work.parameters
     if parameters and any(name in parameters for name in SCHEDULING):
         return None
-    found: list[Any] = [work.outputs]
-    for name, array in work.inputs.items():
-        found += (name, array.dtype.str, array.shape[1:])
-    return tuple(found)
-
-
-def join(works: Sequence[Work]) -> Tensors:
-    """The inputs of compatible works, their rows one after the other."""
-    first = works[0].inputs
-    return {name: np.concatenate([w.inputs[name] for w in works], axis=0) for name in first}
-
-
-def split(outputs: Tensors, rows: Sequence[int]) -> list[Tensors]:
-    """Each work's rows of the joined answer (views, no copies)."""
-    parts: list[Tensors] = []
-    offset = 0
-    for count in rows:
-        end = offset + count
-        parts.append({name: array[offset:end] for name, array in outputs.items()})
-        offset = end
-    return parts
+    return batch_key(work)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferd.backends.work import Scheduler
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import SignatureSpec, build_spec, signature_spec
 from inferd.core.datatypes import BY_NAME
@@ -26,7 +27,6 @@ from inferd.core.errors import NotFound
 from inferd.plane.model import ModelState, ModelVersion
 from inferd.plane.registry import ModelRecord, Registry
 from inferd.repository import routing_file
-from inferd.scheduling.batcher import Scheduler
 from inferd.workers.copies import copyable
 from inferd.workers.rows import joinable_rows
 

@@ -12,24 +12,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from inferd.backends.base import InstancePlacement
+from inferd.backends.base import Backend, InstancePlacement
 from inferd.backends.completion import model_file, require_listed
+from inferd.backends.process import ProcessRecipe
 from inferd.backends.python.describe import describe
 from inferd.backends.python.env import ENV_PARAMETER, interpreter_for
 from inferd.backends.python.host import python_executor
 from inferd.backends.python.modelfile import import_model, model_class
 from inferd.backends.python.native import NativeRuntime
+from inferd.backends.work import Executor
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.text import config_to_dict, parse_config_json
 from inferd.core.errors import ConfigError
-from inferd.scheduling.recipe import WorkerRecipe
-from inferd.scheduling.work import Executor
 from inferd.security.trust import Capability, require
 
 FILENAME = "model.py"
 
 
-class PythonBackend:
+class PythonBackend(Backend):
     name = "python"
     platforms: tuple[str, ...] = ()
     default_filename = FILENAME
@@ -74,11 +74,11 @@ class PythonBackend:
         if not config.backend:
             config.backend = self.name
 
-    def worker_recipe(
+    def process_recipe(
         self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
-    ) -> WorkerRecipe:
+    ) -> ProcessRecipe:
         """How a worker process builds one instance (with the model's own interpreter)."""
-        return WorkerRecipe(
+        return ProcessRecipe(
             f"{python_executor.__module__}:{python_executor.__name__}",
             self._arguments(version_dir, config, placement),
             self._interpreter(version_dir, config),

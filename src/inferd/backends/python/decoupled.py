@@ -15,12 +15,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from inferd.backends import process
 from inferd.backends.python import pb_utils
 from inferd.backends.python.modelfile import where
 from inferd.backends.python.triton import TritonExecutor, log
+from inferd.backends.work import Executed, Result, Work
 from inferd.core.errors import InternalError
-from inferd.scheduling import worker
-from inferd.scheduling.work import Executed, Result, Work
 
 # How long a request may wait for its final flag after execute() returned.
 FINAL_WAIT_S = 300.0
@@ -30,7 +30,7 @@ class DecoupledExecutor(TritonExecutor):
     """A ``TritonPythonModel`` whose requests get any number of responses."""
 
     def execute(self, batch: Sequence[Work]) -> Executed:
-        host = worker.current()
+        host = process.current()
         if host is None:
             error = InternalError(f"model '{self.label}': decoupled models run in worker processes")
             return Executed([error] * len(batch))
@@ -88,7 +88,7 @@ class DecoupledExecutor(TritonExecutor):
 
     def _forward(
         self,
-        host: worker.Host,
+        host: process.ProcessSide,
         batch: Sequence[Work],
         finals: list[bool],
         index: int,

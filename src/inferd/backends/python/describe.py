@@ -24,7 +24,7 @@ def describe(
     interpreter: str, path: Path, config: dict[str, Any], default_max_batch_size: int
 ) -> dict[str, Any]:
     """The config completed by the model's code (ModelLoadError naming the problem)."""
-    from inferd.scheduling.spawn import describe_exit, start_python
+    from inferd.backends.spawn import describe_exit, start_python
 
     request = json.dumps(
         {"path": str(path), "config": config, "default_max_batch_size": default_max_batch_size}

@@ -10,7 +10,7 @@ from inferd.backends.python.decoupled import DecoupledExecutor
 from inferd.backends.python.modelfile import import_model, model_class
 from inferd.backends.python.native import NativeRuntime
 from inferd.backends.python.triton import TritonExecutor
-from inferd.scheduling.work import BatchExecutor, Executor
+from inferd.backends.work import BatchExecutor, Executor
 
 
 def python_executor(

@@ -28,6 +28,7 @@ from typing import Any
 from inferd.backends.python import pb_utils
 from inferd.backends.python.modelfile import where
 from inferd.backends.python.triton import conform, output_types
+from inferd.backends.work import Runtime
 from inferd.core.errors import InternalError, ModelLoadError
 from inferd.core.types import Tensors
 
@@ -35,7 +36,7 @@ log = logging.getLogger("inferd.scheduling")  # where a batch executor's failure
 _TYPE_NAMES = {value: name for name, value, _ in pb_utils._TYPES} | {14: "TYPE_BF16"}
 
 
-class NativeRuntime:
+class NativeRuntime(Runtime):
     """One instance of a native model: a batch Runtime (``BatchExecutor`` wraps it)."""
 
     inline = False

@@ -400,10 +400,10 @@ class InferenceRequest:
 
 
 def _host() -> Any:
-    """This worker's ``Host`` (None outside a worker): imported once, then kept."""
+    """This model process's side (None in the server): imported once, then kept."""
     global _current_host
     if _current_host is None:
-        from inferd.scheduling.worker import current
+        from inferd.backends.process import current
 
         _current_host = current
     return _current_host()

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from inferd.backends import process
 from inferd.backends.python import pb_utils
 from inferd.backends.python.modelfile import where
+from inferd.backends.work import Executed, Result, Work, check_rows
 from inferd.core.errors import InferdError, InternalError, ModelLoadError
 from inferd.core.types import Tensors
-from inferd.scheduling import worker
-from inferd.scheduling.work import Executed, Result, Work, check_rows
 
 log = logging.getLogger("inferd.scheduling")  # where a batch executor's failures are logged
 
@@ -108,7 +108,7 @@ class TritonExecutor:
         self._execute = execute
         self._loop = asyncio.new_event_loop() if inspect.iscoroutinefunction(execute) else None
 
-    def _request(self, work: Work, host: worker.Host | None) -> pb_utils.InferenceRequest:
+    def _request(self, work: Work, host: process.ProcessSide | None) -> pb_utils.InferenceRequest:
         request = pb_utils.InferenceRequest(
             request_id=work.request_id,
             correlation_id=work.correlation_id or 0,
@@ -125,7 +125,7 @@ class TritonExecutor:
 
     def execute(self, batch: Sequence[Work]) -> Executed:
         started = time.perf_counter_ns()
-        host = worker.current()
+        host = process.current()
         requests = [self._request(w, host) for w in batch]
         built = time.perf_counter_ns()
         try:

@@ -23,7 +23,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from inferd.backends.base import InstancePlacement, Runtime
+from inferd.backends.base import Backend, InstancePlacement
+from inferd.backends.process import ProcessRecipe
 from inferd.backends.python.env import ENV_PARAMETER, interpreter_for
 from inferd.backends.torchserve import archive
 from inferd.backends.torchserve.settings import (
@@ -32,11 +33,10 @@ from inferd.backends.torchserve.settings import (
     read_registration,
     resolve,
 )
+from inferd.backends.work import Executor, Runtime
 from inferd.config.model_config_pb2 import DataType as ConfigDataType
 from inferd.config.model_config_pb2 import ModelConfig, ModelInput, ModelInstanceGroup, ModelOutput
 from inferd.core.errors import ConfigError
-from inferd.scheduling.recipe import WorkerRecipe
-from inferd.scheduling.work import Executor
 from inferd.security.trust import Capability, require
 
 INPUT = "body"
@@ -52,7 +52,7 @@ def _streams(found: Path, handler: str) -> bool:
     return source is not None and b"send_intermediate_predict_response" in source
 
 
-class TorchServeBackend:
+class TorchServeBackend(Backend):
     name = "torchserve"
     platforms: tuple[str, ...] = ()
     default_filename = "model.mar"
@@ -124,9 +124,9 @@ class TorchServeBackend:
         if any(t != ConfigDataType.TYPE_STRING for t in types):
             raise ConfigError(f"model '{config.name}': its tensors must be TYPE_STRING")
 
-    def worker_recipe(
+    def process_recipe(
         self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
-    ) -> WorkerRecipe:
+    ) -> ProcessRecipe:
         """How a worker process builds one instance: the unpacked archive and the handler."""
         from inferd.backends.torchserve.executor import torchserve_executor
 
@@ -145,7 +145,7 @@ class TorchServeBackend:
             if ENV_PARAMETER in config.parameters
             else ""
         )
-        return WorkerRecipe(
+        return ProcessRecipe(
             f"{torchserve_executor.__module__}:{torchserve_executor.__name__}",
             (
                 str(archive.unpacked(found, self.cache_dir)),
@@ -172,5 +172,5 @@ class TorchServeBackend:
         self, version_dir: Path, config: ModelConfig, placement: InstancePlacement
     ) -> Executor:
         """The handler's executor in this process (what a worker process runs)."""
-        recipe = self.worker_recipe(version_dir, config, placement)
+        recipe = self.process_recipe(version_dir, config, placement)
         return recipe.build()

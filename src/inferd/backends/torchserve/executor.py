@@ -34,11 +34,11 @@ from typing import Any
 
 import numpy as np
 
+from inferd.backends import process
 from inferd.backends.python.modelfile import where
 from inferd.backends.torchserve.settings import HEADERS, NAMES, TORCHSERVE_VERSION, TYPES
+from inferd.backends.work import Executed, Result, Work
 from inferd.core.errors import ModelFailed, ModelLoadError
-from inferd.scheduling import worker
-from inferd.scheduling.work import Executed, Result, Work
 
 log = logging.getLogger("inferd.torchserve")
 
@@ -383,7 +383,7 @@ class TorchServeExecutor:
         """A streaming handler's answers before its final ones, sent to the server at once
         (requests of one row each: the usual; a request of several rows gets its rows' answers
         in the final one only)."""
-        host = worker.current()
+        host = process.current()
         if host is None or len(answers) != len(processors) or len(batch) != len(processors):
             return
         for index, answer in enumerate(answers):
@@ -416,7 +416,7 @@ class TorchServeExecutor:
         now = time.monotonic()
         if not pending or now - self._flushed < METRICS_FLUSH_S:
             return
-        host = worker.current()
+        host = process.current()
         if host is not None:
             records = [(*key, value, count) for key, (value, count) in pending.items()]
             host.send_metrics(self.label, records)

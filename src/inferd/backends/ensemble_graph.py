@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from inferd.backends.work import Work
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import datatype_of
 from inferd.core.datatypes import DataType, of_array
@@ -28,7 +29,6 @@ from inferd.core.types import (
     Tensors,
     Timings,
 )
-from inferd.scheduling.work import Work
 
 ENSEMBLE_PLATFORM = "ensemble"
 _NEEDED_CACHE_SIZE = 64  # sets of requested outputs whose steps are remembered

@@ -21,7 +21,7 @@ from typing import Protocol
 
 log = logging.getLogger("inferd.scheduling")
 
-# The folder that holds the inferd package (this file is inferd/scheduling/spawn.py).
+# The folder that holds the inferd package (this file is inferd/backends/spawn.py).
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 BOOT = """\
@@ -34,8 +34,8 @@ importlib.import_module(os.environ.pop("INFERD_WORKER_MAIN")).main()
 VERSION_PROBE_TIMEOUT_S = 30.0
 
 
-class WorkerProcess(Protocol):
-    """What the server keeps of a worker process (``subprocess.Popen`` is one)."""
+class ProcessHandle(Protocol):
+    """What the server keeps of a model process (``subprocess.Popen`` is one)."""
 
     pid: int
 

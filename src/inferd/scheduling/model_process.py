@@ -1,15 +1,15 @@
-"""The worker process: builds its executor from a recipe and runs the batches the server sends.
+"""The model process: builds its executor from a recipe and runs the batches the server sends.
 
 One thread, one loop. A ``job`` is queued and run when the one before it is done; a ``cancel``
 marks a job not started yet, which is then answered CANCELLED unrun; ``close`` lets the queue
 finish, closes the executor (a Python model's ``finalize``) and answers ``closed``. Outputs
 are copied into this end's arenas, inputs are read in place from the server's.
 
-A model calls another model through ``Host.call``: the request goes to the server, which runs
-it through that model's own scheduler, and the worker waits for the answer, queueing jobs that
-arrive meanwhile. From an ``async def execute`` the call is awaited (``Host.call_async``) on
-the model's event loop, which reads the connection while it waits, so several calls can be in
-flight at once.
+A model calls another model through ``ModelProcess.call``: the request goes to the server,
+which runs it through that model's own scheduler, and the model process waits for the answer,
+queueing jobs that arrive meanwhile. From an ``async def execute`` the call is awaited
+(``ModelProcess.call_async``) on the model's event loop, which reads the connection while it
+waits, so several calls can be in flight at once.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+from inferd.backends.process import ProcessRecipe, attach
+from inferd.backends.work import Executor, InstanceFailed, Result, as_error
 from inferd.core.errors import InferdError, InternalError
 from inferd.core.types import Parameters, Tensors
 from inferd.scheduling.channel import Channel
-from inferd.scheduling.recipe import WorkerRecipe
 from inferd.scheduling.wire import (
     Encoder,
     decode_result,
@@ -40,21 +41,15 @@ from inferd.scheduling.wire import (
     encode_executed,
     encode_result,
 )
-from inferd.scheduling.work import Executor, InstanceFailed, Result, as_error
 
-log = logging.getLogger("inferd.worker")
+log = logging.getLogger("inferd.model_process")
 
 EXIT_BROKEN = 3  # the executor broke: the server starts a fresh worker
-_HOST: Host | None = None
 
 
-def current() -> Host | None:
-    """The host of this worker process (None outside a worker)."""
-    return _HOST
-
-
-class Host:
-    """This worker's side of its connection: the job queue and calls to other models."""
+class ModelProcess:
+    """This model process's side of its connection: the job queue and calls to other models
+    (what ``inferd.backends.process.current`` gives the model's code)."""
 
     def __init__(self, channel: Channel, label: str) -> None:
         self.channel = channel
@@ -162,7 +157,7 @@ class Host:
 
     def send_response(self, index: int, result: Result, final: bool) -> None:
         """One response of request ``index`` of the job running now (decoupled models), sent
-        to the server at once; call it from the worker's main thread only."""
+        to the server at once; call it from the model process's main thread only."""
         if self._running is None:
             raise RuntimeError("responses can only be sent while a job runs")
         encoded = encode_result(Encoder(self.channel), result)
@@ -246,9 +241,8 @@ def _failure(exc: BaseException) -> str:
 
 
 def main() -> None:
-    """The worker's entry point (``spawn.BOOT`` calls it): the connection is an inherited
+    """The model process's entry point (``spawn.BOOT`` calls it): the connection is an inherited
     descriptor named by ``INFERD_WORKER_FD``; the first message is the recipe."""
-    global _HOST
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops its workers in order
     fd = int(os.environ.pop("INFERD_WORKER_FD"))
     channel = Channel(socket.socket(fileno=fd), trusting=True)
@@ -264,20 +258,21 @@ def main() -> None:
         format=f"%(asctime)s %(levelname)s [{label} instance {index} pid {os.getpid()}] "
         "%(name)s: %(message)s",
     )
-    _HOST = Host(channel, label)
+    side = ModelProcess(channel, label)
+    attach(side)
     try:
-        executor = WorkerRecipe(factory, tuple(args)).build()
+        executor = ProcessRecipe(factory, tuple(args)).build()
     except BaseException as exc:
         if not isinstance(exc, InferdError):
             traceback.print_exc()
         channel.send("failed", _failure(exc))
         _exit(1)
     channel.send("ready", os.getpid())
-    _exit(_HOST.serve(executor))
+    _exit(side.serve(executor))
 
 
 def _exit(code: int) -> None:
-    """Leave now: a model's stray non-daemon threads must not keep the worker alive."""
+    """Leave now: a model's stray non-daemon threads must not keep the model process alive."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -3,7 +3,7 @@
 A scheduler hands an instance a list of ``Work`` (one per request: inputs, requested outputs,
 id, parameters, sequence controls) and gets back one ``Tensors`` or error per request, with the
 time spent assembling, executing and splitting. ``Executor`` is what runs inside an instance
-(a worker thread or a worker process). Framework runtimes keep their small batch interface
+(a worker thread or a model process). Framework runtimes keep their small batch interface
 (``Runtime.execute(inputs, names) -> outputs``) behind ``BatchExecutor``, which concatenates
 the requests' inputs along axis 0 and splits the outputs back, inside the worker, never on the
 event loop. A request-level executor (Python models) sees every request as it came.
@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import logging
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from inferd.core.errors import InferdError, InternalError, InvalidInput, Unavailable
-from inferd.core.types import Parameters, Tensors
-
-if TYPE_CHECKING:  # a worker process of a Python model imports this module without protobuf
-    from inferd.backends.base import Runtime
+from inferd.core.types import Parameters, Tensors, Timings
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -47,7 +45,7 @@ class Work:
     # was handed to an instance: the instance skips it and answers CANCELLED.
     cancelled: bool = False
     # Which signature of the model file runs ("": the model's own inputs and outputs); only
-    # models whose backend lists signatures get one (``SignatureRuntime``).
+    # models whose backend lists signatures get one (``Runtime.execute_signature``).
     signature: str = ""
     # Decoupled models: called on the event loop with each response as the model sends it
     # (``final`` on the last); the request's own result is then empty. Never crosses to a worker.
@@ -112,6 +110,83 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+class Runtime(ABC):
+    """One loaded execution instance of a model version, as a backend's ``load`` returns it:
+    whole batches of numpy arrays in, the requested outputs out (``BatchExecutor`` puts it
+    behind the request-level seam: concatenating requests, checking rows, splitting)."""
+
+    # Whether a call may run on the event loop itself when it is fast (the instances measure
+    # it on the worker threads first): true only for runtimes with no thread affinity that
+    # release no lock the loop could need.
+    inline: bool = False
+
+    @abstractmethod
+    def execute(self, inputs: Tensors, output_names: Sequence[str]) -> Tensors:
+        """Run one whole batch (each input's first dimension is the batch when the model
+        batches); called by one thread at a time per instance. Return at least the outputs
+        named, each with as many rows as the inputs."""
+
+    def execute_signature(
+        self, signature: str, inputs: Tensors, output_names: Sequence[str]
+    ) -> Tensors:
+        """Run another signature of the model file (a TF SavedModel's SignatureDefs); called
+        only for the names the backend's ``signatures`` listed."""
+        raise InvalidInput(f"this model has no signature '{signature}'")
+
+    def close(self) -> None:
+        """Free what the instance holds (the model is unloaded or the instance rebuilt);
+        the default holds nothing to free."""
+        return None
+
+
+class Scheduler(Protocol):
+    """What runs a model version's requests: a batcher over instances, or a backend's own
+    (``Backend.load_scheduler``: an ensemble calling its composing models)."""
+
+    async def run(self, work: Work, timings: Timings) -> Tensors:
+        """Execute one validated request; its outputs, or its error raised."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------- batch compatibility
+# The one rule of which requests may share a batch and how their rows travel together: the
+# dynamic batcher groups queued requests by ``batch_key``; a batch runtime's executor joins
+# and splits them (``BatchExecutor``); the serving processes send compatible requests to the
+# model host as one (``inferd.workers.rows``).
+
+
+def batch_key(work: Work) -> tuple[Any, ...]:
+    """Requests with equal keys can share a batch: same signature, outputs, input names,
+    dtypes and row shapes. Each request keeps its own id and parameters inside the batch."""
+    inputs = work.inputs
+    if len(inputs) == 1:  # the usual request: no generator to run
+        for name, array in inputs.items():
+            return (work.signature, work.outputs, name, array.dtype, array.shape[1:])
+    key: list[Any] = [work.signature, work.outputs]
+    for name, array in inputs.items():
+        key += (name, array.dtype, array.shape[1:])
+    return tuple(key)
+
+
+def join(works: Sequence[Work]) -> Tensors:
+    """The inputs of compatible works (equal ``batch_key``), their rows one after the other."""
+    first = works[0].inputs
+    return {name: np.concatenate([w.inputs[name] for w in works], axis=0) for name in first}
+
+
+def split(outputs: Tensors, rows: Sequence[int]) -> list[Tensors]:
+    """Each work's rows of a joined answer, in order (views, no copies)."""
+    parts: list[Tensors] = []
+    offset = 0
+    for count in rows:
+        end = offset + count
+        parts.append({name: array[offset:end] for name, array in outputs.items()})
+        offset = end
+    return parts
+
+
 def check_rows(model: str, outputs: Tensors, rows: int) -> None:
     """Every output of a batching model has ``rows`` rows (the one place this is checked)."""
     for name, array in outputs.items():
@@ -143,12 +218,10 @@ class BatchExecutor:
     def __init__(self, model: str, runtime: Runtime) -> None:
         self.model = model
         self.runtime = runtime
-        self.inline = bool(getattr(runtime, "inline", False))
+        self.inline = runtime.inline
 
     def _signature(self, work: Work, inputs: Tensors) -> Tensors:
-        runtime: Any = self.runtime  # a SignatureRuntime: only its models get signatures
-        outputs: Tensors = runtime.execute_signature(work.signature, inputs, work.outputs)
-        return outputs
+        return self.runtime.execute_signature(work.signature, inputs, work.outputs)
 
     def execute(self, batch: Sequence[Work]) -> Executed:
         first = batch[0]
@@ -175,7 +248,7 @@ class BatchExecutor:
         rows = 0
         for work in batch:
             rows += work.rows
-        inputs = {n: np.concatenate([w.inputs[n] for w in batch], axis=0) for n in first.inputs}
+        inputs = join(batch)
         assembled = time.perf_counter_ns()
         try:
             outputs = (
@@ -191,12 +264,7 @@ class BatchExecutor:
             return self._one_by_one(batch)
         except Exception as exc:
             return Executed([as_error(self.model, exc)] * len(batch), assembled - started)
-        parts: list[Result] = []
-        offset = 0
-        for work in batch:
-            end = offset + work.rows
-            parts.append({n: a[offset:end] for n, a in outputs.items()})
-            offset = end
+        parts: list[Result] = list(split(outputs, [work.rows for work in batch]))
         return Executed(
             parts, assembled - started, executed - assembled, time.perf_counter_ns() - executed
         )
