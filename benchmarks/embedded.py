@@ -253,26 +253,27 @@ def _report(
         f"\nhalf_plus_two, one row per call, one caller (medians of {len(ratios)} passes; "
         f"load average 1, 5, 15 min before / after: {load}; {os.cpu_count()} CPUs)"
     )
-    print(f"{'mode':<18} {'calls/s':>9} {'µs/call':>8} {'CPU-µs/call':>16} {'over ort µs':>12}")
+    print(f"{'mode':<20} {'calls/s':>9} {'µs/call':>8} {'CPU-µs/call':>16} {'over ort µs':>12}")
     for name, runs in results.items():
         per_s = statistics.median(r.per_s for r in runs)
         us = statistics.median(r.us for r in runs)
         cpu = statistics.median(r.cpu_s / r.calls * 1e6 for r in runs)
         client = statistics.median(r.other_cpu_s / r.calls * 1e6 for r in runs)
         cpu_text = f"{cpu:.1f}" + (f" (+{client:.0f} client)" if client else "")
-        print(f"{name:<18} {per_s:>9.0f} {us:>8.1f} {cpu_text:>16} {us - reference:>12.1f}")
+        print(f"{name:<20} {per_s:>9.0f} {us:>8.1f} {cpu_text:>16} {us - reference:>12.1f}")
     print(
         "in-process (blocking) calls/s over the faster HTTP mode, per pass: "
         + ", ".join(f"{r:.1f}x" for r in ratios)
     )
 
-    def cpu(name: str) -> float:
+    def cpu_us(name: str) -> float:
         return statistics.median(r.cpu_s / r.calls * 1e6 for r in results[name])
 
     print(
         "CPU-µs per call, in process: "
-        f"{cpu('in-process'):.1f} on the caller's thread, {cpu('in-process via loop'):.1f} "
-        f"through the loop; HTTP JSON: {cpu('http json'):.1f} in the server"
+        f"{cpu_us('in-process'):.1f} on the caller's thread, "
+        f"{cpu_us('in-process via loop'):.1f} through the loop; "
+        f"HTTP JSON: {cpu_us('http json'):.1f} in the server"
     )
 
 
