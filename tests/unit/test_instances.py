@@ -210,3 +210,26 @@ def test_a_claim_holds_an_idle_instance_off_the_loop_and_closing_waits_for_it(
 
     asyncio.run(run())
     assert [e.instance for e in echo.LOG["claimed"][-2:]] == [1, 0]
+
+
+def test_a_claimed_instance_that_crashes_fails_its_request_and_is_rebuilt() -> None:
+    async def run() -> None:
+        pool = _pool(
+            "crash-claimed", 1, 'parameters { key: "crash_every" value: { string_value: "2" } }'
+        )
+        for value, fails in ((1.0, False), (2.0, True), (3.0, False)):
+            instance = pool.claim()
+            assert instance == 0
+            try:
+                if fails:
+                    with pytest.raises(InstanceFailed, match=r"crashed \(execution 2\)"):
+                        pool.execute_claimed(instance, [_work(value)])
+                else:
+                    executed = pool.execute_claimed(instance, [_work(value)])
+                    assert ok(executed.results[0])["OUTPUT0"].item() == value
+            finally:
+                pool.release(instance)
+        assert pool.restarts == 1
+        await pool.close()
+
+    asyncio.run(run())

@@ -249,14 +249,16 @@ class ThreadInstances:
         return None
 
     def execute_claimed(self, instance: int, batch: list[Work]) -> Executed:
-        """Execute on an instance this thread claimed, as inline: an executor's failure raises
-        the error the requests get."""
+        """Execute on an instance this thread claimed, as its worker would: an executor that
+        fails is rebuilt, and the error its requests get is raised."""
         executor = self._executors[instance]
         assert executor is not None  # set while claimed: only its lock's holder clears it
         try:
             return executor.execute(batch)
         except Exception as exc:
-            raise as_error(self.name, exc) from None
+            error = exc if isinstance(exc, InstanceFailed) else as_error(self.name, exc)
+            self._restart(instance, exc)
+            raise error from None
 
     def release(self, instance: int) -> None:
         self._locks[instance].release()
