@@ -3,16 +3,20 @@ HTTP on loopback: one caller each, one row per call, on the demo ``half_plus_two
 
 1. ``onnxruntime``: ``InferenceSession.run`` on the model's file in this process (the session
    options inferd's backend uses);
-2. ``in-process``: ``Server.infer`` from this thread (the server on its own loop thread);
-3. ``in-process async``: ``await Server.async_infer`` on the server's loop;
-4. ``http json`` / ``http binary``: ``inferd serve`` (one process) on loopback, KServe v2 JSON
+2. ``in-process``: ``Server.infer`` from this thread: the model neither batches nor needs the
+   loop, so it runs on this thread (``inferd.app.direct``);
+3. ``in-process via loop``: the same request handed to the server's loop thread and waited for,
+   as ``Server.infer`` does for a model that batches (the hop the direct path saves);
+4. ``in-process async``: ``await Server.async_infer`` on the server's loop;
+5. ``http json`` / ``http binary``: ``inferd serve`` (one process) on loopback, KServe v2 JSON
    and binary tensors, one keep-alive connection (``http.client``, the cheapest Python client).
 
 Modes are interleaved pass by pass (the host is noisy); each row gives calls/s, wall µs per
-call, CPU-µs per call (this process's CPU for 1-3; for 4, the server process's, and the
-client's in brackets), and the added µs per call over onnxruntime. ``--profile`` then shows
-where the in-process µs go: a cProfile of the awaited path (everything on the server's loop)
-and the cost of the blocking path's hand-off between threads, measured alone.
+call, CPU-µs per call (this process's CPU for 1-4; for 5, the server process's, and the
+client's in brackets), and the added µs per call over onnxruntime. Then, per pass, the
+in-process calls/s over the faster HTTP mode's, and the load average before and after.
+``--profile`` then shows where the in-process µs go: a cProfile of the awaited path
+(everything on the server's loop) and the cost of the loop hop alone.
 
     .venv/bin/python benchmarks/embedded.py [--passes 3] [--seconds 3] [--profile]
 """
@@ -40,6 +44,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import inferd
+from inferd.app.calls import build_request
 from inferd.demo.models import write_demo_repository
 from tests.support import ServerProcess
 
@@ -175,7 +180,7 @@ def profile(server: inferd.Server, calls: int = 20000) -> None:
 
     hand_off = timed(lambda: server._block(nothing()), 2.0, own_cpu)
     print(
-        f"the blocking path's hand-off alone (an empty coroutine run on the server's loop from "
+        f"the loop hop alone (an empty coroutine run on the server's loop from "
         f"this thread): {hand_off.us:.1f} µs wall, {hand_off.cpu_s / hand_off.calls * 1e6:.1f} "
         "CPU-µs per call"
     )
@@ -201,6 +206,11 @@ def main() -> None:
                     "in-process": lambda: timed(
                         lambda: server.infer(MODEL, {"x": ROW}), args.seconds, own_cpu
                     ),
+                    "in-process via loop": lambda: timed(
+                        lambda: server._block(server._infer(build_request(MODEL, {"x": ROW}))),
+                        args.seconds,
+                        own_cpu,
+                    ),
                     "in-process async": lambda: awaited(server, args.seconds),
                     "http json": lambda: _remote(
                         http_call(remote.http_port, JSON_BODY, False), args.seconds, server_cpu
@@ -211,6 +221,7 @@ def main() -> None:
                 }
                 results: dict[str, list[Result]] = {name: [] for name in modes}
                 ratios: list[float] = []
+                load_before = os.getloadavg()
                 for number in range(args.passes):
                     for name, run in modes.items():
                         results[name].append(run())
@@ -219,7 +230,7 @@ def main() -> None:
                         / max(results["http json"][-1].per_s, results["http binary"][-1].per_s)
                     )
                     print(f"pass {number + 1}/{args.passes} done", file=sys.stderr)
-                _report(results, ratios)
+                _report(results, ratios, load_before)
                 if args.profile:
                     profile(server)
         finally:
@@ -233,21 +244,36 @@ def _remote(call: Callable[[], object], seconds: float, server_cpu: Callable[[],
     return result
 
 
-def _report(results: dict[str, list[Result]], ratios: list[float]) -> None:
-    load = os.getloadavg()[0]
+def _report(
+    results: dict[str, list[Result]], ratios: list[float], load_before: tuple[float, ...]
+) -> None:
+    load = " / ".join(" ".join(f"{x:.2f}" for x in each) for each in (load_before, os.getloadavg()))
     reference = statistics.median(r.us for r in results["onnxruntime"])
-    print(f"\nhalf_plus_two, one row per call, one caller (medians of passes; load {load:.2f})")
-    print(f"{'mode':<18} {'calls/s':>9} {'µs/call':>8} {'CPU-µs/call':>16} {'over ort µs':>12}")
+    print(
+        f"\nhalf_plus_two, one row per call, one caller (medians of {len(ratios)} passes; "
+        f"load average 1, 5, 15 min before / after: {load}; {os.cpu_count()} CPUs)"
+    )
+    print(f"{'mode':<20} {'calls/s':>9} {'µs/call':>8} {'CPU-µs/call':>16} {'over ort µs':>12}")
     for name, runs in results.items():
         per_s = statistics.median(r.per_s for r in runs)
         us = statistics.median(r.us for r in runs)
         cpu = statistics.median(r.cpu_s / r.calls * 1e6 for r in runs)
         client = statistics.median(r.other_cpu_s / r.calls * 1e6 for r in runs)
         cpu_text = f"{cpu:.1f}" + (f" (+{client:.0f} client)" if client else "")
-        print(f"{name:<18} {per_s:>9.0f} {us:>8.1f} {cpu_text:>16} {us - reference:>12.1f}")
+        print(f"{name:<20} {per_s:>9.0f} {us:>8.1f} {cpu_text:>16} {us - reference:>12.1f}")
     print(
         "in-process (blocking) calls/s over the faster HTTP mode, per pass: "
         + ", ".join(f"{r:.1f}x" for r in ratios)
+    )
+
+    def cpu_us(name: str) -> float:
+        return statistics.median(r.cpu_s / r.calls * 1e6 for r in results[name])
+
+    print(
+        "CPU-µs per call, in process: "
+        f"{cpu_us('in-process'):.1f} on the caller's thread, "
+        f"{cpu_us('in-process via loop'):.1f} through the loop; "
+        f"HTTP JSON: {cpu_us('http json'):.1f} in the server"
     )
 
 

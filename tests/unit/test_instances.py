@@ -180,3 +180,56 @@ def test_a_request_level_executor_sees_each_request() -> None:
     (execution,) = echo.LOG["levels"]
     assert execution.request_ids == ("a", "b") and execution.rows == 2
     assert execution.parameters == ({}, {"k": "v"})
+
+
+def test_a_claim_holds_an_idle_instance_off_the_loop_and_closing_waits_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(instances, "INLINE_BELOW_S", 500e-6)
+    monkeypatch.setattr(instances, "INLINE_BELOW_NS", 500_000)
+
+    async def run() -> None:
+        pool = _pool("claimed", 2)
+        for i in range(20):  # measured fast: it would run inline now
+            await pool.submit([_work(i)])
+        assert (pool.claim(), pool.claim(), pool.claim()) == (0, 1, None)  # both held
+        executed = pool.execute_claimed(1, [_work(6.0, "here")])
+        assert ok(executed.results[0])["OUTPUT0"].tolist() == [[6.0]]
+        # Instance 0 is claimed: the loop does not run it inline but queues for its worker,
+        # which waits for the claim.
+        queued = pool.submit([_work(8.0, "queued")], None)
+        assert not queued.done()
+        pool.release(0)
+        assert ok((await queued).results[0])["OUTPUT0"].tolist() == [[8.0]]
+        closing = asyncio.ensure_future(pool.close())
+        await asyncio.sleep(0.05)
+        assert not closing.done()  # instance 1 is still claimed
+        assert pool.claim() is None  # closing: nothing more is claimed
+        pool.release(1)
+        await closing
+
+    asyncio.run(run())
+    assert [e.instance for e in echo.LOG["claimed"][-2:]] == [1, 0]
+
+
+def test_a_claimed_instance_that_crashes_fails_its_request_and_is_rebuilt() -> None:
+    async def run() -> None:
+        pool = _pool(
+            "crash-claimed", 1, 'parameters { key: "crash_every" value: { string_value: "2" } }'
+        )
+        for value, fails in ((1.0, False), (2.0, True), (3.0, False)):
+            instance = pool.claim()
+            assert instance == 0
+            try:
+                if fails:
+                    with pytest.raises(InstanceFailed, match=r"crashed \(execution 2\)"):
+                        pool.execute_claimed(instance, [_work(value)])
+                else:
+                    executed = pool.execute_claimed(instance, [_work(value)])
+                    assert ok(executed.results[0])["OUTPUT0"].item() == value
+            finally:
+                pool.release(instance)
+        assert pool.restarts == 1
+        await pool.close()
+
+    asyncio.run(run())

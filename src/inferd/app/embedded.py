@@ -33,6 +33,7 @@ import orjson
 from inferd.app import edge
 from inferd.app.bind import BoundFunctions
 from inferd.app.calls import Outputs, OutputsWanted, build_request
+from inferd.app.direct import infer_now
 from inferd.app.flags import from_keywords
 from inferd.app.loop_thread import LoopThread
 from inferd.app.reporting import log_readiness, logs_from
@@ -282,8 +283,15 @@ class Server(StreamCalls):
         when the model batches); returns each output's array by name. ``version``: a version
         number (default: routing's choice); ``outputs``: only these (or ``{name:
         {"classification": k}}``); ``parameters``: the request's (``priority``, ``timeout``
-        in µs, ``sequence_id``...), as the v2 protocol names them."""
+        in µs, ``sequence_id``...), as the v2 protocol names them.
+
+        A model that neither batches nor needs the event loop runs on this thread
+        (``inferd.app.direct``); any other request waits for the server's loop to answer."""
         request = build_request(model, inputs, version, outputs, parameters, request_id)
+        self._blocking_loop()
+        response = infer_now(self.plane, request)
+        if response is not None:
+            return Outputs(response)
         return self._block(self._infer(request))
 
     async def async_infer(

@@ -34,17 +34,24 @@ class ServerLoop:
 
     def _block(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the server's loop from another thread and wait for its result."""
+        try:
+            loop = self._blocking_loop()
+        except BaseException:
+            coro.close()
+            raise
+        return call_in_loop(loop, coro)
+
+    def _blocking_loop(self) -> asyncio.AbstractEventLoop:
+        """The server's loop, when a blocking method may be called from this thread."""
         loop = self._loop
         if loop is None or self._stopped or loop.is_closed():
-            coro.close()
             raise Unavailable(_NOT_RUNNING)
         if threading.get_ident() == self._loop_thread_id:
-            coro.close()
             raise RuntimeError(
                 "a blocking inferd.Server method was called on the server's own event loop: "
                 "await the async_ form instead (server.async_infer...)"
             )
-        return call_in_loop(loop, coro)
+        return loop
 
     def _here(self, function: Callable[..., T], *args: Any) -> T:
         """Call ``function`` on the server's loop thread: at once when this is it."""

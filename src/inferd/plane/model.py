@@ -67,8 +67,11 @@ class ModelVersion:
         self.decoupled = self.config.model_transaction_policy.decoupled
         self.version_text = str(self.version)
 
-    async def infer(self, request: InferRequest, signature: str = "") -> InferResponse:
-        """Run a request on the model's own inputs and outputs, or on one of its signatures."""
+    async def infer(
+        self, request: InferRequest, signature: str = "", scheduler: Scheduler | None = None
+    ) -> InferResponse:
+        """Run a request on the model's own inputs and outputs, or on one of its signatures
+        (``scheduler``: one in place of the version's own, as ``inferd.app.direct`` runs it)."""
         if self.decoupled:
             raise InvalidInput(
                 f"model '{self.name}' is decoupled (0..N responses per request): use gRPC "
@@ -99,7 +102,7 @@ class ModelVersion:
                 work = Work(inputs, rows, names, request.id, request.parameters)
                 if signature:
                     work.signature = signature
-                outputs = await self.scheduler.run(work, timings)
+                outputs = await (scheduler or self.scheduler).run(work, timings)
                 if spec.reshaped_outputs:
                     outputs = validate.shape_outputs(spec, outputs, rows)
                 if key is not None and self.cache is not None:

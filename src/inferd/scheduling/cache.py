@@ -2,12 +2,14 @@
 
 One cache for the server (``--cache-size`` bytes), least recently used out first, keyed on
 model, version, every input's name, datatype, shape and bytes, and the requested outputs.
-Used only on the event loop thread.
+Used on the event loop and on the threads of in-process callers (``inferd.app.direct``): a
+lock keeps its order and its size in step.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -42,6 +44,7 @@ class ResponseCache:
         self.capacity_bytes = capacity_bytes
         self.used_bytes = 0
         self._entries: OrderedDict[bytes, tuple[Tensors, int]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -57,11 +60,12 @@ class ResponseCache:
         return digest.digest()
 
     def get(self, key: bytes) -> Tensors | None:
-        found = self._entries.get(key)
-        if found is None:
-            return None
-        self._entries.move_to_end(key)
-        return found[0]
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            self._entries.move_to_end(key)
+            return found[0]
 
     def put(self, key: bytes, outputs: Tensors) -> None:
         owned = {name: np.array(array, copy=True) for name, array in outputs.items()}
@@ -70,11 +74,12 @@ class ResponseCache:
         size = _nbytes(owned) + len(key)
         if size > self.capacity_bytes:
             return
-        previous = self._entries.pop(key, None)
-        if previous is not None:
-            self.used_bytes -= previous[1]
-        while self._entries and self.used_bytes + size > self.capacity_bytes:
-            _, (_, evicted) = self._entries.popitem(last=False)
-            self.used_bytes -= evicted
-        self._entries[key] = (owned, size)
-        self.used_bytes += size
+        with self._lock:
+            previous = self._entries.pop(key, None)
+            if previous is not None:
+                self.used_bytes -= previous[1]
+            while self._entries and self.used_bytes + size > self.capacity_bytes:
+                _, (_, evicted) = self._entries.popitem(last=False)
+                self.used_bytes -= evicted
+            self._entries[key] = (owned, size)
+            self.used_bytes += size

@@ -24,6 +24,13 @@ next waits for a back-off that doubles up to ``PROBE_MAX_S``. The model stays in
 often shows 100-130 µs of wall time when the runtime released the GIL and another thread took
 it, and a model that flapped between the loop and its thread at that margin cost 1.5x the CPU
 per request of one that stays inline (half_plus_two, v2 JSON, c=16).
+
+An executor runs one batch at a time: each instance has a lock its worker thread holds while it
+executes, and so does whoever else runs the executor: the event loop (inline, above) and a
+thread that claims the instance (``claim``: ``inferd.Server.infer`` runs a request on the
+caller's own thread). A claim never waits: an instance busy or with work queued is not claimed,
+and the request goes the usual way. Closing the pool takes each lock before it closes that
+executor, so a claimed execution finishes first, as queued work does.
 """
 
 from __future__ import annotations
@@ -116,6 +123,7 @@ class ThreadInstances:
         self._queues: list[queue.SimpleQueue[_Job | None]] = [
             queue.SimpleQueue() for _ in executors
         ]
+        self._locks = [threading.Lock() for _ in executors]  # held while an executor runs
         self._closed = False
         self._inline = all(e.inline for e in executors)
         # Loop-thread state: batches queued or running per instance (and in all); moving
@@ -196,11 +204,16 @@ class ThreadInstances:
         executor = self._executors[0]
         if executor is None:  # instance 0 is being rebuilt: let its worker answer
             return None
+        lock = self._locks[0]
+        if not lock.acquire(blocking=False):  # a claim holds it: queue for the worker
+            return None
         started = time.perf_counter_ns()
         try:
             executed = executor.execute(batch)
         except Exception as exc:
             raise as_error(self.name, exc) from None
+        finally:
+            lock.release()
         elapsed_ns = time.perf_counter_ns() - started
         if elapsed_ns < INLINE_BELOW_NS:
             self._inline_ok = True
@@ -223,6 +236,32 @@ class ThreadInstances:
                 self._probe_after = time.monotonic() + self._probe_wait_s
                 self._probe_wait_s = min(PROBE_MAX_S, self._probe_wait_s * 2)
         return executed
+
+    def claim(self) -> int | None:
+        """From any thread: hold an idle instance for the calling thread (None: none is idle,
+        or the pool is closing). ``execute_claimed`` runs on it; ``release`` gives it back."""
+        for instance, lock in enumerate(self._locks):
+            if self._pending[instance] or not lock.acquire(blocking=False):
+                continue  # work is queued there (read without the loop: a hint), or it runs
+            if not self._closed and self._executors[instance] is not None:
+                return instance
+            lock.release()
+        return None
+
+    def execute_claimed(self, instance: int, batch: list[Work]) -> Executed:
+        """Execute on an instance this thread claimed, as its worker would: an executor that
+        fails is rebuilt, and the error its requests get is raised."""
+        executor = self._executors[instance]
+        assert executor is not None  # set while claimed: only its lock's holder clears it
+        try:
+            return executor.execute(batch)
+        except Exception as exc:
+            error = exc if isinstance(exc, InstanceFailed) else as_error(self.name, exc)
+            self._restart(instance, exc)
+            raise error from None
+
+    def release(self, instance: int) -> None:
+        self._locks[instance].release()
 
     def run_blocking(self, instance: int, batch: list[Work]) -> Executed:
         executor = self._executors[instance]
@@ -269,13 +308,14 @@ class ThreadInstances:
             error: InferdError | None = None
             ns = -1
             if not job.future.done():  # cancelled while queued: do not execute
-                started = time.thread_time_ns()
-                try:
-                    executed = run_live(self._executor(instance), job.batch)
-                    ns = time.thread_time_ns() - started if executed is not None else -1
-                except Exception as exc:  # the instance broke: fail this batch, rebuild it
-                    error = exc if isinstance(exc, InstanceFailed) else as_error(self.name, exc)
-                    self._restart(instance, exc)
+                with self._locks[instance]:
+                    started = time.thread_time_ns()
+                    try:
+                        executed = run_live(self._executor(instance), job.batch)
+                        ns = time.thread_time_ns() - started if executed is not None else -1
+                    except Exception as exc:  # the instance broke: fail this batch, rebuild it
+                        error = exc if isinstance(exc, InstanceFailed) else as_error(self.name, exc)
+                        self._restart(instance, exc)
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting
                 job.loop.call_soon_threadsafe(self._deliver, instance, job, executed, error, ns)
 
@@ -315,7 +355,9 @@ class ThreadInstances:
             jobs.put(None)
         for t in self._threads:
             t.join()
-        for i, executor in enumerate(self._executors):
+        for i, lock in enumerate(self._locks):
+            with lock:  # a claimed execution finishes first
+                executor, self._executors[i] = self._executors[i], None
             if executor is None:
                 continue
             try:
