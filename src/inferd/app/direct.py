@@ -24,16 +24,15 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from inferd.backends.work import Executed, Work
 from inferd.core.errors import InferdError, InternalError, NotFound, Unavailable
-from inferd.core.model import ModelState
-from inferd.core.routing import LABEL_PARAMETER
-from inferd.core.types import InferRequest, InferResponse, Tensors, Timings
+from inferd.core.types import LABEL_PARAMETER, InferRequest, InferResponse, Tensors, Timings
+from inferd.plane.model import ModelState
 from inferd.scheduling.batcher import DirectScheduler
 from inferd.scheduling.instances import ThreadInstances
-from inferd.scheduling.work import Executed, Work
 
 if TYPE_CHECKING:
-    from inferd.core.dataplane import DataPlane
+    from inferd.plane.dataplane import DataPlane
 
 T = TypeVar("T")
 
