@@ -14,7 +14,13 @@ from each server's statistics API); per server, the tree's idle RSS after start.
 pass, then inferd ÷ Triton as median [min-max] over the passes.
 
     .venv/bin/python benchmarks/triton_python_side_by_side.py [--passes 3] [--seconds 8]
-        [--warmup 2] [--inferd-args "--http-workers 1"] [--cells hpt-http-1,...]
+        [--warmup 2] [--inferd-args "--http-workers 1"] [--cells hpt-http-1,...] [--floor]
+
+``--floor`` measures instead the least a Python server can do for ``half_plus_two`` over v2
+JSON HTTP, beside Triton on the same request: ``empty_rsgi.py --busy 0 --processes 1`` (granian
+and uvloop as inferd runs them; parse the body, pickle the array to one forked process over a
+Unix socket, which sends it back; write the JSON answer: no batching, validation, routing or
+statistics): CPU per request of each tree, floor ÷ Triton, one client and sixteen.
 
 The Triton side runs only where the anchor is set up (``TRITON_ANCHOR_ROOT``, by default
 /tmp/triton-anchor, holds ``wheel/pytriton/tritonserver/bin/tritonserver``; see the anchor's
@@ -188,6 +194,20 @@ def grpc_request(model: str) -> bytes:
     return data
 
 
+def json_request(port: int, model: str) -> bytes:
+    """One KServe v2 JSON request, whole (the floor server reads JSON only)."""
+    inputs = [
+        {"name": n, "datatype": "FP32", "shape": list(a.shape), "data": a.ravel().tolist()}
+        for n, a in INPUTS[model].items()
+    ]
+    body = json.dumps({"inputs": inputs}).encode()
+    head = (
+        f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
 def _get(url: str) -> bytes | None:
     try:
         with urllib.request.urlopen(url, timeout=5) as reply:
@@ -229,7 +249,12 @@ class Server:
         self.http, self.grpc, self.metrics = free_port(), free_port(), free_port()
         log = (folder / f"{kind}-{self.http}.log").open("wb")
         env = dict(os.environ)
-        if kind == "triton":
+        if kind == "floor":
+            command = [
+                sys.executable, str(ROOT / "benchmarks" / "empty_rsgi.py"), str(self.http),
+                "--busy", "0", "--processes", "1",
+            ]  # fmt: skip
+        elif kind == "triton":
             command = [
                 str(ANCHOR / "start_triton.sh"), str(repository),
                 str(self.http), str(self.grpc), str(self.metrics),
@@ -246,9 +271,7 @@ class Server:
             command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         deadline = time.monotonic() + 300
-        while not all(
-            _get(f"http://127.0.0.1:{self.http}/v2/models/{m}/ready") is not None for m in INPUTS
-        ):
+        while not self._ready():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"{kind} did not start; see {log.name}")
@@ -256,6 +279,21 @@ class Server:
         self.start_s = time.perf_counter() - began
         time.sleep(2.0)  # let start-up settle before reading the idle memory
         self.idle_rss_mib = tree_rss_mib(self.process.pid)
+
+    def _ready(self) -> bool:
+        if self.kind == "floor":  # it answers any POST
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{self.http}/", data=json_request(0, "half_plus_two")
+                .split(b"\r\n\r\n", 1)[1], method="POST"
+            )  # fmt: skip
+            try:
+                with urllib.request.urlopen(request, timeout=5) as reply:
+                    return bool(reply.status == 200)
+            except OSError:
+                return False
+        return all(
+            _get(f"http://127.0.0.1:{self.http}/v2/models/{m}/ready") is not None for m in INPUTS
+        )
 
     def stop(self) -> None:
         os.killpg(self.process.pid, signal.SIGINT)
@@ -293,6 +331,37 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
 
 
+def floor(args: argparse.Namespace) -> None:
+    """The floor's CPU per request and Triton's on the same JSON request, passes alternating."""
+    ratios: dict[int, list[float]] = {1: [], 16: []}
+    with tempfile.TemporaryDirectory(prefix="triton-python-floor-") as tmp:
+        repository = write_repository(Path(tmp))
+        for number in range(args.passes):
+            print(f"pass {number + 1} (load average {os.getloadavg()[0]:.2f})", flush=True)
+            cpu: dict[tuple[str, int], float] = {}
+            kinds = ["triton", "floor"] if number % 2 == 0 else ["floor", "triton"]
+            for kind in kinds:
+                server = Server(kind, repository, Path(tmp), [])
+                try:
+                    for clients in (1, 16):
+                        request = json_request(server.http, "half_plus_two")
+                        rps, cpu_us = measure(
+                            "http", server.http, server.process.pid, clients, args, request
+                        )
+                        cpu[kind, clients] = cpu_us
+                        print(
+                            f"  {kind:6} JSON c={clients:<2} {rps:8,.0f} req/s "
+                            f"{cpu_us:7,.0f} CPU µs/req",
+                            flush=True,
+                        )
+                finally:
+                    server.stop()
+            for clients in (1, 16):
+                ratios[clients].append(cpu["floor", clients] / cpu["triton", clients])
+    for clients, values in ratios.items():
+        print(f"floor ÷ Triton CPU per request, c={clients}: {spread(values)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--passes", type=int, default=3)
@@ -300,7 +369,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--inferd-args", default="", help="extra flags for inferd serve")
     parser.add_argument("--cells", default=",".join(CELLS), help=f"of {', '.join(CELLS)}")
+    parser.add_argument("--floor", action="store_true", help="the floor beside Triton")
     args = parser.parse_args()
+    if args.floor:
+        if not TRITONSERVER.exists():
+            sys.exit(f"Triton is not set up ({TRITONSERVER} is missing)")
+        floor(args)
+        return
     cells = args.cells.split(",")
     kinds = ["triton", "inferd"] if TRITONSERVER.exists() and ANCHOR.is_dir() else ["inferd"]
     if len(kinds) == 1:
