@@ -14,7 +14,11 @@ from each server's statistics API); per server, the tree's idle RSS after start.
 pass, then inferd ÷ Triton as median [min-max] over the passes.
 
     .venv/bin/python benchmarks/triton_python_side_by_side.py [--passes 3] [--seconds 8]
-        [--warmup 2] [--inferd-args "--http-workers 1"] [--cells hpt-http-1,...] [--floor]
+        [--warmup 2] [--inferd-args "--http-workers 1"] [--cells hpt-http-1,...]
+        [--by-process] [--floor]
+
+``--by-process`` shares each cell's CPU per request out among the parts of the tree (inferd:
+supervisor, model host, frontends, model processes; Triton: tritonserver, Python stubs).
 
 ``--floor`` measures instead the least a Python server can do for ``half_plus_two`` over v2
 JSON HTTP, beside Triton on the same request: ``empty_rsgi.py --busy 0 --processes 1`` (granian
@@ -233,14 +237,56 @@ def tree(pid: int) -> list[psutil.Process]:
     return [root, *root.children(recursive=True)]
 
 
-def tree_rss_mib(pid: int) -> float:
-    total = 0
+def tree_memory_mib(pid: int) -> tuple[float, float]:
+    """RSS and PSS summed over a process tree. The RSS sum counts a page shared by forked
+    processes once per process; PSS shares it out among them."""
+    rss = pss = 0
     for process in tree(pid):
         try:
-            total += process.memory_info().rss
+            memory = process.memory_full_info()
         except psutil.Error:
             continue
-    return total / 2**20
+        rss += memory.rss
+        pss += getattr(memory, "pss", memory.rss)
+    return rss / 2**20, pss / 2**20
+
+
+def roles(pid: int) -> dict[int, str]:
+    """Each process of a server's tree by its part: for inferd the supervisor, the model host
+    (the serving process whose children run the models), frontends and model processes (and
+    their zygote); for Triton the server and its Python stubs."""
+    root = psutil.Process(pid)
+    found: dict[int, str] = {}
+    for process in tree(pid):
+        try:
+            name, children = process.name(), process.children()
+            command = " ".join(process.cmdline())
+        except psutil.Error:
+            continue
+        if "stub" in name:
+            found[process.pid] = "python stubs"
+        elif "tritonserver" in name:
+            found[process.pid] = "tritonserver"
+        elif "INFERD_WORKER" in command:
+            found[process.pid] = "model processes"
+        elif process.pid == root.pid and not any(
+            "INFERD_WORKER" in " ".join(child.cmdline()) for child in children
+        ):
+            found[process.pid] = "supervisor"
+        else:  # one serving process (the root) or the model host runs the model processes
+            found[process.pid] = "model host" if children else "frontends"
+    return found
+
+
+def cpu_by_role(pid: int) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for process_id, role in roles(pid).items():
+        try:
+            times = psutil.Process(process_id).cpu_times()
+        except psutil.Error:
+            continue
+        totals[role] = totals.get(role, 0.0) + times.user + times.system
+    return totals
 
 
 class Server:
@@ -278,7 +324,7 @@ class Server:
             time.sleep(0.2)
         self.start_s = time.perf_counter() - began
         time.sleep(2.0)  # let start-up settle before reading the idle memory
-        self.idle_rss_mib = tree_rss_mib(self.process.pid)
+        self.idle_rss_mib, self.idle_pss_mib = tree_memory_mib(self.process.pid)
 
     def _ready(self) -> bool:
         if self.kind == "floor":  # it answers any POST
@@ -314,7 +360,9 @@ def run_cells(server: Server, cells: list[str], args: argparse.Namespace) -> dic
         port = server.http if protocol == "http" else server.grpc
         request = http_request(port, model) if protocol == "http" else grpc_request(model)
         before = batch_counts(server.http, model)
+        split_before = cpu_by_role(server.process.pid)
         rps, cpu_us = measure(protocol, port, server.process.pid, clients, args, request)
+        split_after = cpu_by_role(server.process.pid)
         after = batch_counts(server.http, model)
         executions = after[1] - before[1]
         batch = (after[0] - before[0]) / executions if executions else float("nan")
@@ -324,6 +372,15 @@ def run_cells(server: Server, cells: list[str], args: argparse.Namespace) -> dic
             f"batch {batch:5.2f}",
             flush=True,
         )
+        if args.by_process:  # the tree's CPU over the whole load (warm-up included), shared out
+            spent = {r: split_after.get(r, 0.0) - split_before.get(r, 0.0) for r in split_after}
+            whole = sum(spent.values()) or 1.0
+            print(
+                "      "
+                + ", ".join(f"{r} {cpu_us * v / whole:,.0f}" for r, v in spent.items() if v > 0)
+                + " (CPU µs/req)",
+                flush=True,
+            )
     return results
 
 
@@ -369,6 +426,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--inferd-args", default="", help="extra flags for inferd serve")
     parser.add_argument("--cells", default=",".join(CELLS), help=f"of {', '.join(CELLS)}")
+    parser.add_argument(
+        "--by-process", action="store_true", help="each cell's CPU per request by process role"
+    )
     parser.add_argument("--floor", action="store_true", help="the floor beside Triton")
     args = parser.parse_args()
     if args.floor:
@@ -381,7 +441,7 @@ def main() -> None:
     if len(kinds) == 1:
         print(f"Triton is not set up ({TRITONSERVER} is missing): inferd alone, no ratios")
     results: dict[str, list[dict[str, Cell]]] = {kind: [] for kind in kinds}
-    memory: dict[str, list[float]] = {kind: [] for kind in kinds}
+    memory: dict[str, list[tuple[float, float]]] = {kind: [] for kind in kinds}
     started: dict[str, list[float]] = {kind: [] for kind in kinds}
     with tempfile.TemporaryDirectory(prefix="triton-python-bench-") as tmp:
         repository = write_repository(Path(tmp))
@@ -390,11 +450,11 @@ def main() -> None:
             for kind in kinds if number % 2 == 0 else kinds[::-1]:
                 server = Server(kind, repository, Path(tmp), args.inferd_args.split())
                 try:
-                    memory[kind].append(server.idle_rss_mib)
+                    memory[kind].append((server.idle_rss_mib, server.idle_pss_mib))
                     started[kind].append(server.start_s)
                     print(
                         f"  {kind:6} started in {server.start_s:.1f} s, idle tree RSS "
-                        f"{server.idle_rss_mib:,.0f} MiB",
+                        f"{server.idle_rss_mib:,.0f} MiB, PSS {server.idle_pss_mib:,.0f} MiB",
                         flush=True,
                     )
                     results[kind].append(run_cells(server, cells, args))
@@ -412,9 +472,13 @@ def main() -> None:
         i_batch = statistics.median(results["inferd"][p][cell][2] for p in passes)
         t_batch = statistics.median(results["triton"][p][cell][2] for p in passes)
         print(f"| {cell} | {spread(rps)} | {spread(cpu)} | {i_batch:.2f} | {t_batch:.2f} |")
-    rss = [memory["inferd"][p] / memory["triton"][p] for p in passes]
+    rss = [memory["inferd"][p][0] / memory["triton"][p][0] for p in passes]
+    pss = [memory["inferd"][p][1] / memory["triton"][p][1] for p in passes]
     start = [started["inferd"][p] / started["triton"][p] for p in passes]
-    print(f"\nidle tree RSS inferd ÷ Triton: {spread(rss)}; start time: {spread(start)}")
+    print(
+        f"\nidle tree inferd ÷ Triton: RSS {spread(rss)}, PSS {spread(pss)}; "
+        f"start time {spread(start)}"
+    )
 
 
 if __name__ == "__main__":
