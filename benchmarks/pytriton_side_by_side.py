@@ -122,33 +122,35 @@ async def _http_worker(port: int, request: bytes, until: float, counts: list[int
     writer.close()
 
 
-async def _grpc_load(port: int, conns: int, until: float, counts: list[int]) -> None:
+async def _grpc_load(
+    port: int, conns: int, until: float, counts: list[int], payload: bytes
+) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         call = channel.unary_unary(INFER)
-        payload = grpc_request()
 
         async def worker() -> None:
             while time.perf_counter() < until:
                 answer = pb.ModelInferResponse.FromString(await call(payload))
-                assert len(answer.raw_output_contents) == 2
+                assert answer.raw_output_contents
                 counts[0] += 1
 
         await asyncio.gather(*(worker() for _ in range(conns)))
 
 
-def _load(args: tuple[str, int, int, float, float]) -> tuple[int, float]:
-    """Runs in a process of its own: requests done in the window, and the window's length."""
-    protocol, port, conns, warmup_s, seconds = args
+def _load(args: tuple[str, int, int, float, float, bytes | None]) -> tuple[int, float]:
+    """Runs in a process of its own: requests done in the window, and the window's length.
+    The request: a whole HTTP request or a serialized ModelInferRequest (None: AddSub's)."""
+    protocol, port, conns, warmup_s, seconds, request = args
 
     async def run() -> tuple[int, float]:
         start = time.perf_counter()
         until = start + warmup_s + seconds
         counts = [0]
         if protocol == "http":
-            request = http_request(port)
-            jobs = [_http_worker(port, request, until, counts) for _ in range(conns)]
+            body = request or http_request(port)
+            jobs = [_http_worker(port, body, until, counts) for _ in range(conns)]
         else:
-            jobs = [_grpc_load(port, conns, until, counts)]
+            jobs = [_grpc_load(port, conns, until, counts, request or grpc_request())]
         task = asyncio.ensure_future(asyncio.gather(*jobs))
         await asyncio.sleep(warmup_s)
         before, began = counts[0], time.perf_counter()
@@ -159,11 +161,17 @@ def _load(args: tuple[str, int, int, float, float]) -> tuple[int, float]:
 
 
 def measure(
-    protocol: str, port: int, server_pid: int, conns: int, args: argparse.Namespace
+    protocol: str,
+    port: int,
+    server_pid: int,
+    conns: int,
+    args: argparse.Namespace,
+    request: bytes | None = None,
 ) -> tuple[float, float]:
     """Requests per second, and the server tree's CPU µs per request."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        pending = pool.apply_async(_load, ((protocol, port, conns, args.warmup, args.seconds),))
+        load = (protocol, port, conns, args.warmup, args.seconds, request)
+        pending = pool.apply_async(_load, (load,))
         time.sleep(args.warmup + 0.5)
         cpu_before, at = _tree_cpu_s(server_pid), time.perf_counter()
         done, window = pending.get()
