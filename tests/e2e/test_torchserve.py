@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -282,3 +283,19 @@ def test_a_streaming_handler_answers_in_chunks(client: httpx.Client) -> None:
         assert answer.headers.get("transfer-encoding") == "chunked"
         chunks = [chunk for chunk in answer.iter_raw() if chunk]
     assert b"".join(chunks) == b"part0 part1 part2 end"
+
+
+def test_handler_workers_share_the_servers_session(
+    served: ServerProcess, client: httpx.Client, ports: Ports
+) -> None:
+    """A handler's worker process has a process group of its own (a Ctrl-C at the terminal
+    reaches the server, which stops its workers in order) in the server's session (a kernel
+    that shares CPU time by session counts the server and its workers as one program)."""
+    assert client.put("/predictions/linear", content=INPUT).content == LINEAR_BODY
+    assert served.proc is not None
+    described = httpx.get(f"{ports.management_url}/models/linear", timeout=60).json()
+    pids = [w["pid"] for w in described[0]["workers"]]
+    assert pids and all(isinstance(pid, int) and pid > 0 for pid in pids)
+    for pid in pids:
+        assert os.getsid(pid) == os.getsid(served.proc.pid)
+        assert os.getpgid(pid) == pid != os.getpgid(served.proc.pid)
