@@ -9,8 +9,11 @@ parameter ``process_instances``.
 A worker is started from a ``WorkerRecipe`` and builds its model itself; tensors cross in
 shared memory (``scheduling.shm``), messages over a Unix socket (``scheduling.channel``). The
 event loop reads every worker's socket itself (``add_reader``): no thread hop per answer. Each
-worker holds at most ``DEPTH`` jobs (one running, one next), the rest wait here, where a
-cancelled one is simply dropped.
+worker holds at most ``DEPTH`` jobs (one running, the next ones queued in the worker, so it never
+idles between them), the rest wait here, where a cancelled one is simply dropped. Jobs are handed
+over ahead of the one running and several at a time: a worker that holds ``REFILL_AT`` jobs or
+fewer gets as many as it has room for in one message, so a busy worker receives one message per
+few jobs, not one per job.
 
 A worker that dies (an exception escaping the executor, a segfault, ``os._exit``, SIGKILL, the
 OOM killer) fails only the jobs it held, each with an ``InstanceFailed`` that names the model
@@ -60,7 +63,9 @@ from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Work, li
 
 log = logging.getLogger("inferd.scheduling")
 
-DEPTH = 2  # jobs a worker holds: one running, one waiting, so it never idles between them
+DEPTH = 4  # jobs a worker holds at most: one running, the others queued in the worker
+REFILL_AT = 1  # a worker holding this many jobs or fewer is sent more, together in one message
+LARGE_DEPTH = 2  # a batch larger than COPY_OFF_LOOP_BYTES goes to a worker holding fewer jobs
 RESTART_BACKOFF_MAX_S = 30.0
 IDLE_FLUSH_S = 0.01  # a worker left idle gets the releases of its output blocks this soon
 # A batch whose tensors are larger than this is copied into shared memory on a thread: copying
@@ -153,10 +158,16 @@ class ProcessInstances:
         raise InstanceFailed(workers[0].reason or f"model '{self.name}' has no running instance")
 
     def _pump(self, worker: _Worker) -> None:
-        """Send queued jobs while the worker has room."""
+        """Send queued jobs, in one message, once the worker holds ``REFILL_AT`` or fewer."""
+        if len(worker.sent) > REFILL_AT:
+            return
         channel = worker.channel
+        ready: list[tuple[_Job, Any]] = []
         while (
-            worker.state is _UP and len(worker.sent) < DEPTH and worker.queue and not worker.copying
+            worker.state is _UP
+            and len(worker.sent) + len(ready) < DEPTH
+            and worker.queue
+            and not worker.copying
         ):
             assert channel is not None and self._loop is not None
             job = worker.queue.popleft()
@@ -170,6 +181,11 @@ class ProcessInstances:
                 continue
             job.works = job.batch if wanted is None else wanted
             if works_bytes(job.works) > COPY_OFF_LOOP_BYTES:
+                if len(worker.sent) + len(ready) >= LARGE_DEPTH:
+                    worker.queue.appendleft(job)  # large bodies: as few held as ever
+                    break
+                self._send_jobs(worker, ready)  # the jobs before it go first, in order
+                ready = []
                 worker.copying = job  # the jobs behind it wait: they go out in order
                 copy = self._loop.run_in_executor(None, encode_works, channel, job.works)
                 copy.add_done_callback(functools.partial(self._copied, worker, job, channel))
@@ -180,7 +196,8 @@ class ProcessInstances:
                 job.future.set_exception(InternalError(f"cannot send a batch to a worker: {exc}"))
                 self._settled()
                 continue
-            self._send_job(worker, job, payload)
+            ready.append((job, payload))
+        self._send_jobs(worker, ready)
 
     def _copied(
         self, worker: _Worker, job: _Job, channel: Channel, copy: asyncio.Future[Any]
@@ -205,9 +222,18 @@ class ProcessInstances:
         self._pump(worker)
 
     def _send_job(self, worker: _Worker, job: _Job, payload: Any) -> None:
-        worker.sent[job.id] = job
-        job.future.add_done_callback(functools.partial(self._cancel, worker, job.id))
-        self._send(worker, "job", (job.id, payload))
+        self._send_jobs(worker, [(job, payload)])
+
+    def _send_jobs(self, worker: _Worker, ready: list[tuple[_Job, Any]]) -> None:
+        """Hand ``ready`` jobs over: one ``job`` message, or one ``jobs`` message for several."""
+        for job, _ in ready:
+            worker.sent[job.id] = job
+            job.future.add_done_callback(functools.partial(self._cancel, worker, job.id))
+        if len(ready) == 1:
+            job, payload = ready[0]
+            self._send(worker, "job", (job.id, payload))
+        elif ready:
+            self._send(worker, "jobs", [(job.id, payload) for job, payload in ready])
 
     def _send(self, worker: _Worker, kind: str, payload: Any) -> None:
         channel = worker.channel
