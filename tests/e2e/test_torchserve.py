@@ -208,9 +208,10 @@ def test_response_timeout_ends_the_worker(client: httpx.Client) -> None:
 
 
 def test_requests_are_batched_by_the_dynamic_batcher(client: httpx.Client) -> None:
+    """Each request of a batch gets its own answer: its body and its id, never a neighbour's."""
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         answers = list(
-            pool.map(lambda i: client.post("/predictions/batched", content=b"%d" % i), range(8))
+            pool.map(lambda i: client.post("/predictions/batched", content=b"%d" % i), range(24))
         )
     found = [a.json() for a in answers]
     assert all(a.status_code == 200 for a in answers)
@@ -218,6 +219,24 @@ def test_requests_are_batched_by_the_dynamic_batcher(client: httpx.Client) -> No
     assert {f["batch_size"] for f in found} == {4}
     assert max(f["batch"] for f in found) > 1
     assert max(f["batch"] for f in found) <= 4
+    assert [f["body"] for f in found] == [str(i) for i in range(24)]
+    assert [f["request_id"] for f in found] == [a.headers["x-request-id"] for a in answers]
+
+
+def test_concurrent_requests_each_get_their_own_answer(client: httpx.Client) -> None:
+    """Batch size 1: requests queue for the handler's worker and are handed over several at a
+    time; every answer goes to its own request."""
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        answers = list(
+            pool.map(
+                lambda i: client.post(
+                    "/predictions/echo", content=b"r%d" % i, headers={"content-type": "text/plain"}
+                ),
+                range(64),
+            )
+        )
+    assert all(a.status_code == 200 for a in answers)
+    assert [a.json()["values"] for a in answers] == [{"body": f"r{i}"} for i in range(64)]
 
 
 def test_handler_metrics_reach_prometheus(served: ServerProcess, client: httpx.Client) -> None:

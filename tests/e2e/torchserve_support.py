@@ -101,8 +101,14 @@ class BatchCounter:
     def handle(self, data, context):
         self.calls += 1
         return [
-            {"greeting": self.greeting, "batch": len(data), "batch_size": self.batch_size}
-            for _ in data
+            {
+                "greeting": self.greeting,
+                "batch": len(data),
+                "batch_size": self.batch_size,
+                "body": bytes(row["body"]).decode(),
+                "request_id": context.get_request_id(index),
+            }
+            for index, row in enumerate(data)
         ]
 """
 
