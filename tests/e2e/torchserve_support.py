@@ -106,9 +106,8 @@ class BatchCounter:
                 "batch": len(data),
                 "batch_size": self.batch_size,
                 "body": bytes(row["body"]).decode(),
-                "request_id": context.get_request_id(index),
             }
-            for index, row in enumerate(data)
+            for row in data
         ]
 """
 
