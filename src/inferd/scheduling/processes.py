@@ -210,7 +210,7 @@ class ProcessInstances:
                 job.future.set_exception(InternalError(f"cannot send a batch to a worker: {error}"))
             self._settled()
         elif worker.channel is channel and worker.state is _UP:
-            self._send_job(worker, job, copy.result())
+            self._send_jobs(worker, [(job, copy.result())])
         elif worker.state is _BROKEN or worker.state is _CLOSED:
             if not job.future.done():
                 job.future.set_exception(
@@ -220,9 +220,6 @@ class ProcessInstances:
         else:  # the worker died meanwhile (its blocks went with it): copied again for the next
             worker.queue.appendleft(job)
         self._pump(worker)
-
-    def _send_job(self, worker: _Worker, job: _Job, payload: Any) -> None:
-        self._send_jobs(worker, [(job, payload)])
 
     def _send_jobs(self, worker: _Worker, ready: list[tuple[_Job, Any]]) -> None:
         """Hand ``ready`` jobs over: one ``job`` message, or one ``jobs`` message for several."""
