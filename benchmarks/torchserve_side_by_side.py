@@ -1,41 +1,56 @@
-"""inferd against the real TorchServe 0.12 on the same .mar and handler, in one run.
+"""inferd against the real TorchServe 0.12 on TorchServe's own example archives, in one run.
 
-Both serve ``linear.mar`` (a TorchScript model behind a ``BaseHandler`` subclass with its own
-preprocess and postprocess, built by ``torch-model-archiver``; ``tests/e2e/torchserve_support``)
-with the same number of worker processes and batch size 1, one torch thread per worker
-(``OMP_NUM_THREADS=1``), TorchServe with its request logging off (its default logs several
-lines per request). wrk sends ``POST /predictions/linear`` with a JSON body at concurrency
-16; each pass measures TorchServe then inferd (the order alternates), with the CPU seconds of
-each server's whole process tree (Java or the event loop, and every handler worker) over the
-window. Prints req/s, p50/p99, errors and CPU-µs per request per pass, then the medians and
-the ratios inferd/TorchServe. Needs ``wrk``, Java and a venv with ``torchserve``::
+Both servers serve the same ``.mar`` files, built by ``torch-model-archiver`` as TorchServe's
+repository builds them:
+
+- ``mnist``: TorchServe's ``examples/image_classifier/mnist`` (the eager ``mnist.py`` model, its
+  ``mnist_handler.py`` with PIL preprocessing; ``torchserve_examples/``, weights made here),
+  batch size 1, a 28x28 PNG per request;
+- ``mnist_batch``: the same model and handler with TorchServe's batching (``batchSize: 8``,
+  ``maxBatchDelay: 10`` in the archive's ``model-config.yaml``): the handler gets a list;
+- ``linear``: a TorchScript linear model behind a ``BaseHandler`` subclass
+  (``tests/e2e/torchserve_support``), a small JSON body.
+
+The same number of worker processes each, one torch thread per worker (``OMP_NUM_THREADS=1``),
+TorchServe with its request logging off (its default logs several lines per request). wrk sends
+``POST /predictions/<model>``; each pass measures TorchServe then inferd (the order alternates),
+with the CPU seconds of each server's whole process tree (Java or the serving processes, and
+every handler worker; psutil over the children) over the window. Prints req/s, p50/p99, errors
+and CPU-µs per request per pass, then the medians and the ratios inferd/TorchServe (req/s
+ratios are only meaningful within one run on a shared host; CPU per request is the steadier
+figure). Needs ``wrk``, Java and a venv with ``torchserve``::
 
     INFERD_TORCHSERVE_VENV=/tmp/torchserve-venv .venv/bin/python \\
-        benchmarks/torchserve_side_by_side.py [--seconds 8] [--passes 3] [--workers 2] [-c 16]
+        benchmarks/torchserve_side_by_side.py [--examples mnist,mnist_batch,linear] \\
+        [--seconds 8] [--passes 3] [--workers 1] [-c 16]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import io
 import os
 import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "benchmarks" / "torchserve_examples"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from core_bench import process_cpu_s, wrk  # noqa: E402
+from core_bench import wrk  # noqa: E402
 
 from tests.e2e.torchserve_peer import TorchServePeer, peer_venv  # noqa: E402
-from tests.e2e.torchserve_support import Ports, build_store  # noqa: E402
+from tests.e2e.torchserve_support import Ports, archive, build_store  # noqa: E402
 from tests.support import ServerProcess  # noqa: E402
 
-BODY = b'{"x": [1, 2, 3, 4]}'
 QUIET_LOG = """<?xml version="1.0" encoding="UTF-8"?>
 <Configuration>
   <Appenders><Console name="STDOUT" target="SYSTEM_OUT">
@@ -51,13 +66,75 @@ QUIET_LOG = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
-def measure(url: str, pid: int, body: Path, conns: int, seconds: float) -> dict[str, float]:
-    headers = {"Content-Type": "application/json"}
+@dataclass
+class Example:
+    """One archive of the store: the body wrk sends and the answer both servers must give
+    (None: the same answer, whatever it is: the mnist weights are untrained)."""
+
+    body: bytes
+    content_type: str
+    expected: object = None
+
+
+def digit_png() -> bytes:
+    """A 28x28 grayscale PNG of a thick vertical stroke (a "1")."""
+    from PIL import Image
+
+    picture = Image.new("L", (28, 28))
+    for y in range(4, 24):
+        for x in range(12, 16):
+            picture.putpixel((x, y), 255)
+    found = io.BytesIO()
+    picture.save(found, "PNG")
+    return found.getvalue()
+
+
+def mnist_archives(work: Path, store: Path) -> None:
+    """``mnist.mar`` and ``mnist_batch.mar`` as TorchServe's example README builds them, from
+    weights made here (seeded: nothing is downloaded)."""
+    import torch
+
+    spec = importlib.util.spec_from_file_location("ts_example_mnist", EXAMPLES / "mnist.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(0)
+    work.mkdir(parents=True, exist_ok=True)
+    torch.save(module.Net().state_dict(), work / "mnist_cnn.pt")
+    files = (
+        "--model-file",
+        str(EXAMPLES / "mnist.py"),
+        "--serialized-file",
+        str(work / "mnist_cnn.pt"),
+    )
+    handler = str(EXAMPLES / "mnist_handler.py")
+    archive(work, store, "mnist", "1.0", handler, *files)
+    config = ("--config-file", str(EXAMPLES / "mnist_batch.yaml"))
+    archive(work, store, "mnist_batch", "1.0", handler, *files, *config)
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of a process and every live descendant."""
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def measure(
+    url: str, pid: int, body: Path, content_type: str, conns: int, seconds: float
+) -> dict[str, float]:
+    headers = {"Content-Type": content_type}
     wrk(url, body, headers, conns, 2)  # warm-up
     time.sleep(1)
-    start = process_cpu_s(pid)
+    start = tree_cpu_s(pid)
     result = wrk(url, body, headers, conns, seconds)
-    cpu_s = process_cpu_s(pid) - start
+    cpu_s = tree_cpu_s(pid) - start
     result["cpu_us_per_request"] = cpu_s * 1e6 / max(result["requests"], 1)
     result["cores"] = cpu_s / seconds
     return result
@@ -71,11 +148,64 @@ def _line(label: str, r: dict[str, float]) -> str:
     )
 
 
+def compare(
+    name: str,
+    example: Example,
+    targets: dict[str, tuple[str, int]],
+    work: Path,
+    args: argparse.Namespace,
+) -> None:
+    body = work / f"{name}.body"
+    body.write_bytes(example.body)
+    headers = {"content-type": example.content_type}
+    answers = []
+    for url, _ in targets.values():
+        answer = httpx.post(f"{url}/predictions/{name}", content=example.body, headers=headers)
+        assert answer.status_code == 200, answer.text
+        answers.append(answer.json())
+    assert answers[0] == answers[1], answers
+    assert example.expected is None or answers[0] == example.expected, answers
+    results: dict[str, list[dict[str, float]]] = {server: [] for server in targets}
+    print(
+        f"\n{name}.mar, {args.workers} worker(s) each, c={args.connections}, "
+        f"{args.seconds:g} s x {args.passes} pass(es), load average {os.getloadavg()[0]:.2f}"
+    )
+    for index in range(args.passes):
+        order = list(targets) if index % 2 == 0 else list(reversed(targets))
+        for server in order:
+            url, pid = targets[server]
+            found = measure(
+                f"{url}/predictions/{name}",
+                pid,
+                body,
+                example.content_type,
+                args.connections,
+                args.seconds,
+            )
+            results[server].append(found)
+            print(f"pass {index + 1} " + _line(server, found), flush=True)
+    medians = {
+        server: {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        for server, runs in results.items()
+    }
+    print("median")
+    for server, found in medians.items():
+        print("       " + _line(server, found))
+    rps = medians["inferd"]["rps"] / medians["torchserve"]["rps"]
+    cpu = medians["inferd"]["cpu_us_per_request"] / medians["torchserve"]["cpu_us_per_request"]
+    print(f"{name}: inferd / TorchServe: {rps:.2f}x req/s, {cpu:.2f}x CPU-us per request")
+    per_pass = [
+        i["rps"] / t["rps"] for i, t in zip(results["inferd"], results["torchserve"], strict=True)
+    ]
+    print("req/s ratio per pass: " + ", ".join(f"{r:.2f}" for r in per_pass))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--examples", default="mnist,mnist_batch,linear")
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--passes", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("-c", "--connections", type=int, default=16)
     args = parser.parse_args()
     venv = peer_venv()
@@ -84,10 +214,19 @@ def main() -> None:
     os.environ["OMP_NUM_THREADS"] = "1"  # both servers' handler workers inherit it
     work = Path(tempfile.mkdtemp(prefix="ts-bench-"))
     store = build_store(work / "archives")
-    body = work / "body.json"
-    body.write_bytes(BODY)
+    mnist_archives(work / "mnist", store)
+    png = digit_png()
+    examples = {
+        "mnist": Example(png, "application/octet-stream"),
+        "mnist_batch": Example(png, "application/octet-stream"),
+        "linear": Example(b'{"x": [1, 2, 3, 4]}', "application/json", {"y": [2.0, 6.0]}),
+    }
+    chosen = [n for n in args.examples.split(",") if n]
+    unknown = set(chosen) - set(examples)
+    if unknown:
+        sys.exit(f"unknown examples {sorted(unknown)}; choose from {sorted(examples)}")
     (work / "quiet.xml").write_text(QUIET_LOG)
-    models = ["linear=linear.mar"]
+    models = [f"{n}={n}.mar" for n in chosen]
     peer = TorchServePeer(venv, store, work / "peer", models, workers=args.workers)
     peer.extra_args = ["--log-config", str(work / "quiet.xml")]
     ports = Ports()
@@ -110,41 +249,12 @@ def main() -> None:
     try:
         assert peer.proc is not None and ours.proc is not None
         targets = {
-            "torchserve": (f"{peer.inference_url}/predictions/linear", peer.proc.pid),
-            "inferd": (f"{ports.inference_url}/predictions/linear", ours.proc.pid),
+            "torchserve": (peer.inference_url, peer.proc.pid),
+            "inferd": (ports.inference_url, ours.proc.pid),
         }
-        for url, _ in targets.values():
-            answer = httpx.post(url, content=BODY, headers={"content-type": "application/json"})
-            assert answer.status_code == 200 and answer.json() == {"y": [2.0, 6.0]}, answer.text
-        results: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
-        print(
-            f"linear.mar, {args.workers} worker(s) each, c={args.connections}, "
-            f"{args.seconds:g} s x {args.passes} pass(es), load average "
-            f"{os.getloadavg()[0]:.2f}"
-        )
-        for index in range(args.passes):
-            order = list(targets) if index % 2 == 0 else list(reversed(targets))
-            for name in order:
-                url, pid = targets[name]
-                found = measure(url, pid, body, args.connections, args.seconds)
-                results[name].append(found)
-                print(f"pass {index + 1} " + _line(name, found), flush=True)
-        medians = {
-            name: {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-            for name, runs in results.items()
-        }
-        print("median")
-        for name, found in medians.items():
-            print("       " + _line(name, found))
-        rps = medians["inferd"]["rps"] / medians["torchserve"]["rps"]
-        cpu = medians["inferd"]["cpu_us_per_request"] / medians["torchserve"]["cpu_us_per_request"]
-        print(f"inferd / TorchServe: {rps:.2f}x req/s, {cpu:.2f}x CPU-us per request")
-        per_pass = [
-            i["rps"] / t["rps"]
-            for i, t in zip(results["inferd"], results["torchserve"], strict=True)
-        ]
-        print("req/s ratio per pass: " + ", ".join(f"{r:.2f}" for r in per_pass))
-        print(f"load average after: {os.getloadavg()[0]:.2f}")
+        for name in chosen:
+            compare(name, examples[name], targets, work, args)
+        print(f"\nload average after: {os.getloadavg()[0]:.2f}")
     finally:
         ours.stop()
         peer.stop()

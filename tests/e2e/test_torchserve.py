@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -207,9 +208,10 @@ def test_response_timeout_ends_the_worker(client: httpx.Client) -> None:
 
 
 def test_requests_are_batched_by_the_dynamic_batcher(client: httpx.Client) -> None:
+    """Each request of a batch gets its own answer, never a neighbour's."""
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         answers = list(
-            pool.map(lambda i: client.post("/predictions/batched", content=b"%d" % i), range(8))
+            pool.map(lambda i: client.post("/predictions/batched", content=b"%d" % i), range(24))
         )
     found = [a.json() for a in answers]
     assert all(a.status_code == 200 for a in answers)
@@ -217,6 +219,23 @@ def test_requests_are_batched_by_the_dynamic_batcher(client: httpx.Client) -> No
     assert {f["batch_size"] for f in found} == {4}
     assert max(f["batch"] for f in found) > 1
     assert max(f["batch"] for f in found) <= 4
+    assert [f["body"] for f in found] == [str(i) for i in range(24)]
+
+
+def test_concurrent_requests_each_get_their_own_answer(client: httpx.Client) -> None:
+    """Batch size 1: requests queue for the handler's worker and are handed over several at a
+    time; every answer goes to its own request."""
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        answers = list(
+            pool.map(
+                lambda i: client.post(
+                    "/predictions/echo", content=b"r%d" % i, headers={"content-type": "text/plain"}
+                ),
+                range(64),
+            )
+        )
+    assert all(a.status_code == 200 for a in answers)
+    assert [a.json()["values"] for a in answers] == [{"body": f"r{i}"} for i in range(64)]
 
 
 def test_handler_metrics_reach_prometheus(served: ServerProcess, client: httpx.Client) -> None:
@@ -282,3 +301,19 @@ def test_a_streaming_handler_answers_in_chunks(client: httpx.Client) -> None:
         assert answer.headers.get("transfer-encoding") == "chunked"
         chunks = [chunk for chunk in answer.iter_raw() if chunk]
     assert b"".join(chunks) == b"part0 part1 part2 end"
+
+
+def test_handler_workers_share_the_servers_session(
+    served: ServerProcess, client: httpx.Client, ports: Ports
+) -> None:
+    """A handler's worker process has a process group of its own (a Ctrl-C at the terminal
+    reaches the server, which stops its workers in order) in the server's session (a kernel
+    that shares CPU time by session counts the server and its workers as one program)."""
+    assert client.put("/predictions/linear", content=INPUT).content == LINEAR_BODY
+    assert served.proc is not None
+    described = httpx.get(f"{ports.management_url}/models/linear", timeout=60).json()
+    pids = [w["pid"] for w in described[0]["workers"]]
+    assert pids and all(isinstance(pid, int) and pid > 0 for pid in pids)
+    for pid in pids:
+        assert os.getsid(pid) == os.getsid(served.proc.pid)
+        assert os.getpgid(pid) == pid != os.getpgid(served.proc.pid)

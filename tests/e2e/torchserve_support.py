@@ -101,8 +101,13 @@ class BatchCounter:
     def handle(self, data, context):
         self.calls += 1
         return [
-            {"greeting": self.greeting, "batch": len(data), "batch_size": self.batch_size}
-            for _ in data
+            {
+                "greeting": self.greeting,
+                "batch": len(data),
+                "batch_size": self.batch_size,
+                "body": bytes(row["body"]).decode(),
+            }
+            for row in data
         ]
 """
 

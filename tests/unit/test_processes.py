@@ -324,3 +324,31 @@ def test_close_during_a_restart_serves_what_was_queued(tmp_path: Path) -> None:
 
     asyncio.run(run())
     assert pool.pids() == [None]
+
+
+def test_jobs_waiting_for_a_busy_worker_are_handed_over_together(
+    tmp_path: Path, closing: list[ProcessInstances]
+) -> None:
+    """Two jobs go to an idle worker at once; those submitted while it holds them wait here and
+    go, several in one message, as soon as it holds only the one it runs: eight jobs in four
+    messages, each answered with its own input."""
+    log, gate = tmp_path / "log", tmp_path / "gate"
+    pool = ProcessInstances(
+        "handover",
+        _recipes("handover", 1, _params(log_file=log, gate_file=gate, request_level="true")),
+    )
+    closing.append(pool)
+
+    async def run() -> list[Executed]:
+        futures = [pool.submit([_work(i, f"r{i}")]) for i in range(8)]
+        await asyncio.sleep(0.02)
+        gate.touch()
+        return list(await asyncio.gather(*futures))
+
+    results = asyncio.run(run())
+    assert [ok(r.results[0])["OUTPUT0"].item() for r in results] == list(range(8))
+    entries = _log(log)
+    assert [e["request_ids"] for e in entries] == [[f"r{i}"] for i in range(8)]
+    # r0 and r1 one message each; r2-r4 in one when r0 is done; r5-r7 in one when r3 is done
+    handovers = [e["handovers"] for e in entries]
+    assert handovers == sorted(handovers) and handovers[-1] == 4

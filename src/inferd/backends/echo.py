@@ -17,7 +17,8 @@ With ``process_instances`` the model runs in worker processes, where a test can 
 ``GATES`` nor ``LOG``; these parameters work across processes instead:
 
 - ``gate_file``: executions wait until this file exists;
-- ``log_file``: each execution appends a JSON line (instance, pid, request ids, rows);
+- ``log_file``: each execution appends a JSON line (instance, pid, request ids, rows, and in a
+  worker process the messages that brought it jobs so far);
 - ``die_every`` / ``die_by``: every Nth execution of a worker ends its process abruptly, by
   ``exit`` (``os._exit``), ``segfault``, ``kill`` (SIGKILL, as the OOM killer does) or ``abort``
   (refused outside a worker process).
@@ -37,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inferd.backends import process
 from inferd.backends.base import Backend, InstancePlacement
 from inferd.backends.completion import bool_parameter, check_parameters, int_parameter
 from inferd.backends.work import Executed, InstanceFailed, Runtime, Work, check_rows
@@ -129,11 +131,8 @@ class _Behaviour:
         )
         if behaviour.die_by not in _DEATHS:
             raise ConfigError(f"echo die_by must be one of {', '.join(sorted(_DEATHS))}")
-        if behaviour.die_every:
-            from inferd.backends import process
-
-            if process.current() is None:
-                raise ConfigError("echo die_every needs process_instances: it ends the process")
+        if behaviour.die_every and process.current() is None:
+            raise ConfigError("echo die_every needs process_instances: it ends the process")
         return behaviour
 
     def run(self, batch: Sequence[Work], rows: int) -> None:
@@ -159,6 +158,7 @@ class _Behaviour:
                 "pid": os.getpid(),
                 "request_ids": [w.request_id for w in batch],
                 "rows": rows,
+                "handovers": host.handovers if (host := process.current()) is not None else 0,
             }
             with open(self.log_file, "a") as log:
                 log.write(json.dumps(line) + "\n")

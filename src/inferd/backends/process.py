@@ -41,6 +41,7 @@ class ProcessSide(Protocol):
     uses it (the job running now, calls to other models)."""
 
     label: str
+    handovers: int  # messages from the server that brought jobs (one may bring several)
 
     def send_response(self, index: int, result: Result, final: bool) -> None:
         """One response of request ``index`` of the job running now (decoupled models)."""

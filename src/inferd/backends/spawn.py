@@ -3,8 +3,11 @@
 A worker runs ``python -c BOOT``: BOOT appends to ``sys.path`` the folder that holds inferd
 and, when the interpreter is the server's Python version, the server's own path, then runs the
 ``main()`` of a module. Appended, not prepended: a model environment's own packages win, and
-what it lacks (numpy, say) comes from the server's. A worker gets a session of its own, so a
-Ctrl-C at the terminal reaches the server, which then stops its workers in order.
+what it lacks (numpy, say) comes from the server's. A worker gets a process group of its own,
+so a Ctrl-C at the terminal reaches the server, which then stops its workers in order; it stays
+in the server's session, so a kernel that shares CPU time by session (autogroup) weighs the
+server and its workers as one program rather than each worker as a program of its own (which
+left a busy worker waiting for the CPU most of the time on a loaded host).
 """
 
 from __future__ import annotations
@@ -24,8 +27,11 @@ log = logging.getLogger("inferd.scheduling")
 # The folder that holds the inferd package (this file is inferd/backends/spawn.py).
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
+# SIGTTOU ignored: a worker outside the terminal's foreground group still writes to the server's
+# terminal when the terminal is set to stop background writers (``stty tostop``).
 BOOT = """\
-import importlib, os, sys
+import importlib, os, signal, sys
+signal.signal(signal.SIGTTOU, signal.SIG_IGN)
 for entry in os.environ.pop("INFERD_WORKER_PATH", "").split(os.pathsep):
     if entry and entry not in sys.path:
         sys.path.append(entry)
@@ -89,7 +95,7 @@ def start_python(
         pass_fds=tuple(pass_fds),
         env=full_env,
         stdin=subprocess.DEVNULL,
-        start_new_session=True,
+        process_group=0,
     )
 
 

@@ -1,9 +1,10 @@
 """The model process: builds its executor from a recipe and runs the batches the server sends.
 
-One thread, one loop. A ``job`` is queued and run when the one before it is done; a ``cancel``
-marks a job not started yet, which is then answered CANCELLED unrun; ``close`` lets the queue
-finish, closes the executor (a Python model's ``finalize``) and answers ``closed``. Outputs
-are copied into this end's arenas, inputs are read in place from the server's.
+One thread, one loop. A ``job`` (or each of ``jobs``, several sent in one message) is queued
+and run when the one before it is done; a ``cancel`` marks a job not started yet, which is then
+answered CANCELLED unrun; ``close`` lets the queue finish, closes the executor (a Python model's
+``finalize``) and answers ``closed``. Outputs are copied into this end's arenas, inputs are read
+in place from the server's.
 
 A model calls another model through ``ModelProcess.call``: the request goes to the server,
 which runs it through that model's own scheduler, and the model process waits for the answer,
@@ -55,6 +56,7 @@ class ModelProcess:
         self.channel = channel
         self.label = label
         self._queue: deque[tuple[int, Any]] = deque()
+        self.handovers = 0  # messages that brought jobs (one may bring several)
         self._cancelled: set[int] = set()
         self._running: int | None = None
         self._closing = False
@@ -68,6 +70,10 @@ class ModelProcess:
     def _handle(self, kind: str, payload: Any) -> None:
         if kind == "job":
             self._queue.append(payload)
+            self.handovers += 1
+        elif kind == "jobs":  # several handed over at once, in order
+            self._queue.extend(payload)
+            self.handovers += 1
         elif kind == "cancel":
             self._cancelled.add(payload)
         elif kind == "called":

@@ -9,8 +9,11 @@ parameter ``process_instances``.
 A worker is started from a ``ProcessRecipe`` and builds its model itself; tensors cross in
 shared memory (``scheduling.shm``), messages over a Unix socket (``scheduling.channel``). The
 event loop reads every worker's socket itself (``add_reader``): no thread hop per answer. Each
-worker holds at most ``DEPTH`` jobs (one running, one next), the rest wait here, where a
-cancelled one is simply dropped.
+worker holds at most ``DEPTH`` jobs (one running, the next ones queued in the worker, so it never
+idles between them), the rest wait here, where a cancelled one is simply dropped. Jobs are handed
+over ahead of the one running and several at a time: a worker that holds ``REFILL_AT`` jobs or
+fewer gets as many as it has room for in one message, so a busy worker receives one message per
+few jobs, not one per job.
 
 A worker that dies (an exception escaping the executor, a segfault, ``os._exit``, SIGKILL, the
 OOM killer) fails only the jobs it held, each with an ``InstanceFailed`` that names the model
@@ -36,19 +39,10 @@ from inferd.backends.spawn import ProcessHandle, describe_exit
 from inferd.backends.work import CANCELLED, Executed, InstanceFailed, Work, live
 from inferd.core.errors import InferdError, InternalError, Unavailable
 from inferd.core.types import ModelCaller
+from inferd.scheduling import process_slots as slots
 from inferd.scheduling.channel import Channel
 from inferd.scheduling.launch import launch, reap, stop_model_process
 from inferd.scheduling.model_calls import ModelCalls
-from inferd.scheduling.process_slots import (
-    BROKEN,
-    CLOSED,
-    DOWN,
-    RESTART_BACKOFF_FIRST_S,
-    STARTING,
-    UP,
-    run_now,
-)
-from inferd.scheduling.process_slots import Job as _Job
 from inferd.scheduling.process_slots import Slot as _ModelProcess
 from inferd.scheduling.wire import (
     decode_error,
@@ -60,7 +54,9 @@ from inferd.scheduling.wire import (
 
 log = logging.getLogger("inferd.scheduling")
 
-DEPTH = 2  # jobs a worker holds: one running, one waiting, so it never idles between them
+DEPTH = 4  # jobs a worker holds at most: one running, the others queued in the worker
+REFILL_AT = 1  # a worker holding this many jobs or fewer is sent more, together in one message
+LARGE_DEPTH = 2  # a batch larger than COPY_OFF_LOOP_BYTES goes to a worker holding fewer jobs
 RESTART_BACKOFF_MAX_S = 30.0
 IDLE_FLUSH_S = 0.01  # a worker left idle gets the releases of its output blocks this soon
 # A batch whose tensors are larger than this is copied into shared memory on a thread: copying
@@ -69,8 +65,6 @@ COPY_OFF_LOOP_BYTES = 4 << 20
 
 # Receives the metrics a model's own code records: (model label, records).
 MetricsSink = Callable[[str, list[Any]], None]
-
-_STARTING, _UP, _DOWN, _BROKEN, _CLOSED = STARTING, UP, DOWN, BROKEN, CLOSED
 
 
 class ProcessInstances:
@@ -106,7 +100,7 @@ class ProcessInstances:
             for worker, future in zip(self._workers, started, strict=True):
                 try:
                     worker.proc, worker.channel = future.result()
-                    worker.state = _UP
+                    worker.state = slots.UP
                 except BaseException as exc:
                     errors.append(exc)
         if errors:
@@ -130,11 +124,11 @@ class ProcessInstances:
             worker = self._least_busy()
         elif 0 <= instance < self.count:
             worker = self._workers[instance]
-            if worker.state is _BROKEN:
+            if worker.state is slots.BROKEN:
                 raise InstanceFailed(worker.reason)
         else:
             raise ValueError(f"model '{self.name}' has no instance {instance}")
-        job = _Job(next(self._ids), batch, loop.create_future())
+        job = slots.Job(next(self._ids), batch, loop.create_future())
         worker.queue.append(job)
         self._pump(worker)
         return job.future
@@ -142,21 +136,27 @@ class ProcessInstances:
     def _least_busy(self) -> _ModelProcess:
         workers = self._workers
         first = workers[0]
-        if first.state is _UP and (self.count == 1 or first.load == 0):
+        if first.state is slots.UP and (self.count == 1 or first.load == 0):
             return first
-        up = [w for w in workers if w.state is _UP]
+        up = [w for w in workers if w.state is slots.UP]
         if up:
             return min(up, key=lambda w: w.load)
-        coming = [w for w in workers if w.state in (_DOWN, _STARTING)]
+        coming = [w for w in workers if w.state in (slots.DOWN, slots.STARTING)]
         if coming:  # restarting: its queue runs once it is up
             return min(coming, key=lambda w: w.load)
         raise InstanceFailed(workers[0].reason or f"model '{self.name}' has no running instance")
 
     def _pump(self, worker: _ModelProcess) -> None:
-        """Send queued jobs while the worker has room."""
+        """Send queued jobs, in one message, once the worker holds ``REFILL_AT`` or fewer."""
+        if len(worker.sent) > REFILL_AT:
+            return
         channel = worker.channel
+        ready: list[tuple[slots.Job, Any]] = []
         while (
-            worker.state is _UP and len(worker.sent) < DEPTH and worker.queue and not worker.copying
+            worker.state is slots.UP
+            and len(worker.sent) + len(ready) < DEPTH
+            and worker.queue
+            and not worker.copying
         ):
             assert channel is not None and self._loop is not None
             job = worker.queue.popleft()
@@ -170,6 +170,11 @@ class ProcessInstances:
                 continue
             job.works = job.batch if wanted is None else wanted
             if works_bytes(job.works) > COPY_OFF_LOOP_BYTES:
+                if len(worker.sent) + len(ready) >= LARGE_DEPTH:
+                    worker.queue.appendleft(job)  # large bodies: as few held as ever
+                    break
+                self._send_jobs(worker, ready)  # the jobs before it go first, in order
+                ready = []
                 worker.copying = job  # the jobs behind it wait: they go out in order
                 copy = self._loop.run_in_executor(None, encode_works, channel, job.works)
                 copy.add_done_callback(functools.partial(self._copied, worker, job, channel))
@@ -180,10 +185,11 @@ class ProcessInstances:
                 job.future.set_exception(InternalError(f"cannot send a batch to a worker: {exc}"))
                 self._settled()
                 continue
-            self._send_job(worker, job, payload)
+            ready.append((job, payload))
+        self._send_jobs(worker, ready)
 
     def _copied(
-        self, worker: _ModelProcess, job: _Job, channel: Channel, copy: asyncio.Future[Any]
+        self, worker: _ModelProcess, job: slots.Job, channel: Channel, copy: asyncio.Future[Any]
     ) -> None:
         """A large batch is in shared memory: send it, then what waited behind it."""
         worker.copying = None
@@ -192,9 +198,9 @@ class ProcessInstances:
             if not job.future.done():
                 job.future.set_exception(InternalError(f"cannot send a batch to a worker: {error}"))
             self._settled()
-        elif worker.channel is channel and worker.state is _UP:
-            self._send_job(worker, job, copy.result())
-        elif worker.state is _BROKEN or worker.state is _CLOSED:
+        elif worker.channel is channel and worker.state is slots.UP:
+            self._send_jobs(worker, [(job, copy.result())])
+        elif worker.state is slots.BROKEN or worker.state is slots.CLOSED:
             if not job.future.done():
                 job.future.set_exception(
                     InstanceFailed(worker.reason or f"model '{self.name}' has no running instance")
@@ -204,10 +210,16 @@ class ProcessInstances:
             worker.queue.appendleft(job)
         self._pump(worker)
 
-    def _send_job(self, worker: _ModelProcess, job: _Job, payload: Any) -> None:
-        worker.sent[job.id] = job
-        job.future.add_done_callback(functools.partial(self._cancel, worker, job.id))
-        self._send(worker, "job", (job.id, payload))
+    def _send_jobs(self, worker: _ModelProcess, ready: list[tuple[slots.Job, Any]]) -> None:
+        """Hand ``ready`` jobs over: one ``job`` message, or one ``jobs`` message for several."""
+        for job, _ in ready:
+            worker.sent[job.id] = job
+            job.future.add_done_callback(functools.partial(self._cancel, worker, job.id))
+        if len(ready) == 1:
+            job, payload = ready[0]
+            self._send(worker, "job", (job.id, payload))
+        elif ready:
+            self._send(worker, "jobs", [(job.id, payload) for job, payload in ready])
 
     def _send(self, worker: _ModelProcess, kind: str, payload: Any) -> None:
         channel = worker.channel
@@ -229,7 +241,7 @@ class ProcessInstances:
             self._loop.remove_writer(channel.fileno())
 
     def _cancel(self, worker: _ModelProcess, job_id: int, future: asyncio.Future[Executed]) -> None:
-        if future.cancelled() and job_id in worker.sent and worker.state is _UP:
+        if future.cancelled() and job_id in worker.sent and worker.state is slots.UP:
             self._send(worker, "cancel", job_id)
 
     # ------------------------------------------------------------------ answers
@@ -238,7 +250,7 @@ class ProcessInstances:
         """Read the workers' sockets on this loop (the first submit's)."""
         old, self._loop = self._loop, loop
         for worker in self._workers:
-            if worker.state is _UP and worker.channel is not None:
+            if worker.state is slots.UP and worker.channel is not None:
                 if old is not None and not old.is_closed():
                     with contextlib.suppress(Exception):
                         old.remove_reader(worker.channel.fileno())
@@ -288,7 +300,7 @@ class ProcessInstances:
             if not future.done():
                 future.set_result(Executed([CANCELLED] * len(job.batch)))
         else:  # the executor broke: the worker exits, and is restarted once it has
-            worker.state = _DOWN
+            worker.state = slots.DOWN
             if not future.done():
                 future.set_exception(decode_error(*data))
         self._settled()
@@ -315,7 +327,7 @@ class ProcessInstances:
         """Hand an idle worker back the output blocks its answers no longer need."""
         worker.flush_armed = False
         channel = worker.channel
-        idle = worker.state is _UP and channel is not None and not worker.sent
+        idle = worker.state is slots.UP and channel is not None and not worker.sent
         if idle and channel is not None and channel.mapped.released:
             self._send(worker, "release", None)
 
@@ -336,7 +348,7 @@ class ProcessInstances:
             self._send(worker, "called", answer)
 
         def alive() -> bool:
-            return worker.channel is channel and worker.state is _UP
+            return worker.channel is channel and worker.state is slots.UP
 
         self._calls.serve(channel, payload, reply, alive)
 
@@ -355,7 +367,7 @@ class ProcessInstances:
         assert proc is not None and channel is not None and self._loop is not None
         self._loop.remove_reader(channel.fileno())
         self._loop.remove_writer(channel.fileno())
-        worker.state = _DOWN
+        worker.state = slots.DOWN
         worker.channel = None
         self._thread(self._reap_and_report, worker, proc, channel)
 
@@ -388,7 +400,7 @@ class ProcessInstances:
         worker.sent.clear()
         if self._closed:
             self._fail_queue(worker, Unavailable(f"model '{self.name}' is unloading"))
-            worker.state = _CLOSED
+            worker.state = slots.CLOSED
             return
         self._thread(self._restart, worker)
 
@@ -404,19 +416,19 @@ class ProcessInstances:
     def _restarted(self, worker: _ModelProcess, proc: ProcessHandle, channel: Channel) -> None:
         if self._stopping:  # closing, past waiting for the queues: too late to serve
             self._thread(stop_model_process, self.name, proc, channel)
-            worker.state = _CLOSED
+            worker.state = slots.CLOSED
             self._fail_queue(worker, Unavailable(f"model '{self.name}' is unloading"))
             return
         assert self._loop is not None
-        worker.proc, worker.channel, worker.state = proc, channel, _UP
-        worker.backoff_s = RESTART_BACKOFF_FIRST_S
+        worker.proc, worker.channel, worker.state = proc, channel, slots.UP
+        worker.backoff_s = slots.RESTART_BACKOFF_FIRST_S
         self._loop.add_reader(channel.fileno(), self._readable, worker)
         log.info("model '%s': instance %d is running again", self.name, worker.index)
         self._pump(worker)
 
     def _restart_failed(self, worker: _ModelProcess, reason: str) -> None:
         assert self._loop is not None
-        worker.state = _BROKEN
+        worker.state = slots.BROKEN
         worker.reason = f"model '{self.name}': instance {worker.index} cannot restart: {reason}"
         log.error("%s; retrying in %.1f s", worker.reason, worker.backoff_s)
         self._fail_queue(worker, InstanceFailed(worker.reason))
@@ -425,8 +437,8 @@ class ProcessInstances:
             worker.backoff_s = min(RESTART_BACKOFF_MAX_S, worker.backoff_s * 2)
 
     def _retry(self, worker: _ModelProcess) -> None:
-        if worker.state is _BROKEN and not self._closed:
-            worker.state = _DOWN
+        if worker.state is slots.BROKEN and not self._closed:
+            worker.state = slots.DOWN
             self._thread(self._restart, worker)
 
     def _fail_queue(self, worker: _ModelProcess, error: InferdError) -> None:
@@ -441,9 +453,9 @@ class ProcessInstances:
     def run_blocking(self, instance: int, batch: list[Work]) -> Executed:
         """Execute now, from the calling thread, before the instances serve (warmup)."""
         worker = self._workers[instance]
-        if worker.state is not _UP or worker.channel is None or worker.proc is None:
+        if worker.state is not slots.UP or worker.channel is None or worker.proc is None:
             raise InstanceFailed(f"instance {instance} of model '{self.name}' is not running")
-        return run_now(self.name, worker, next(self._ids), batch, self._count_restart)
+        return slots.run_now(self.name, worker, next(self._ids), batch, self._count_restart)
 
     def _count_restart(self) -> None:
         self.restarts += 1
@@ -459,7 +471,7 @@ class ProcessInstances:
                 self._drained = loop.create_future()
                 await self._drained
             for worker in self._workers:
-                if worker.state is _UP and worker.channel is not None:
+                if worker.state is slots.UP and worker.channel is not None:
                     loop.remove_reader(worker.channel.fileno())
                     loop.remove_writer(worker.channel.fileno())
         self._stopping = True
@@ -468,9 +480,9 @@ class ProcessInstances:
     def _stop(self) -> None:
         for thread in self._threads:
             thread.join()
-        running = [w for w in self._workers if w.state is _UP]
+        running = [w for w in self._workers if w.state is slots.UP]
         for worker in running:
-            worker.state = _CLOSED
+            worker.state = slots.CLOSED
         threads = [
             threading.Thread(target=stop_model_process, args=(self.name, w.proc, w.channel))
             for w in running
@@ -483,5 +495,6 @@ class ProcessInstances:
     def pids(self) -> list[int | None]:
         """The model process of each instance (None while one restarts)."""
         return [
-            w.proc.pid if w.proc is not None and w.state is _UP else None for w in self._workers
+            w.proc.pid if w.proc is not None and w.state is slots.UP else None
+            for w in self._workers
         ]

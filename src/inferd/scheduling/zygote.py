@@ -155,7 +155,7 @@ def _child(sock: socket.socket, wakes: tuple[socket.socket, ...], fd: int) -> No
         wake.close()
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    os.setsid()
+    os.setpgid(0, 0)  # its own group, in the server's session (``spawn``)
     os.environ["INFERD_WORKER_FD"] = str(fd)
     from inferd.scheduling import model_process
 
