@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from inferd.scheduling import shm
+from inferd.scheduling import shm, wire
 from inferd.scheduling.shm import Arenas, Mapped
 
 
@@ -73,4 +73,28 @@ def test_large_bytes_and_parts_arrive_whole() -> None:
     _connect(writer, reader)
     assert reader.read(whole) == one
     assert reader.read(joined) == b"".join(parts)
+    writer.close()
+
+
+def test_a_large_element_leaves_shared_memory_as_a_bytearray_chunk_by_chunk() -> None:
+    """A BYTES element read out as a bytearray (TorchServe's bodies) is copied once, in chunks,
+    and this end's mapping lets go of each chunk's pages as it goes: the contents stay."""
+    writer, reader = Arenas(), Mapped()
+    element = bytes(range(256)) * ((2 * wire.READ_CHUNK_BYTES + 12345) // 256)
+    parts, size = wire.bytes_parts(np.array([b"ab", element], dtype=object))
+    ref = writer.put_parts(parts, size)
+    _connect(writer, reader)
+    seen: list[tuple[int, int]] = []
+
+    def read(start: int, end: int) -> None:
+        seen.append((start, end))
+        reader.drop_pages(ref, start, end)
+
+    with reader.view(ref) as view:
+        found = wire.deserialize_bytes(view, (2,), bytearray, read)
+    assert [type(x) for x in found] == [bytearray, bytearray]
+    assert found[0] == b"ab" and found[1] == element
+    assert len(seen) == 3 and seen[0][0] == 10 and seen[-1][1] == size
+    with reader.view(ref) as view:  # the block's bytes are still there for its owner
+        assert wire.deserialize_bytes(view, (2,))[1] == element
     writer.close()

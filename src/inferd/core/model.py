@@ -98,6 +98,7 @@ class ModelVersion:
                 )
             if outputs is None:
                 work = Work(inputs, rows, names, request.id, request.parameters)
+                work.handover = request.handover
                 if signature:
                     work.signature = signature
                 outputs = await self.scheduler.run(work, timings)
@@ -130,6 +131,7 @@ class ModelVersion:
             inputs, rows = validate.check_inputs(self.spec, request.inputs)
             names = validate.check_outputs(self.spec, request.output_names())
             work = Work(inputs, rows, names, request.id, request.parameters)
+            work.handover = request.handover
             work.responses = lambda result, final: sent.put_nowait((result, final))
             task = asyncio.ensure_future(self.scheduler.run(work, Timings()))
             try:

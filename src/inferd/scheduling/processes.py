@@ -56,7 +56,7 @@ from inferd.scheduling.wire import (
     encode_works,
     works_bytes,
 )
-from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Work, live
+from inferd.scheduling.work import CANCELLED, Executed, InstanceFailed, Work, give_up_inputs, live
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -208,6 +208,8 @@ class ProcessInstances:
         worker.sent[job.id] = job
         job.future.add_done_callback(functools.partial(self._cancel, worker, job.id))
         self._send(worker, "job", (job.id, payload))
+        for work in job.works:  # in shared memory now: a request that gives its body up does
+            give_up_inputs(work)
 
     def _send(self, worker: _Worker, kind: str, payload: Any) -> None:
         channel = worker.channel

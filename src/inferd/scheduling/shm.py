@@ -317,6 +317,19 @@ class Mapped:
             self.outstanding += 1
             self.released.append(ref)
 
+    def drop_pages(self, ref: Ref, start: int, end: int) -> None:
+        """Let go of this process's mapping of the whole pages within bytes [start, end) of the
+        block at ``ref``, read already: the memory stays the owner's (and the block's contents
+        with it), only no longer counted in this process's RSS."""
+        arena = self._arenas.get(ref[0])
+        if arena is None:
+            return
+        first = -(-(ref[1] + start) // _PAGE) * _PAGE
+        last = (ref[1] + end) // _PAGE * _PAGE
+        if last > first:
+            with contextlib.suppress(OSError, ValueError):
+                arena.map.madvise(mmap.MADV_DONTNEED, first, last - first)
+
     def read(self, ref: Ref) -> bytes:
         """A copy of the bytes at ``ref``; the block is released at once."""
         arena = self._arenas[ref[0]]

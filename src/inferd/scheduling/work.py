@@ -11,6 +11,7 @@ event loop. A request-level executor (Python models) sees every request as it ca
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from inferd.core.errors import InferdError, InternalError, InvalidInput, Unavailable
-from inferd.core.types import Parameters, Tensors
+from inferd.core.types import Handover, Parameters, Tensors
 
 if TYPE_CHECKING:  # a worker process of a Python model imports this module without protobuf
     from inferd.backends.base import Runtime
@@ -55,6 +56,24 @@ class Work:
     # The requests this work stands for: several when a frontend worker sent the rows of
     # compatible requests as one (``inferd.workers``); statistics count each.
     requests: int = 1
+    # The request gives its inputs up once they are in a worker process's shared memory
+    # (``give_up_inputs``). Never crosses to a worker.
+    handover: Handover | None = None
+
+
+def give_up_inputs(work: Work) -> None:
+    """Empty the bytearrays among ``work``'s BYTES inputs (their copies are in shared memory
+    now): their memory goes back at once, whoever else still refers to them."""
+    handover = work.handover
+    if handover is None:
+        return
+    for array in work.inputs.values():
+        if array.dtype.kind == "O":
+            for item in array.flat:
+                if isinstance(item, bytearray):
+                    with contextlib.suppress(BufferError):  # a view of it is alive: kept
+                        item.clear()
+    handover.taken = True
 
 
 Result = Tensors | InferdError
