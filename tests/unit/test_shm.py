@@ -98,3 +98,22 @@ def test_a_large_element_leaves_shared_memory_as_a_bytearray_chunk_by_chunk() ->
     with reader.view(ref) as view:  # the block's bytes are still there for its owner
         assert wire.deserialize_bytes(view, (2,))[1] == element
     writer.close()
+
+
+def test_an_idle_writer_gives_back_its_free_space_once_per_idle_spell() -> None:
+    """``trim``: the free space's pages go back (they read as zeros), a live block keeps its
+    bytes, and nothing is done again until something was written."""
+    writer, reader = Arenas(), Mapped()
+    live = writer.put_bytes(b"k" * (1 << 20))
+    gone = writer.put_bytes(b"g" * (2 << 20))
+    _connect(writer, reader)
+    writer.release([gone])
+    assert not writer.trim(idle_s=60)  # written just now
+    assert writer.trim(idle_s=0)
+    assert not writer.trim(idle_s=0)  # nothing written since
+    assert reader.read(live) == b"k" * (1 << 20)
+    with reader.view(gone) as view:
+        assert bytes(view[4096:8192]) == bytes(4096)  # its pages were given back
+    writer.put_bytes(b"n")
+    assert writer.trim(idle_s=0)
+    writer.close()
