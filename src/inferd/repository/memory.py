@@ -75,10 +75,12 @@ class AfterBursts:
     """Collects garbage and trims the heap (``trim_heap``) once a burst of work is over: when
     this process's resident set grew ``grown_bytes`` or more since the last time, then it used
     less than ``idle_share`` of a core for ``idle_s``. Call it as often as convenient (it
-    looks at most once per ``idle_s``)."""
+    looks at most once per ``idle_s``). Idle means idle: a full collection holds the event
+    loop for tens of milliseconds, which a process answering a storm (refusals cost it little
+    CPU) must not pay while the storm lasts."""
 
     def __init__(
-        self, grown_bytes: int = 16 << 20, idle_s: float = 2.0, idle_share: float = 0.05
+        self, grown_bytes: int = 16 << 20, idle_s: float = 5.0, idle_share: float = 0.01
     ) -> None:
         self.grown_bytes, self.idle_s, self.idle_share = grown_bytes, idle_s, idle_share
         self._cpu = time.process_time()
