@@ -162,6 +162,10 @@ def test_memory_comes_back_after_a_storm_of_refused_requests(
     refused = asyncio.run(_storm(server.http_port, request))
     assert refused == STORM_CLIENTS * STORM_REQUESTS
     after = tree_rss(server.proc.pid)
+    gate.touch()  # the held requests finish: the server is idle from here on
+    for holder in holders:
+        holder.join(timeout=120)
+    assert answers.count(200) == QUEUE + 2, answers
     print(f"\nRSS {(after - start) / 2**20:+.0f} MiB after the storm", end="")
     settled = wait_for(
         lambda: (rss := tree_rss(server.proc.pid) if server.proc else 0) - start < 40 << 20 and rss,
@@ -169,7 +173,3 @@ def test_memory_comes_back_after_a_storm_of_refused_requests(
         timeout_s=40,
     )
     print(f", {(settled - start) / 2**20:+.0f} MiB once settled")
-    gate.touch()
-    for holder in holders:
-        holder.join(timeout=120)
-    assert answers.count(200) == QUEUE + 2, answers
