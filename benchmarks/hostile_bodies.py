@@ -68,6 +68,30 @@ def by_process(pid: int) -> str:
     return " ".join(found)
 
 
+def regions(pid: int, least: int = 8 << 20) -> str:
+    """Each process's mappings holding ``least`` bytes or more (smaps): name and RSS in MiB,
+    ``anon`` for anonymous memory (malloc arenas), ``shm`` for shared memory."""
+    root = psutil.Process(pid)
+    lines = []
+    for process in [root, *root.children(recursive=True)]:
+        found = []
+        with contextlib.suppress(OSError, psutil.NoSuchProcess):
+            name, rss = "", 0
+            for line in Path(f"/proc/{process.pid}/smaps").read_text().splitlines():
+                head = line.split()
+                if head and "-" in head[0] and not head[0].endswith(":"):
+                    if rss >= least:
+                        found.append(f"{name or 'anon'}:{rss / 2**20:.0f}")
+                    name, rss = (head[5] if len(head) > 5 else ""), 0
+                    name = name.rsplit("/", 1)[-1].replace("(deleted)", "").strip()
+                elif head and head[0] == "Rss:":
+                    rss = int(head[1]) << 10
+            if rss >= least:
+                found.append(f"{name or 'anon'}:{rss / 2**20:.0f}")
+        lines.append(f"{process.pid}: {' '.join(found)}")
+    return "; ".join(lines)
+
+
 class Peak:
     """The tree's RSS, sampled every 20 ms while in the ``with`` block."""
 
@@ -242,6 +266,7 @@ def storm(tree: str, src: str, seconds: float, clients: int) -> None:
                 )
             print(f"    RSS peak {mib(rss.peak - rss.start)}, 30 s after {mib(after - rss.start)}")
             print(f"    by process (MiB): {start} before, {by_process(server.proc.pid)} 30 s after")
+            print(f"    regions of 8 MiB or more 30 s after (MiB): {regions(server.proc.pid)}")
         finally:
             server.stop()
 

@@ -145,3 +145,17 @@ def test_the_server_maps_large_blocks_of_their_own_and_keeps_the_operators_thres
     assert run("glibc") == "False"
     assert run("set") == "True"
     assert run("set", GLIBC_TUNABLES="glibc.malloc.mmap_threshold=4194304") == "False"
+
+
+def test_the_server_has_granians_allocator_give_freed_pages_back_unless_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # jemalloc's default kept what a storm of requests took in an idle serving process.
+    from inferd import cli
+
+    monkeypatch.delenv("_RJEM_MALLOC_CONF", raising=False)
+    cli._granian_gives_back()
+    assert os.environ["_RJEM_MALLOC_CONF"] == "dirty_decay_ms:0,muzzy_decay_ms:0"
+    monkeypatch.setenv("_RJEM_MALLOC_CONF", "narenas:2")
+    cli._granian_gives_back()
+    assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:2"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import time
 
 import pytest
 
-from inferd.repository.memory import LoadCosts, tree_rss_bytes
+from inferd.repository.memory import AfterBursts, LoadCosts, _rss, tree_rss_bytes
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 
@@ -88,3 +89,25 @@ def test_a_tree_smaller_than_the_files_counts_nothing_beyond_them() -> None:
     costs.baseline = 100 * MIB
     costs.observe(101 * MIB, [2 * MIB])
     assert costs.beyond_files() == 0 and costs.least(2 * MIB) == 2 * MIB
+
+
+def test_what_a_burst_left_in_cycles_goes_back_once_it_is_over() -> None:
+    """Garbage in reference cycles (a refused request's traceback and frames) holding 48 MiB:
+    once the process has grown and sits idle, ``AfterBursts`` collects it and the resident
+    set comes back; it does nothing while the process has not grown."""
+    after_bursts = AfterBursts(grown_bytes=16 << 20, idle_s=0.05, idle_share=0.5)
+    time.sleep(0.1)
+    assert not after_bursts()  # not grown
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        cycle: list[object] = [bytearray(b"x" * (48 << 20))]
+        cycle.append(cycle)
+        grown = _rss("self")
+        del cycle
+        time.sleep(0.1)
+        assert after_bursts()
+        assert _rss("self") < grown - (32 << 20)
+    finally:
+        if enabled:
+            gc.enable()

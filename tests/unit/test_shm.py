@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from inferd.scheduling import shm
+from inferd.scheduling import shm, wire
 from inferd.scheduling.shm import Arenas, Mapped
 
 
@@ -73,4 +73,47 @@ def test_large_bytes_and_parts_arrive_whole() -> None:
     _connect(writer, reader)
     assert reader.read(whole) == one
     assert reader.read(joined) == b"".join(parts)
+    writer.close()
+
+
+def test_a_large_element_leaves_shared_memory_as_a_bytearray_chunk_by_chunk() -> None:
+    """A BYTES element read out as a bytearray (TorchServe's bodies) is copied once, in chunks,
+    and this end's mapping lets go of each chunk's pages as it goes: the contents stay."""
+    writer, reader = Arenas(), Mapped()
+    element = bytes(range(256)) * ((2 * wire.READ_CHUNK_BYTES + 12345) // 256)
+    parts, size = wire.bytes_parts(np.array([b"ab", element], dtype=object))
+    ref = writer.put_parts(parts, size)
+    _connect(writer, reader)
+    seen: list[tuple[int, int]] = []
+
+    def read(start: int, end: int) -> None:
+        seen.append((start, end))
+        reader.drop_pages(ref, start, end)
+
+    with reader.view(ref) as view:
+        found = wire.deserialize_bytes(view, (2,), bytearray, read)
+    assert [type(x) for x in found] == [bytearray, bytearray]
+    assert found[0] == b"ab" and found[1] == element
+    assert len(seen) == 3 and seen[0][0] == 10 and seen[-1][1] == size
+    with reader.view(ref) as view:  # the block's bytes are still there for its owner
+        assert wire.deserialize_bytes(view, (2,))[1] == element
+    writer.close()
+
+
+def test_an_idle_writer_gives_back_its_free_space_once_per_idle_spell() -> None:
+    """``trim``: the free space's pages go back (they read as zeros), a live block keeps its
+    bytes, and nothing is done again until something was written."""
+    writer, reader = Arenas(), Mapped()
+    live = writer.put_bytes(b"k" * (1 << 20))
+    gone = writer.put_bytes(b"g" * (2 << 20))
+    _connect(writer, reader)
+    writer.release([gone])
+    assert not writer.trim(idle_s=60)  # written just now
+    assert writer.trim(idle_s=0)
+    assert not writer.trim(idle_s=0)  # nothing written since
+    assert reader.read(live) == b"k" * (1 << 20)
+    with reader.view(gone) as view:
+        assert bytes(view[4096:8192]) == bytes(4096)  # its pages were given back
+    writer.put_bytes(b"n")
+    assert writer.trim(idle_s=0)
     writer.close()

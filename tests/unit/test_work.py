@@ -14,10 +14,11 @@ from inferd.backends.work import (
     Runtime,
     Work,
     check_rows,
+    give_up_inputs,
     run_live,
 )
 from inferd.core.errors import InternalError, InvalidInput
-from inferd.core.types import Tensors
+from inferd.core.types import Handover, Tensors
 from tests.echo_support import ok
 
 
@@ -140,3 +141,18 @@ def test_a_work_runs_its_signature() -> None:
     work.signature = "abc"
     (result,) = BatchExecutor("m", Signatures()).execute([work]).results
     assert isinstance(result, dict) and result["y"].ravel().tolist() == [4.0]
+
+
+def test_a_request_that_hands_its_inputs_over_gives_up_its_bytearrays() -> None:
+    """Once its inputs are in a worker's shared memory, a request with a ``Handover`` empties
+    its bytearrays (whoever else refers to them) and is marked taken; bytes stay as they are,
+    and a request without one keeps everything."""
+    body, other = bytearray(b"x" * 1000), b"y" * 10
+    inputs = {"body": np.array([[body, other]], dtype=object)}
+    kept = Work(dict(inputs), 0, ())
+    give_up_inputs(kept)
+    assert len(body) == 1000
+    handover = Handover()
+    work = Work(inputs, 0, (), handover=handover)
+    give_up_inputs(work)
+    assert handover.taken and len(body) == 0 and inputs["body"][0, 1] == other

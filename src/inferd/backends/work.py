@@ -11,6 +11,7 @@ event loop. A request-level executor (Python models) sees every request as it ca
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -21,7 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from inferd.core.errors import InferdError, InternalError, InvalidInput, Unavailable
-from inferd.core.types import Parameters, Tensors, Timings
+from inferd.core.types import Handover, Parameters, Tensors, Timings
 
 log = logging.getLogger("inferd.scheduling")
 
@@ -53,6 +54,24 @@ class Work:
     # The requests this work stands for: several when a frontend worker sent the rows of
     # compatible requests as one (``inferd.workers``); statistics count each.
     requests: int = 1
+    # The request gives its inputs up once they are in a worker process's shared memory
+    # (``give_up_inputs``). Never crosses to a worker.
+    handover: Handover | None = None
+
+
+def give_up_inputs(work: Work) -> None:
+    """Empty the bytearrays among ``work``'s BYTES inputs (their copies are in shared memory
+    now): their memory goes back at once, whoever else still refers to them."""
+    handover = work.handover
+    if handover is None:
+        return
+    for array in work.inputs.values():
+        if array.dtype.kind == "O":
+            for item in array.flat:
+                if isinstance(item, bytearray):
+                    with contextlib.suppress(BufferError):  # a view of it is alive: kept
+                        item.clear()
+    handover.taken = True
 
 
 Result = Tensors | InferdError

@@ -24,6 +24,16 @@ class RequestedOutput:
 
 
 @dataclass(slots=True)
+class Handover:
+    """A request whose inputs are its own alone (a TorchServe body): a worker-process instance
+    that has copied them into shared memory empties their bytearrays, so that a large body is
+    held once on its way to the model, not until the answer. ``taken``: it did; the request
+    cannot run again (no second try on another version, no shadow copy)."""
+
+    taken: bool = False
+
+
+@dataclass(slots=True)
 class InferRequest:
     model_name: str
     inputs: Tensors
@@ -34,6 +44,7 @@ class InferRequest:
     parameters: Parameters = field(default_factory=dict)
     # Per-input parameters the client sent (passed through; the core ignores them).
     input_parameters: dict[str, Parameters] = field(default_factory=dict)
+    handover: Handover | None = None  # set by a protocol that gives up its inputs
 
     def output_names(self) -> list[str] | None:
         return None if self.outputs is None else [o.name for o in self.outputs]

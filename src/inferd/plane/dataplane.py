@@ -361,11 +361,11 @@ class DataPlane:
         try:
             response = await model.infer(request, signature)
         except (Unavailable, NotFound):
-            if model.state is ModelState.READY:
+            if model.state is ModelState.READY or _given_up(request):
                 raise
             model, response = await self._rerun(request, label, signature)
         routing = self.registry.shadowing(model.name)
-        if routing is not None and not signature:
+        if routing is not None and not signature and not _given_up(request):
             self.shadows.mirror(routing, model, request, response)
         return response
 
@@ -478,3 +478,8 @@ class DataPlane:
 
 def _always() -> bool:
     return True
+
+
+def _given_up(request: InferRequest) -> bool:
+    """Whether the request gave its inputs up to a worker process (``Handover``)."""
+    return request.handover is not None and request.handover.taken

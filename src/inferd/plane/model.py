@@ -100,6 +100,7 @@ class ModelVersion:
                 )
             if outputs is None:
                 work = Work(inputs, rows, names, request.id, request.parameters)
+                work.handover = request.handover
                 if signature:
                     work.signature = signature
                 outputs = await (scheduler or self.scheduler).run(work, timings)
@@ -132,6 +133,7 @@ class ModelVersion:
             inputs, rows = validate.check_inputs(self.spec, request.inputs)
             names = validate.check_outputs(self.spec, request.output_names())
             work = Work(inputs, rows, names, request.id, request.parameters)
+            work.handover = request.handover
             work.responses = lambda result, final: sent.put_nowait((result, final))
             task = asyncio.ensure_future(self.scheduler.run(work, Timings()))
             try:

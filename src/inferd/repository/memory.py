@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import logging
 import os
+import time
+from typing import Any
 
 log = logging.getLogger("inferd.repository")
 
@@ -45,6 +48,60 @@ def return_freed() -> bool:
             TRIM_THRESHOLD_BYTES,
         )
     return done
+
+
+def _libc_trim() -> Any:
+    name = ctypes.util.find_library("c")
+    try:
+        trim = ctypes.CDLL(name or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None  # not glibc
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+_malloc_trim = _libc_trim()
+
+
+def trim_heap() -> None:
+    """Hand glibc's free heap memory back to the system, every arena's (a thread's arena keeps
+    what a burst of requests freed: the trim threshold only looks at the main heap's top)."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+class AfterBursts:
+    """Collects garbage and trims the heap (``trim_heap``) once a burst of work is over: when
+    this process's resident set grew ``grown_bytes`` or more since the last time, then it used
+    less than ``idle_share`` of a core for ``idle_s``. Call it as often as convenient (it
+    looks at most once per ``idle_s``). Idle means idle: a full collection holds the event
+    loop for tens of milliseconds, which a process answering a storm (refusals cost it little
+    CPU) must not pay while the storm lasts."""
+
+    def __init__(
+        self, grown_bytes: int = 16 << 20, idle_s: float = 5.0, idle_share: float = 0.01
+    ) -> None:
+        self.grown_bytes, self.idle_s, self.idle_share = grown_bytes, idle_s, idle_share
+        self._cpu = time.process_time()
+        self._at = time.monotonic()
+        self._rss = _rss("self")  # after the last trim
+
+    def __call__(self) -> bool:
+        """Whether it trimmed now."""
+        now = time.monotonic()
+        if now - self._at < self.idle_s:
+            return False
+        cpu = time.process_time()
+        idle = cpu - self._cpu < self.idle_share * (now - self._at)
+        self._cpu, self._at = cpu, now
+        if not idle or _rss("self") - self._rss < self.grown_bytes:
+            return False
+        gc.collect()  # the cycles a burst left (a refused request's traceback and frames)
+        trim_heap()
+        self._rss = _rss("self")
+        log.debug("a burst of work is over: free memory handed back")
+        return True
 
 
 def _read(path: str) -> bytes:

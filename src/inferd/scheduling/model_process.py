@@ -140,7 +140,10 @@ class ModelProcess:
         channel = self.channel
         self._running = job_id
         try:
-            batch = decode_works(channel, works)
+            # An executor that hands its requests writable bodies (TorchServe's bytearrays)
+            # gets its BYTES elements as such, copied once out of shared memory.
+            element = bytearray if getattr(executor, "writable_bytes", False) else bytes
+            batch = decode_works(channel, works, element)
             if channel.large_releases():
                 channel.send("release")
             executed = executor.execute(batch)

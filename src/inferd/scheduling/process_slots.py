@@ -4,15 +4,16 @@ holds or will be sent (``scheduling.processes`` drives them)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from inferd.backends.process import ProcessRecipe
 from inferd.backends.spawn import ProcessHandle, describe_exit
 from inferd.backends.work import CANCELLED, Executed, InstanceFailed, Work
 from inferd.scheduling.channel import Channel
-from inferd.scheduling.launch import launch, reap, refuse_call
+from inferd.scheduling.launch import launch, reap, refuse_call, stop_model_process
 from inferd.scheduling.wire import decode_error, decode_executed, encode_works
 
 RESTART_BACKOFF_FIRST_S = 0.5
@@ -80,3 +81,18 @@ def run_now(
     if status == "cancelled":
         return Executed([CANCELLED] * len(batch))
     raise decode_error(*data)
+
+
+def stop_running(name: str, slots: Sequence[Slot]) -> None:
+    """Stop every running model process of ``slots`` at once (each one's ``finalize`` runs)."""
+    running = [slot for slot in slots if slot.state is UP]
+    for slot in running:
+        slot.state = CLOSED
+    threads = [
+        threading.Thread(target=stop_model_process, args=(name, slot.proc, slot.channel))
+        for slot in running
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()

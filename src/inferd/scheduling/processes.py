@@ -36,7 +36,7 @@ from typing import Any
 
 from inferd.backends.process import ProcessRecipe
 from inferd.backends.spawn import ProcessHandle, describe_exit
-from inferd.backends.work import CANCELLED, Executed, InstanceFailed, Work, live
+from inferd.backends.work import CANCELLED, Executed, InstanceFailed, Work, give_up_inputs, live
 from inferd.core.errors import InferdError, InternalError, Unavailable
 from inferd.core.types import ModelCaller
 from inferd.scheduling import process_slots as slots
@@ -220,6 +220,9 @@ class ProcessInstances:
             self._send(worker, "job", (job.id, payload))
         elif ready:
             self._send(worker, "jobs", [(job.id, payload) for job, payload in ready])
+        for job, _ in ready:  # in shared memory now: a request that owns its inputs lets go
+            for work in job.works:
+                give_up_inputs(work)
 
     def _send(self, worker: _ModelProcess, kind: str, payload: Any) -> None:
         channel = worker.channel
@@ -480,17 +483,7 @@ class ProcessInstances:
     def _stop(self) -> None:
         for thread in self._threads:
             thread.join()
-        running = [w for w in self._workers if w.state is slots.UP]
-        for worker in running:
-            worker.state = slots.CLOSED
-        threads = [
-            threading.Thread(target=stop_model_process, args=(self.name, w.proc, w.channel))
-            for w in running
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        slots.stop_running(self.name, self._workers)
 
     def pids(self) -> list[int | None]:
         """The model process of each instance (None while one restarts)."""

@@ -7,8 +7,9 @@ reads each tensor in place, through a numpy array whose base is a ``Block``; whe
 array over a block is gone (the response was sent, the model dropped its input), the block's
 release is queued and travels back with the next message, and the owner reuses the space.
 Pages stay mapped between requests, so a repeated 16 MB tensor costs one copy and no page
-faults. An arena that fills up is replaced by one twice its size (the old one is unmapped once
-its blocks come back); a tensor larger than ``ARENA_MAX_BYTES / 2`` gets a region of its own.
+faults; an end idle for ``TRIM_IDLE_S`` gives the pages of its free space back. An arena that
+fills up is replaced by one twice its size (the old one is unmapped once its blocks come back);
+a tensor larger than ``ARENA_MAX_BYTES / 2`` gets a region of its own.
 
 memfds (not ``/dev/shm`` names) need no cleanup when a process dies and are not bounded by the
 size of ``/dev/shm`` (64 MB in a default Docker container); their descriptors travel over the
@@ -23,6 +24,7 @@ import ctypes
 import mmap
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
@@ -35,6 +37,9 @@ ARENA_MAX_BYTES = 1 << 30
 # A block this large gives its pages back when it comes back (a burst of large bodies leaves
 # no memory behind); smaller ones keep theirs mapped for the next tensor.
 GIVE_BACK_BYTES = 32 << 20
+# An end that wrote nothing for this long gives back the pages of its free space (``trim``):
+# a storm of requests leaves no arena memory behind once it is over.
+TRIM_IDLE_S = 5.0
 _PAGE = mmap.PAGESIZE
 _GIL_FREE_COPY_BYTES = 1 << 20  # copies this large go through numpy (``_copy_in``)
 
@@ -121,6 +126,8 @@ class Arenas:
         self._next_id = 0
         self._new: list[_Arena] = []  # created, not yet announced to the peer
         self._retired: list[int] = []  # retired, not yet announced
+        self._written = time.monotonic()  # when a block was last handed out
+        self._trimmed = True  # nothing written since the last ``trim``
 
     def put(self, array: np.ndarray) -> Ref:
         """Copy a numeric array into an arena (its one copy) and say where it lies."""
@@ -147,6 +154,8 @@ class Arenas:
 
     def _alloc(self, nbytes: int) -> tuple[_Arena, int]:
         with self._lock:
+            self._written = time.monotonic()
+            self._trimmed = False
             current = self._current
             if current is not None:
                 offset = current.alloc(nbytes)
@@ -218,6 +227,18 @@ class Arenas:
                     self._drop(arena)
                 elif nbytes >= GIVE_BACK_BYTES:
                     _give_back(arena, offset, nbytes)
+
+    def trim(self, idle_s: float = TRIM_IDLE_S) -> bool:
+        """Give back the pages of every arena's free space once nothing was written for
+        ``idle_s`` (once per idle spell; call it now and then); True when it did."""
+        with self._lock:
+            if self._trimmed or time.monotonic() - self._written < idle_s:
+                return False
+            self._trimmed = True
+            for arena in self._arenas.values():
+                for offset, size in arena.free:
+                    _give_back(arena, offset, size)
+            return True
 
     def in_use(self) -> int:
         """Blocks handed out and not yet released (for tests and leak checks)."""
@@ -316,6 +337,19 @@ class Mapped:
             whole.release()
             self.outstanding += 1
             self.released.append(ref)
+
+    def drop_pages(self, ref: Ref, start: int, end: int) -> None:
+        """Let go of this process's mapping of the whole pages within bytes [start, end) of the
+        block at ``ref``, read already: the memory stays the owner's (and the block's contents
+        with it), only no longer counted in this process's RSS."""
+        arena = self._arenas.get(ref[0])
+        if arena is None:
+            return
+        first = -(-(ref[1] + start) // _PAGE) * _PAGE
+        last = (ref[1] + end) // _PAGE * _PAGE
+        if last > first:
+            with contextlib.suppress(OSError, ValueError):
+                arena.map.madvise(mmap.MADV_DONTNEED, first, last - first)
 
     def read(self, ref: Ref) -> bytes:
         """A copy of the bytes at ``ref``; the block is released at once."""

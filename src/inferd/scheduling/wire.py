@@ -9,8 +9,9 @@ travel as (class name, message[, status]) and come back as the same ``InferdErro
 
 from __future__ import annotations
 
+import functools
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,7 @@ from inferd.scheduling.channel import Channel
 
 INLINE_BYTES = 16 << 10  # a tensor up to this size rides in the message
 INLINE_BUDGET_BYTES = 32 << 10  # inline bytes per message at most
+READ_CHUNK_BYTES = 8 << 20  # a large element leaves shared memory in chunks this large
 BYTES = "BYTES"
 
 _LEN = struct.Struct("<I")
@@ -96,15 +98,34 @@ def serialize_bytes(array: np.ndarray) -> bytes:
     return b"".join(bytes_parts(array)[0])
 
 
-def deserialize_bytes(raw: bytes | bytearray | memoryview, shape: tuple[int, ...]) -> np.ndarray:
-    """An object array of ``bytes`` from Triton's BYTES serialization."""
+def deserialize_bytes(
+    raw: bytes | bytearray | memoryview,
+    shape: tuple[int, ...],
+    element: type[bytes] | type[bytearray] = bytes,
+    read: Callable[[int, int], None] | None = None,
+) -> np.ndarray:
+    """An object array of ``element`` (``bytes``, or ``bytearray`` for an executor that hands
+    its requests writable bodies) from Triton's BYTES serialization. ``read(start, end)`` is
+    told of each large range of ``raw`` copied out (a bytearray's, chunk by chunk), so that a
+    mapping of shared memory lets go of its pages as it goes."""
     view = memoryview(raw)
-    items: list[bytes] = []
+    items: list[bytes | bytearray] = []
     offset, end = 0, len(view)
     while offset < end:
         (size,) = _LEN.unpack_from(view, offset)
         offset += 4
-        items.append(bytes(view[offset : offset + size]))
+        if read is None or size < READ_CHUNK_BYTES:
+            items.append(element(view[offset : offset + size]))
+        elif element is bytearray:  # grown by remapping, chunk by chunk
+            item = bytearray()
+            for at in range(offset, offset + size, READ_CHUNK_BYTES):
+                stop = min(at + READ_CHUNK_BYTES, offset + size)
+                item += view[at:stop]
+                read(at, stop)
+            items.append(item)
+        else:
+            items.append(element(view[offset : offset + size]))
+            read(offset, offset + size)
         offset += size
     array = np.empty(len(items), dtype=object)
     array[:] = items
@@ -149,15 +170,22 @@ class Encoder:
         return (name, token, array.shape, data)
 
 
-def decode_tensors(channel: Channel, encoded: Sequence[tuple[Any, ...]]) -> Tensors:
+def decode_tensors(
+    channel: Channel,
+    encoded: Sequence[tuple[Any, ...]],
+    element: type[bytes] | type[bytearray] = bytes,
+) -> Tensors:
+    """The tensors of one message; BYTES elements as ``element`` (``deserialize_bytes``)."""
     tensors: Tensors = {}
     for name, token, shape, data in encoded:
         if token == BYTES:
             if isinstance(data, bytes | bytearray):
-                tensors[name] = deserialize_bytes(data, tuple(shape))
+                tensors[name] = deserialize_bytes(data, tuple(shape), element)
             else:  # read in place: each element copied once, out of the arena
-                with channel.mapped.view(data) as view:
-                    tensors[name] = deserialize_bytes(view, tuple(shape))
+                mapped = channel.mapped
+                with mapped.view(data) as view:
+                    read = functools.partial(mapped.drop_pages, data)
+                    tensors[name] = deserialize_bytes(view, tuple(shape), element, read)
             continue
         dtype = dtype_named(token)
         if isinstance(data, bytearray | bytes):
@@ -216,10 +244,15 @@ def encode_works(channel: Channel, works: Sequence[Work]) -> list[tuple[Any, ...
     ]
 
 
-def decode_works(channel: Channel, encoded: Sequence[tuple[Any, ...]]) -> list[Work]:
+def decode_works(
+    channel: Channel,
+    encoded: Sequence[tuple[Any, ...]],
+    element: type[bytes] | type[bytearray] = bytes,
+) -> list[Work]:
+    """The requests of one job; BYTES elements as ``element`` (``deserialize_bytes``)."""
     return [
         Work(
-            decode_tensors(channel, inputs),
+            decode_tensors(channel, inputs, element),
             rows,
             tuple(outputs),
             request_id,

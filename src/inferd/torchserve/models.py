@@ -28,7 +28,7 @@ from inferd.backends.torchserve.settings import (
     VersionSettings,
 )
 from inferd.core.errors import NotFound, Unavailable
-from inferd.core.types import InferRequest
+from inferd.core.types import Handover, InferRequest
 from inferd.plane.model import ModelVersion
 from inferd.plane.registry import ModelRecord
 from inferd.torchserve.errors import model_not_found, no_worker, version_not_found
@@ -244,11 +244,15 @@ class TorchServeModels:
         body = np.empty((1, len(values)), dtype=object)
         for index, value in enumerate(values):
             body[0, index] = value
+        # The body is the request's alone: once the handler's worker has its copy, the server
+        # lets go of its own (unless a shadow version is to get the request too).
+        handover = Handover() if self.registry.shadowing(name) is None else None
         return InferRequest(
             name,
             {"body": body},
             id=request_id,
             parameters={NAMES: names, TYPES: types, HEADERS: headers},
+            handover=handover,
         )
 
     async def answers(

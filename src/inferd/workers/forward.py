@@ -41,6 +41,7 @@ from inferd.core.errors import InternalError, Unavailable
 from inferd.core.types import Tensors, Timings
 from inferd.plane.registry import Registry
 from inferd.repository.manager import RepositoryStatus
+from inferd.repository.memory import AfterBursts
 from inferd.scheduling.channel import SOCKET_BUFFER_BYTES, Channel
 from inferd.scheduling.processes import COPY_OFF_LOOP_BYTES
 from inferd.scheduling.wire import Encoder, decode_result, works_bytes
@@ -104,6 +105,7 @@ class HostLink:
         self._outbox: list[_Out | tuple[Any, ...]] = []
         self._flush_armed = False
         self._idle_armed = False
+        self._after_bursts = AfterBursts()  # free heap memory back once a burst is over
         self._reconnect: asyncio.Task[None] | None = None
         self._tables: deque[tuple[Channel, tuple[Any, ...]]] = deque()  # to apply, in order
         self._applying: asyncio.Task[None] | None = None
@@ -372,6 +374,9 @@ class HostLink:
                 self._table(channel, payload)
             elif kind == "status":
                 self._status(payload)
+            # the host writes every second or so: once a burst is over, what it took goes back
+            channel.arenas.trim()
+            self._after_bursts()
             if not channel.waiting():
                 return
 

@@ -35,6 +35,7 @@ from inferd.plane.model import ModelVersion
 from inferd.plane.registry import Registry, unknown_model
 from inferd.plane.validate import shape_outputs
 from inferd.repository.manager import RepositoryStatus
+from inferd.repository.memory import AfterBursts
 from inferd.scheduling.channel import SOCKET_BUFFER_BYTES, Channel
 from inferd.scheduling.eager import run_eagerly
 from inferd.scheduling.wire import Encoder, decode_tensors, encode_result
@@ -105,6 +106,7 @@ class ModelHost:
         self.extra: Callable[[], Any] = _nothing  # sent with the status (workers.demand_host)
         self._seq = 0
         self._waiters: list[asyncio.Future[None]] = []  # syncs waiting for acks
+        self._after_bursts = AfterBursts()  # free heap memory back once a burst is over
         self._listener: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -475,6 +477,9 @@ class ModelHost:
                         if frontend.index >= 0:
                             self._send(frontend, "status", payload)
                     last_status = now
+                for frontend in self.frontends:  # a burst is over: what it took goes back
+                    frontend.channel.arenas.trim()
+                self._after_bursts()
             except Exception:
                 log.exception("keeping the frontends' model table current")
 

@@ -148,8 +148,9 @@ def load_entry(module: ModuleType, function: str, label: str) -> tuple[Entry, In
     return handle, initialize if callable(initialize) else (lambda context: None)
 
 
-def decode_value(value: bytes, content_type: str, decode: bool) -> Any:
-    """A parameter's value as TorchServe hands it over."""
+def decode_value(value: bytes | bytearray, content_type: str, decode: bool) -> Any:
+    """A parameter's value as TorchServe hands it over (a bytearray as is: the worker read it
+    out of shared memory as one, its only copy)."""
     if decode and content_type == "application/json":
         try:
             return json.loads(value.decode("utf-8"))
@@ -160,7 +161,7 @@ def decode_value(value: bytes, content_type: str, decode: bool) -> Any:
             return value.decode("utf-8")
         except UnicodeDecodeError:
             log.warning("Failed utf-8 decoding of input data. Forwarding encoded payload")
-    return bytearray(value)
+    return value if isinstance(value, bytearray) else bytearray(value)
 
 
 def encode_answer(value: Any) -> bytes:
@@ -219,6 +220,7 @@ class TorchServeExecutor:
     """One instance of a TorchServe handler."""
 
     inline = False
+    writable_bytes = True  # the worker reads bodies out of shared memory as bytearrays
 
     def __init__(
         self,
