@@ -32,6 +32,7 @@ from inferd.core.tfexample import Features, check_examples, serialize_all
 from inferd.core.types import InferRequest, InferResponse, RequestedOutput, Tensors
 
 if TYPE_CHECKING:
+    from inferd.config.model_config_pb2 import ModelConfig
     from inferd.core.registry import Registry
 
 SIGNATURE_PARAMETER = "signature_name"  # config parameter: the model's own signature
@@ -95,9 +96,23 @@ class Regressed:
 
 
 def _own_signature(model: ModelVersion) -> str:
-    params = model.config.parameters
+    config = model.config
+    kept = _OWN.get(id(config))
+    if kept is not None and kept[0] is config:
+        return kept[1]
+    params = config.parameters
     configured = params[SIGNATURE_PARAMETER].string_value if SIGNATURE_PARAMETER in params else ""
+    if len(_OWN) >= _KEPT_MAX:
+        _OWN.clear()
+    _OWN[id(config)] = (config, configured or DEFAULT_SIGNATURE)
     return configured or DEFAULT_SIGNATURE
+
+
+# id(a version's config) -> (the config, its own signature's name): the parameter is read once,
+# not looked up in the protobuf map per request. An entry counts only for the very config it
+# was made for (it holds the config, never the version and its runtime), and the table is
+# cleared when full.
+_OWN: dict[int, tuple[ModelConfig, str]] = {}
 
 
 class Run(Protocol):
