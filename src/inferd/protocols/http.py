@@ -147,7 +147,8 @@ class HttpApp:
             if declared > limit:  # refused before its body is read: a small one is drained
                 raise too_large(declared, limit, route.limit_flag)
             # With the loop named, current_task skips get_running_loop (and its getpid call).
-            task = asyncio.current_task(self._loop)
+            loop = self._loop
+            task = asyncio.current_task(loop) if loop is not None else None
             if task is None:  # the first request, or one on another loop
                 task = asyncio.current_task()
                 self._loop = task.get_loop() if task is not None else None
