@@ -6,6 +6,8 @@ change are compared under the same host load:
 
 1. ``half_plus_two`` v2 JSON at concurrency 16 (wrk, keep-alive): req/s and server CPU-µs per
    request (the server's process CPU over the requests it answered: the noise-robust figure);
+   ``json64``: the same at concurrency 64; ``tfs`` and ``tfs64``: the same model through TF
+   Serving's REST predict (``{"instances": [1.0]}``) at 16 and 64, printed as a ratio to v2's;
 2. ``half_plus_two`` over gRPC at concurrency 16 (h2load, pre-encoded ModelInfer): req/s and
    CPU-µs/req, and the same tensor over HTTP binary (Inference-Header-Content-Length) with the
    same client (h2load --h1), so gRPC's ratio to HTTP comes from one client and one run;
@@ -17,8 +19,9 @@ change are compared under the same host load:
 5. the demo ``digits`` MLP at concurrency 64, one row per request, HTTP binary tensors, with and
    without dynamic batching: req/s and CPU-µs/req (batching must never lose);
 6. ``empty``: the same JSON request as 1. to an RSGI handler that only reads the body and
-   answers (``empty_rsgi.py``, granian with inferd's options), once per pass: the floor under
-   any Python server here, so the JSON path's CPU-µs/req is also given as a multiple of it;
+   answers (``empty_rsgi.py``, granian with inferd's options), once per pass (also at
+   concurrency 64 with ``json64``): the floor under any Python server here, so the JSON path's
+   CPU-µs/req is also given as a multiple of it;
 7. ``minimal``: the same request to ``empty_rsgi.py --minimal``, which does only the work no v2
    JSON server can skip (parse, array, run half_plus_two on the loop, encode) and nothing a
    server needs besides: a lower bound for the JSON path on this stack, as a multiple of 6;
@@ -27,10 +30,18 @@ change are compared under the same host load:
    scheduling policy), against the same in-process reference as 4.
 
     .venv/bin/python benchmarks/core_bench.py --tree before=/tmp/base --tree after=. \\
-        [--passes 3] [--seconds 8] [--only json,grpc,resnet,mlp,digits,empty,minimal] [--workers 1]
+        [--passes 3] [--seconds 8] [--only json,json64,tfs,tfs64,grpc,resnet,mlp,digits,empty,
+        minimal] [--workers 1[,auto]]
 
 ``--workers N`` runs each server with ``--http-workers N`` (default 1, so that a figure is one
-process's; ``auto``, the server's default, picks 2 on a 2-core host for small models).
+process's; ``auto`` is the server's default). Several settings (``--workers 1,auto``) measure
+every tree with each, interleaved within the pass, and print each setting's req/s and CPU-µs per
+request as a ratio to the first's, per tree.
+
+The layout question in one run (the figures ``docs/performance.md`` gives)::
+
+    .venv/bin/python benchmarks/core_bench.py --tree before=/tmp/base --tree after=. \\
+        --only json,json64,tfs,tfs64,empty --workers 1,auto --passes 3 --seconds 6
 
 Needs ``wrk`` and ``h2load`` (Debian: wrk, nghttp2-client).
 """
@@ -64,8 +75,16 @@ from tests.support import ServerProcess  # noqa: E402
 CACHE = Path(os.environ.get("INFERD_BENCH_CACHE", "/tmp/inferd-core-bench"))
 MLP_DIMS = (1024, 4096, 4096, 1024)
 DIGITS_INPUT = "input"
-TESTS = ("json", "grpc", "resnet", "mlp", "digits", "empty", "minimal")
+TESTS = ("json", "json64", "tfs", "tfs64", "grpc", "resnet", "mlp", "digits", "empty", "minimal")
 JSON_BODY = '{"inputs":[{"name":"x","shape":[1,1],"datatype":"FP32","data":[1.0]}]}'
+TFS_BODY = '{"instances":[1.0]}'
+# The JSON loads: test -> (path on the server, body, connections).
+JSON_LOADS = {
+    "json": ("/v2/models/half_plus_two/infer", JSON_BODY, 16),
+    "json64": ("/v2/models/half_plus_two/infer", JSON_BODY, 64),
+    "tfs": ("/v1/models/half_plus_two:predict", TFS_BODY, 16),
+    "tfs64": ("/v1/models/half_plus_two:predict", TFS_BODY, 64),
+}
 
 
 # --------------------------------------------------------------------------- models
@@ -378,12 +397,12 @@ def floor_load(
     return {"rps": r["rps"], "cpu_us": cpu["cpu_s"] / max(1, r["requests"]) * 1e6}
 
 
-def empty_handler(seconds: float, *extra: str) -> dict[str, float]:
+def empty_handler(seconds: float, *extra: str, conns: int = 16) -> dict[str, float]:
     """req/s and CPU-µs/req of ``empty_rsgi.py`` (with ``extra`` arguments) under the JSON
-    test's load."""
+    test's load (``conns`` connections)."""
     headers = {"Content-Type": "application/json"}
     path = "/v2/models/half_plus_two/infer"
-    return floor_load(extra, path, JSON_BODY.encode(), headers, 16, seconds)
+    return floor_load(extra, path, JSON_BODY.encode(), headers, conns, seconds)
 
 
 def minimal_batched_mlp(seconds: float) -> dict[str, float]:
@@ -399,27 +418,41 @@ def minimal_batched_mlp(seconds: float) -> dict[str, float]:
 # --------------------------------------------------------------------------- one pass
 
 
+def serving(server: ServerProcess) -> bool:
+    """Every worker listens (a frontend binds once it has the host's models)."""
+    log = server.log()
+    found = re.search(r"(\d+) HTTP workers", log)
+    return log.count("listening: HTTP") + log.count("takes connections") >= (
+        int(found.group(1)) if found else 1
+    )
+
+
 def measure(
-    label: str, tree: Path, repo: Path, seconds: float, only: set[str], workers: int
+    label: str, tree: Path, repo: Path, seconds: float, only: set[str], workers: str
 ) -> dict[str, Any]:
-    env = {"PYTHONPATH": str(tree / "src"), "INFERD_HTTP_WORKERS": str(workers)}
-    server = ServerProcess(repo, env=env, log_path=CACHE / f"server-{label}.log")
+    env = {"PYTHONPATH": str(tree / "src"), "INFERD_HTTP_WORKERS": workers}
+    server = ServerProcess(repo, env=env, log_path=CACHE / f"server-{label}-{workers}.log")
     server.start(timeout_s=180)
     assert server.proc is not None
     pid = server.proc.pid
-    result: dict[str, Any] = {"tree": label}
+    deadline = time.monotonic() + 120
+    while not serving(server) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    result: dict[str, Any] = {"tree": label, "workers": workers}
     work = Path(tempfile.mkdtemp())
     try:
-        if "json" in only:
-            body = work / "hpt.json"
-            body.write_text(JSON_BODY)
-            url = f"{server.http_url}/v2/models/half_plus_two/infer"
-            wrk(url, body, {"Content-Type": "application/json"}, 16, 2)  # warm-up
+        for test, (path, text, conns) in JSON_LOADS.items():
+            if test not in only:
+                continue
+            body = work / f"{test}.json"
+            body.write_text(text)
+            url = f"{server.http_url}{path}"
+            wrk(url, body, {"Content-Type": "application/json"}, conns, 2)  # warm-up
             with cpu_window(pid) as cpu:
-                r = wrk(url, body, {"Content-Type": "application/json"}, 16, seconds)
-            result["json_rps"] = r["rps"]
-            result["json_cpu_us"] = cpu["cpu_s"] / max(1, r["requests"]) * 1e6
-            result["json_errors"] = r["errors"]
+                r = wrk(url, body, {"Content-Type": "application/json"}, conns, seconds)
+            result[f"{test}_rps"] = r["rps"]
+            result[f"{test}_cpu_us"] = cpu["cpu_s"] / max(1, r["requests"]) * 1e6
+            result[f"{test}_errors"] = r["errors"]
         if "grpc" in only:
             raw, headers = binary_body("x", np.array([[1.0]], np.float32))
             body = work / "hpt.bin"
@@ -452,6 +485,35 @@ def measure(
     return result
 
 
+def layouts(rows: list[dict[str, Any]], settings: list[str]) -> None:
+    """Each worker setting's req/s and CPU-µs per request as a ratio to the first setting's,
+    per tree and test: medians of the per-pass ratios."""
+    if len(settings) < 2:
+        return
+    first = settings[0]
+    trees = list(dict.fromkeys(r["tree"].rsplit(" w=", 1)[0] for r in rows))
+    for tree in trees:
+        for setting in settings[1:]:
+            for test in [t for t in JSON_LOADS if f"{t}_rps" in rows[0]] + ["http_binary", "grpc"]:
+                pairs = [
+                    (a, b)
+                    for a in rows
+                    for b in rows
+                    if a["tree"] == f"{tree} w={setting}"
+                    and b["tree"] == f"{tree} w={first}"
+                    and a["pass"] == b["pass"]
+                    and f"{test}_rps" in a
+                ]
+                if not pairs:
+                    continue
+                rps = statistics.median(a[f"{test}_rps"] / b[f"{test}_rps"] for a, b in pairs)
+                cpu = statistics.median(a[f"{test}_cpu_us"] / b[f"{test}_cpu_us"] for a, b in pairs)
+                print(
+                    f"{tree}: {test} --http-workers {setting} / {first}: req/s {rps:.2f}x, "
+                    f"CPU-us/req {cpu:.2f}x"
+                )
+
+
 def trees_from(specs: list[str]) -> list[tuple[str, Path]]:
     """``--tree LABEL=PATH`` arguments as (label, path); this checkout when none is given."""
     return [(s.split("=", 1)[0], Path(s.split("=", 1)[1]).resolve()) for s in specs] or [
@@ -467,13 +529,17 @@ def main() -> int:
     parser.add_argument("--only", default=",".join(TESTS))
     parser.add_argument(
         "--workers",
-        type=int,
-        default=1,
-        help="serving processes (--http-workers; the server default, auto, picks 2 "
-        "on a 2-core host)",
+        default="1",
+        help="serving processes (--http-workers: a number or auto, the server's default); "
+        "several, comma-separated, measure each",
     )
     args = parser.parse_args()
-    trees = trees_from(args.tree)
+    settings = args.workers.split(",")
+    trees = [
+        (label if len(settings) == 1 else f"{label} w={setting}", path, setting)
+        for label, path in trees_from(args.tree)
+        for setting in settings
+    ]
     only = set(args.only.split(","))
     CACHE.mkdir(parents=True, exist_ok=True)
     repo = build_repository()
@@ -482,6 +548,7 @@ def main() -> int:
     inprocs: list[float] = []
     inprocs64: list[float] = []
     empties: list[dict[str, float]] = []
+    empties64: list[dict[str, float]] = []
     minimals: list[dict[str, float]] = []
     for p in range(args.passes):
         # The in-process reference is taken every pass, between the servers, so each pass's
@@ -494,6 +561,10 @@ def main() -> int:
         if empty:
             empties.append(empty)
             print(json.dumps({"empty_handler": empty, "pass": p + 1}), flush=True)
+        empty64 = empty_handler(args.seconds, conns=64) if {"empty", "json64"} <= only else {}
+        if empty64:
+            empties64.append(empty64)
+            print(json.dumps({"empty_handler_c64": empty64, "pass": p + 1}), flush=True)
         if "minimal" in only:
             model = str(repo / "half_plus_two" / "1" / "model.onnx")
             minimal = empty_handler(args.seconds, "--minimal", model)
@@ -506,24 +577,32 @@ def main() -> int:
                 minimal["mlp_vs_inprocess"] = batched["rows_s"] / inproc
             minimals.append(minimal)
             print(json.dumps({"minimal_handler": minimal, "pass": p + 1}), flush=True)
-        for label, tree in trees:
-            row = measure(label, tree, repo, args.seconds, only, args.workers)
+        # trees (and worker settings) in turn, the order reversed every other pass (ABBA)
+        for label, tree, setting in trees if p % 2 == 0 else trees[::-1]:
+            row = measure(label, tree, repo, args.seconds, only, setting)
+            row["tree"] = label
             row["pass"] = p + 1
             if inproc:
                 row["mlp_batched_vs_inprocess"] = row["mlp_batched_rows_s"] / inproc
                 row["mlp_batched_vs_inprocess_64"] = row["mlp_batched_rows_s"] / inproc64
             if empty and "json_cpu_us" in row:
                 row["json_cpu_vs_empty"] = row["json_cpu_us"] / empty["cpu_us"]
+            if empty64 and "json64_cpu_us" in row:
+                row["json64_cpu_vs_empty"] = row["json64_cpu_us"] / empty64["cpu_us"]
+            for c in ("", "64"):
+                if f"tfs{c}_rps" in row and f"json{c}_rps" in row:
+                    row[f"tfs{c}_vs_json_rps"] = row[f"tfs{c}_rps"] / row[f"json{c}_rps"]
+                    row[f"tfs{c}_vs_json_cpu"] = row[f"tfs{c}_cpu_us"] / row[f"json{c}_cpu_us"]
             rows.append(row)
             print(json.dumps(row), flush=True)
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
-    keys = [k for k in rows[0] if k not in ("tree", "pass")]
+    keys = [k for k in rows[0] if k not in ("tree", "pass", "workers")]
     print("\nmedian over passes")
-    print("| figure | " + " | ".join(label for label, _ in trees) + " |")
+    print("| figure | " + " | ".join(label for label, _, _ in trees) + " |")
     print("|---|" + "---|" * len(trees))
     for key in keys:
         cells = []
-        for label, _ in trees:
+        for label, _, _ in trees:
             values = [r[key] for r in rows if r["tree"] == label and key in r]
             cells.append(f"{statistics.median(values):,.1f}" if values else "")
         print(f"| {key} | " + " | ".join(cells) + " |")
@@ -531,7 +610,7 @@ def main() -> int:
         reference = statistics.median(inprocs)
         print(f"| onnxruntime in-process wide MLP batch 32, rows/s | {reference:,.1f} |")
         print(f"| the same at batch 64, rows/s | {statistics.median(inprocs64):,.1f} |")
-        for label, _ in trees:
+        for label, _, _ in trees:
             mine = [r for r in rows if r["tree"] == label]
             ratio = statistics.median(r["mlp_batched_rows_s"] / r["mlp_plain_rows_s"] for r in mine)
             share = statistics.median(r["mlp_batched_vs_inprocess"] for r in mine)
@@ -544,6 +623,11 @@ def main() -> int:
         rps = statistics.median(e["rps"] for e in empties)
         cpu = statistics.median(e["cpu_us"] for e in empties)
         print(f"| empty RSGI handler (empty_rsgi.py), req/s; CPU-us/req | {rps:,.1f}; {cpu:,.1f} |")
+    if empties64:
+        rps = statistics.median(e["rps"] for e in empties64)
+        cpu = statistics.median(e["cpu_us"] for e in empties64)
+        print(f"| empty RSGI handler at c=64, req/s; CPU-us/req | {rps:,.1f}; {cpu:,.1f} |")
+    layouts(rows, settings)
     if minimals:
         rps = statistics.median(m["rps"] for m in minimals)
         cpu = statistics.median(m["cpu_us"] for m in minimals)
@@ -562,13 +646,13 @@ def main() -> int:
                 f"{rate:,.1f}; {cpu:,.1f} | {share:.2f} of in-process batch 32 |"
             )
     if "grpc" in only:
-        for label, _ in trees:
+        for label, _, _ in trees:
             mine = [r for r in rows if r["tree"] == label]
             rps = statistics.median(r["grpc_rps"] / r["http_binary_rps"] for r in mine)
             cpu = statistics.median(r["grpc_cpu_us"] / r["http_binary_cpu_us"] for r in mine)
             print(f"{label}: gRPC/HTTP binary req/s {rps:.2f}x, CPU-us/req {cpu:.2f}x")
     if "digits" in only:
-        for label, _ in trees:
+        for label, _, _ in trees:
             mine = [r for r in rows if r["tree"] == label]
             rps = statistics.median(r["digits_batched_rps"] / r["digits_plain_rps"] for r in mine)
             cpu = statistics.median(

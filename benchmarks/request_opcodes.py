@@ -7,7 +7,11 @@ are exact and repeat from run to run, unlike timings on a shared host. Tracing m
 about 50x slower, so the inline threshold is raised here to keep the model on the event loop,
 as it is in a real run.
 
+``--api tfs`` counts TF Serving's REST predict on the same model instead
+(``{"instances": [1.0]}``), so the two paths' costs can be set side by side.
+
     PYTHONPATH=src .venv/bin/python benchmarks/request_opcodes.py [--requests 2000] [--functions 25]
+        [--api v2|tfs]
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.rsgi_stub import Protocol, Scope
 
 BODY = b'{"inputs":[{"name":"x","shape":[1,1],"datatype":"FP32","data":[1.0]}]}'
+# Each API's request: (path, body, what the report calls it).
+APIS = {
+    "v2": ("/v2/models/half_plus_two/infer", BODY, "v2 JSON"),
+    "tfs": ("/v1/models/half_plus_two:predict", b'{"instances":[1.0]}', "TF Serving REST predict"),
+}
 
 # (stage, predicate on "file:function") in order: the first match names a function's stage.
 STAGES: list[tuple[str, tuple[str, ...]]] = [
@@ -35,6 +44,10 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
             "http.py:_send",
             "codecs.py:to_json_data",
             "v2/http.py:response_encoding",
+            "tfserving/http.py:tf_json",
+            "tfserving/http.py:_finite",
+            "tfserving/http.py:_predictions",
+            "tfserving/http.py:_json_value",
         ),
     ),
     (
@@ -48,6 +61,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
             "codecs.py:",
             "datatypes.py:",
             "shm_tensors.py:",
+            "tfserving/http.py:",
         ),
     ),
     (
@@ -55,6 +69,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
         ("transport/http.py:", "deadlines.py:", "watch.py:", "asyncio/", "v2/http.py:admit"),
     ),
     ("v2 handler", ("v2/http.py:",)),
+    ("TF Serving target, signature and shapes", ("tfserving.py:",)),
     ("validation (inputs and outputs against the config)", ("validate.py:", "spec.py:")),
     ("routing and data plane", ("registry.py:", "routing.py:", "dataplane.py:")),
     ("statistics, metrics, access-log check", ("stats.py:", "metrics.py:", "requests.py:")),
@@ -71,7 +86,9 @@ def stage_of(key: str) -> str:
     return "other"
 
 
-async def count(requests: int) -> tuple[collections.Counter[str], collections.Counter[int]]:
+async def count(
+    requests: int, api: str = "v2"
+) -> tuple[collections.Counter[str], collections.Counter[int]]:
     from inferd.app import flags
 
     try:
@@ -93,8 +110,9 @@ async def count(requests: int) -> tuple[collections.Counter[str], collections.Co
     else:
         await server._load_models()
     app = server.http_app
-    scope = Scope("/v2/models/half_plus_two/infer", BODY, {"content-type": "application/json"})
-    protocol = Protocol(BODY)
+    path, body, _ = APIS[api]
+    scope = Scope(path, body, {"content-type": "application/json"})
+    protocol = Protocol(body)
     for _ in range(3000):
         await app.__rsgi__(scope, protocol)
     counts: collections.Counter[str] = collections.Counter()
@@ -124,10 +142,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--functions", type=int, default=25, help="busiest functions to list")
+    parser.add_argument("--api", choices=sorted(APIS), default="v2")
     args = parser.parse_args()
     import uvloop
 
-    counts, answers = uvloop.run(count(args.requests))
+    counts, answers = uvloop.run(count(args.requests, args.api))
     assert set(answers) == {200}, answers
     n = args.requests
     per_request = {key: value / n for key, value in counts.items() if "request_opcodes" not in key}
@@ -135,7 +154,9 @@ def main() -> None:
     stages: collections.Counter[str] = collections.Counter()
     for key, value in per_request.items():
         stages[stage_of(key)] += value
-    print(f"half_plus_two, v2 JSON: {total:,.0f} bytecodes per request ({n} requests)\n")
+    print(
+        f"half_plus_two, {APIS[args.api][2]}: {total:,.0f} bytecodes per request ({n} requests)\n"
+    )
     print("| stage | bytecodes/request | share |\n|---|---|---|")
     for stage, value in stages.most_common():
         print(f"| {stage} | {value:,.0f} | {100 * value / total:.0f} % |")

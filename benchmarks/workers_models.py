@@ -19,6 +19,9 @@ a pass favours neither), with the server's CPU-µs per request (its whole proces
     PYTHONPATH=src .venv/bin/python benchmarks/workers_models.py [--passes 3] [--seconds 8] \\
         [--only json,digits,mlp,memory] [--workers auto] [--peers ../shared/peers]
 
+On a host of one or two cores auto is one process: ``--workers 2`` measures the model host and
+a frontend there.
+
 Needs ``wrk`` (Debian: wrk).
 """
 

@@ -13,6 +13,7 @@ import io
 import os
 import re
 import signal
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 import tritonclient.grpc as triton_grpc
 import tritonclient.utils.shared_memory as shm
@@ -233,3 +235,30 @@ def test_sigterm_drains_every_worker(server: ServerProcess) -> None:
     log = server.log()
     assert log.count("drained in") == 2, log
     assert log.count("server stopped") == 2, log
+
+
+def test_auto_serves_from_one_process_on_two_cores(tmp_path: Path) -> None:
+    """On a machine of two cores the default (auto) is one serving process: no supervisor, no
+    frontend, the model run where the request arrived."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs two cores to pin the server to")
+    root = tmp_path / "models"
+    write_version(root / M, 1, HALF_PLUS_TWO)
+    pinned = tmp_path / "python-on-two-cores"  # the interpreter, pinned to two cores
+    pinned.write_text(
+        f"#!{sys.executable}\nimport os, sys\nos.sched_setaffinity(0, {cores[:2]})\n"
+        f"os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])\n"
+    )
+    pinned.chmod(0o755)
+    server = ServerProcess(root, env={"INFERD_HTTP_WORKERS": "auto"}, python=str(pinned))
+    server.start()
+    try:
+        assert server.proc is not None
+        answer = httpx.post(f"{server.http_url}/v2/models/{M}/infer", json=_body(3.0), timeout=30)
+        assert answer.status_code == 200 and answer.json()["outputs"][0]["data"] == [3.5]
+        assert psutil.Process(server.proc.pid).children(recursive=True) == []
+        assert sorted(psutil.Process(server.proc.pid).cpu_affinity()) == cores[:2]
+        assert "HTTP workers" not in server.log()
+    finally:
+        server.stop()

@@ -66,6 +66,21 @@ def test_auto_is_one_on_one_core(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert _count(Settings(model_repository=[str(tmp_path)]))[0] == 1
 
 
+def test_auto_is_one_process_on_two_cores_and_frontends_from_three(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sizing, "available_memory_bytes", lambda: 64 << 30)
+    settings = Settings(model_repository=[str(tmp_path)])
+    monkeypatch.setattr(sizing, "usable_cores", lambda: 2)
+    count, why = _count(settings)
+    assert count == 1 and "2 usable CPU cores: one process" in why
+    monkeypatch.setattr(sizing, "usable_cores", lambda: 3)
+    assert _count(settings) == (
+        3,
+        "3 usable CPU cores; the models load once, in worker 0",
+    )
+
+
 def test_lazy_serving_auto_is_one_and_a_number_is_taken(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -32,6 +32,7 @@ from inferd.plane.model import ModelVersion
 from inferd.plane.tfexample import Features, check_examples, serialize_all
 
 if TYPE_CHECKING:
+    from inferd.config.model_config_pb2 import ModelConfig
     from inferd.plane.registry import Registry
 
 SIGNATURE_PARAMETER = "signature_name"  # config parameter: the model's own signature
@@ -95,9 +96,23 @@ class Regressed:
 
 
 def _own_signature(model: ModelVersion) -> str:
-    params = model.config.parameters
+    config = model.config
+    kept = _OWN.get(id(config))
+    if kept is not None and kept[0] is config:
+        return kept[1]
+    params = config.parameters
     configured = params[SIGNATURE_PARAMETER].string_value if SIGNATURE_PARAMETER in params else ""
+    if len(_OWN) >= _KEPT_MAX:
+        _OWN.clear()
+    _OWN[id(config)] = (config, configured or DEFAULT_SIGNATURE)
     return configured or DEFAULT_SIGNATURE
+
+
+# id(a version's config) -> (the config, its own signature's name): the parameter is read once,
+# not looked up in the protobuf map per request. An entry counts only for the very config it
+# was made for (it holds the config, never the version and its runtime), and the table is
+# cleared when full.
+_OWN: dict[int, tuple[ModelConfig, str]] = {}
 
 
 class Run(Protocol):
@@ -299,32 +314,64 @@ def _fits(shape: Sequence[int], dims: Sequence[int]) -> bool:
     return len(shape) == len(dims) and all(d in (-1, s) for s, d in zip(shape, dims, strict=True))
 
 
+# What the two functions below work out for a spec, kept: (id(spec), input name, shape) ->
+# (spec, the shape to feed: None for as it came); id(spec) -> (spec, each output's size-1 axes
+# and rank). An entry counts only for the very spec it was made for; both are cleared when full.
+_FED: dict[tuple[int, str, tuple[int, ...]], tuple[ModelSpec, tuple[int, ...] | None]] = {}
+_SQUEEZE: dict[int, tuple[ModelSpec, dict[str, tuple[tuple[int, ...], int]]]] = {}
+_KEPT_MAX = 4096
+
+
+def _fed_shape(spec: ModelSpec, name: str, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The shape input ``name`` of ``shape`` is fed with: its signature's, with the size-1
+    dimensions a request left out put back; None: as it came."""
+    key = (id(spec), name, shape)
+    kept = _FED.get(key)
+    if kept is not None and kept[0] is spec:
+        return kept[1]
+    tensor = spec.input_by_name.get(name)
+    full = _full_shape(spec, tensor) if tensor is not None else []
+    fed: tuple[int, ...] | None = None
+    if not (tensor is None or _fits(shape, full) or 1 not in full) and _fits(
+        shape, [d for d in full if d != 1]
+    ):
+        given = iter(shape)
+        fed = tuple(1 if d == 1 else next(given) for d in full)
+    if len(_FED) >= _KEPT_MAX:
+        _FED.clear()
+    _FED[key] = (spec, fed)
+    return fed
+
+
 def _lenient_inputs(spec: ModelSpec, inputs: Tensors) -> tuple[Tensors, bool]:
     """Inputs with the size-1 dimensions the signature has and a request left out put back."""
     fed: Tensors = {}
     lenient = False
     for name, array in inputs.items():
-        tensor = spec.input_by_name.get(name)
-        full = _full_shape(spec, tensor) if tensor is not None else []
-        if tensor is None or _fits(array.shape, full) or 1 not in full:
+        shape = _fed_shape(spec, name, array.shape)
+        if shape is None:
             fed[name] = array
-            continue
-        if _fits(array.shape, [d for d in full if d != 1]):
-            given = iter(array.shape)
-            fed[name] = array.reshape([1 if d == 1 else next(given) for d in full])
-            lenient = True
         else:
-            fed[name] = array
+            fed[name] = array.reshape(shape)
+            lenient = True
     return fed, lenient
 
 
 def _squeezed(spec: ModelSpec, outputs: Tensors) -> Tensors:
+    kept = _SQUEEZE.get(id(spec))
+    if kept is None or kept[0] is not spec:
+        found = {}
+        for tensor in spec.outputs:
+            full = _full_shape(spec, tensor)
+            found[tensor.name] = (tuple(i for i, d in enumerate(full) if d == 1), len(full))
+        if len(_SQUEEZE) >= _KEPT_MAX:
+            _SQUEEZE.clear()
+        kept = _SQUEEZE[id(spec)] = (spec, found)
+    every = kept[1]
     answer: Tensors = {}
     for name, array in outputs.items():
-        tensor = spec.output_by_name.get(name)
-        full = _full_shape(spec, tensor) if tensor is not None else []
-        axes = tuple(i for i, d in enumerate(full) if d == 1)
-        if axes and array.ndim == len(full):
+        axes, rank = every.get(name, ((), 0))
+        if axes and array.ndim == rank:
             array = array.squeeze(axis=axes)
         answer[name] = array
     return answer

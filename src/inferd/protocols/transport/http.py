@@ -86,6 +86,7 @@ class HttpApp:
         self._deadlines = BodyDeadlines(self.limits.body_timeout_s)
         self._too_slow = self.limits.body_rate.describe()
         self._watch = ClientWatch()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop requests last came on
         self.max_body_bytes = self.limits.max_body_bytes
         self.observer = observer
         self.guard = guard
@@ -145,7 +146,12 @@ class HttpApp:
             limit = route.max_body_bytes or self.limits.max_body_bytes
             if declared > limit:  # refused before its body is read: a small one is drained
                 raise too_large(declared, limit, route.limit_flag)
-            task = asyncio.current_task()
+            # With the loop named, current_task skips get_running_loop (and its getpid call).
+            loop = self._loop
+            task = asyncio.current_task(loop) if loop is not None else None
+            if task is None:  # the first request, or one on another loop
+                task = asyncio.current_task()
+                self._loop = task.get_loop() if task is not None else None
             request = HttpRequest(
                 method,
                 path,
