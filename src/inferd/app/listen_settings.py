@@ -35,9 +35,10 @@ class ListenSettings:
         metadata=opt(
             "serving processes sharing the HTTP and gRPC ports (SO_REUSEPORT): worker 0 loads "
             "and runs every model (one copy, one batcher per model); the others decode and "
-            "encode requests and forward each to it. A number, or auto: the usable CPU cores, "
-            "fewer if the other workers (256 MiB each) would not fit in half the available "
-            "memory; 1 with lazy serving (--model-memory-budget), where a number N shares the one "
+            "encode requests and forward each to it. A number, or auto: the usable CPU cores from "
+            "three up (one process below three: it keeps two cores busy, and the hop to worker 0 "
+            "costs more than it gives), fewer if the other workers (256 MiB each) would not fit "
+            "in half the available memory; 1 with lazy serving (--model-memory-budget), where a number N shares the one "
             "budget, worker 0's: it loads the models the other workers' requests need"
         ),
     )
