@@ -27,7 +27,6 @@ import os
 import socket
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -38,7 +37,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.hostile_http import Caller
 from inferd.demo.models import write_demo_repository
-from tests.e2e.hostile_support import tree_rss, write_echo_model
+from tests.e2e.hostile_support import Peak, tree_rss, write_echo_model
 from tests.e2e.torchserve_support import Ports, archive
 from tests.support import ServerProcess
 
@@ -92,28 +91,6 @@ def regions(pid: int, least: int = 8 << 20) -> str:
     return "; ".join(lines)
 
 
-class Peak:
-    """The tree's RSS, sampled every 20 ms while in the ``with`` block."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid, self.start = pid, tree_rss(pid)
-        self.peak = self.start
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Peak:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.02):
-            self.peak = max(self.peak, tree_rss(self.pid))
-
-
 def declared(tree: str, src: str, hold_s: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = write_echo_model(Path(tmp) / "models")
@@ -129,7 +106,7 @@ def declared(tree: str, src: str, hold_s: float) -> None:
                     b"Content-Type: application/json\r\nContent-Length: 107374182\r\n\r\n"
                 )
                 sockets = []
-                with Peak(server.proc.pid) as rss:
+                with Peak(server.proc.pid, every_s=0.02) as rss:
                     started = time.perf_counter()
                     for _ in range(40):
                         s = socket.create_connection(("127.0.0.1", server.http_port))
@@ -167,7 +144,7 @@ def torchserve(tree: str, src: str) -> None:
             with Caller(f"{ports.inference_url}/ping", post=False) as ping:
                 for count in (1, 6):
                     time.sleep(2)
-                    with Peak(server.proc.pid) as rss:
+                    with Peak(server.proc.pid, every_s=0.02) as rss:
                         started = time.perf_counter()
                         with concurrent.futures.ThreadPoolExecutor(count) as pool:
                             sent = pool.map(
@@ -251,7 +228,7 @@ def storm(tree: str, src: str, seconds: float, clients: int) -> None:
             asyncio.run(_storm(server.http_port, request, 16, 3.0))
             time.sleep(2)
             start = by_process(server.proc.pid)
-            with Peak(server.proc.pid) as rss:
+            with Peak(server.proc.pid, every_s=0.02) as rss:
                 seen = asyncio.run(_storm(server.http_port, request, clients, seconds))
             time.sleep(30)
             after = tree_rss(server.proc.pid)

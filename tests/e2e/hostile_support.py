@@ -66,6 +66,28 @@ def tree_rss(pid: int) -> int:
     return total
 
 
+class Peak:
+    """The tree's highest RSS, sampled every ``every_s`` while in the ``with`` block."""
+
+    def __init__(self, pid: int, every_s: float = 0.01) -> None:
+        self.pid, self.every_s = pid, every_s
+        self.start = self.peak = tree_rss(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Peak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.peak = max(self.peak, tree_rss(self.pid))
+
+
 def tree_cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process and its descendants."""
     root = psutil.Process(pid)

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import socket
-import threading
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from tests.e2e.hostile_support import tree_rss
+from tests.e2e.hostile_support import Peak, tree_rss
 from tests.e2e.torchserve_support import Ports, archive
 from tests.support import ServerProcess
 
@@ -44,28 +43,6 @@ def handle(data, context):
     time.sleep(1.5)
     return [f"{type(row.get('body')).__name__} {len(row.get('body'))}" for row in data]
 """
-
-
-class Peak:
-    """The tree's highest RSS, sampled every 10 ms while in the ``with`` block."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.start = self.peak = tree_rss(pid)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Peak:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.01):
-            self.peak = max(self.peak, tree_rss(self.pid))
 
 
 @pytest.fixture(scope="module")
