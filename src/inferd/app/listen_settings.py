@@ -38,8 +38,9 @@ class ListenSettings:
             "encode requests and forward each to it. A number, or auto: the usable CPU cores from "
             "three up (one process below three: it keeps two cores busy, and the hop to worker 0 "
             "costs more than it gives), fewer if the other workers (256 MiB each) would not fit "
-            "in half the available memory; 1 with lazy serving (--model-memory-budget), where a number N shares the one "
-            "budget, worker 0's: it loads the models the other workers' requests need"
+            "in half the available memory; 1 with lazy serving (--model-memory-budget), where a "
+            "number N shares the one budget, worker 0's: it loads the models the other "
+            "workers' requests need"
         ),
     )
     http_workers_copy_bytes: int = field(
