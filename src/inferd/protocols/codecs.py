@@ -47,7 +47,7 @@ def element_count(shape: Sequence[int]) -> int:
 
 def from_json_data(name: str, datatype: DataType, shape: tuple[int, ...], data: Any) -> np.ndarray:
     """A tensor from JSON ``data`` (flat or nested, row-major)."""
-    count = element_count(shape)
+    count = math.prod(shape)
     if datatype.is_bytes:
         array = _bytes_from_json(name, data)
     elif datatype.name == "BF16":
@@ -59,7 +59,7 @@ def from_json_data(name: str, datatype: DataType, shape: tuple[int, ...], data: 
             raise InvalidInput(
                 f"input '{name}': data is not a (nested) list of {datatype.name} values"
             ) from None
-        if array.dtype.kind == "f":
+        if array.dtype.kind == "f" and array.size:
             check_finite(name, datatype, array)
     if array.size != count:
         raise InvalidInput(
@@ -159,9 +159,11 @@ def _as_bytes_list(array: np.ndarray) -> list[bytes]:
     return [b if isinstance(b, bytes) else str(b).encode("utf-8") for b in items]
 
 
-def to_json_data(name: str, array: np.ndarray) -> Any:
-    """Flat JSON-ready data: a numpy array orjson serializes natively, or a list of str."""
-    datatype = datatypes.of_array(array)
+def to_json_data(name: str, array: np.ndarray, datatype: DataType | None = None) -> Any:
+    """Flat JSON-ready data: a numpy array orjson serializes natively, or a list of str
+    (``datatype``: the array's, when the caller has it already)."""
+    if datatype is None:
+        datatype = datatypes.of_array(array)
     if datatype.is_bytes:
         try:
             return [b.decode("utf-8") for b in _as_bytes_list(array)]

@@ -110,7 +110,12 @@ def decode_request(
         if datatype is None:
             datatype = datatypes.from_name(named)  # raises, naming the problem
         shape = codecs.check_shape(name, item.get("shape"))
-        params = item.get("parameters") or _NO_PARAMETERS
+        params = item.get("parameters")
+        if not params:  # the usual input: its values in 'data'
+            if "data" not in item:
+                raise InvalidInput(f"input '{name}' has no 'data'")
+            inputs[name] = codecs.from_json_data(name, datatype, shape, item["data"])
+            continue
         if params.__class__ is not dict:
             raise InvalidInput(f"input '{name}': 'parameters' must be an object")
         size = params.get("binary_data_size")
@@ -212,12 +217,20 @@ def encode_response(
     per_output = {o.name: o.parameters for o in requested} if requested else _NO_PARAMETERS
     entries = []
     chunks: list[bytes | memoryview] = []
+    plain = not binary_default and not requested and not in_shared_memory  # the usual answer
     for name, array in response.outputs.items():
-        entry: dict[str, Any] = {
-            "name": name,
-            "datatype": datatypes.from_numpy(array.dtype).name,
-            "shape": array.shape,
-        }
+        datatype = datatypes.from_numpy(array.dtype)
+        if plain:
+            entries.append(
+                {
+                    "name": name,
+                    "datatype": datatype.name,
+                    "shape": array.shape,
+                    "data": codecs.to_json_data(name, array, datatype),
+                }
+            )
+            continue
+        entry: dict[str, Any] = {"name": name, "datatype": datatype.name, "shape": array.shape}
         if name in in_shared_memory:
             entries.append(entry)
             continue
@@ -228,7 +241,7 @@ def encode_response(
             entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
         else:
-            entry["data"] = codecs.to_json_data(name, array)
+            entry["data"] = codecs.to_json_data(name, array, datatype)
         entries.append(entry)
     doc: dict[str, Any] = {
         "model_name": response.model_name,
@@ -317,6 +330,8 @@ class V2Http:
         seen before reads only its tensors (``v2_headers``)."""
         body = request.body
         length = request.headers.get(HEADER_LENGTH)
+        if length is None:  # a JSON request: the usual one
+            return decode_request(parse_json(body), None, model, version, regions)
         split = int(length) if length and length.isascii() and length.isdigit() else -1
         if split < 0 or split > len(body) or body.__class__ is not bytes:
             # not a binary request, or one _split_body refuses, naming the problem
