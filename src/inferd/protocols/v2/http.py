@@ -22,7 +22,6 @@ from inferd.core.types import LABEL_PARAMETER, InferRequest, InferResponse, Requ
 from inferd.plane.dataplane import DataPlane
 from inferd.plane.shared_memory import SystemSharedMemory
 from inferd.protocols import codecs
-from inferd.protocols.transport.http import cancel_on_disconnect
 from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2 import shm_tensors
 from inferd.protocols.v2.headers import HeaderPlans
@@ -307,7 +306,9 @@ class V2Http:
             infer_request.parameters[LABEL_PARAMETER] = request.params["label"]
         # Every model may queue (behind busy instances, or in its batcher): a client that
         # hangs up before its turn is dropped, not executed.
-        response = await cancel_on_disconnect(request, self.plane.infer(infer_request))
+        running = self.plane.infer(infer_request)
+        watch = request.watch  # as cancel_on_disconnect, one call less
+        response = await (running if watch is None else watch.guard(request, running))
         written: Collection[str] = ()
         if infer_request.outputs is not None:
             written = shm_tensors.write_outputs(regions, response, infer_request.outputs)
