@@ -97,16 +97,16 @@ def decode_request(
     input_parameters: dict[str, dict[str, Any]] = {}
     offset = 0
     for item in items:
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        name = item.get("name") if isinstance(item, dict) else None
+        if not isinstance(name, str):
             raise InvalidInput("each input must be an object with a string 'name'")
-        name = item["name"]
         if name in inputs:
             raise InvalidInput(f"input '{name}' is given twice")
-        if "datatype" not in item:
-            raise InvalidInput(f"input '{name}': 'datatype' is missing")
-        named = item["datatype"]
+        named = item.get("datatype")
         datatype = datatypes.BY_NAME.get(named) if named.__class__ is str else None
         if datatype is None:
+            if "datatype" not in item:
+                raise InvalidInput(f"input '{name}': 'datatype' is missing")
             datatype = datatypes.from_name(named)  # raises, naming the problem
         shape = codecs.check_shape(name, item.get("shape"))
         params = item.get("parameters")
