@@ -284,8 +284,9 @@ class OnnxRuntimeSession(Runtime):
         except Exception as exc:
             raise InternalError(f"onnxruntime execution failed: {exc}") from None
         outputs = dict(zip(output_names, results, strict=True))
-        for name in self._string_outputs & outputs.keys():
-            outputs[name] = _as_bytes(outputs[name])
+        if self._string_outputs:
+            for name in self._string_outputs & outputs.keys():
+                outputs[name] = _as_bytes(outputs[name])
         return outputs
 
     def close(self) -> None:

@@ -66,9 +66,15 @@ class ModelSpec:
         default_factory=dict, repr=False, compare=False
     )
     output_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    # The outputs whose config dims differ from the model's: name -> the config's dims.
+    output_reshapes: tuple[tuple[str, tuple[int, ...]], ...] = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "output_names", tuple(o.name for o in self.outputs))
+        reshapes = tuple((o.name, o.dims) for o in self.outputs if o.reshaped)
+        object.__setattr__(self, "output_reshapes", reshapes)
 
 
 # TF Serving's signature methods (SignatureDef.method_name) and its default signature key.

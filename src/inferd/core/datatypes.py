@@ -6,7 +6,7 @@ BYTES tensors are numpy object arrays whose elements are ``bytes``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
@@ -28,9 +28,10 @@ class DataType:
         """Bytes per element on the wire; 0 for the variable-length BYTES type."""
         return 0 if self.name == "BYTES" else self.numpy.itemsize
 
-    @property
-    def is_bytes(self) -> bool:
-        return self.name == "BYTES"
+    is_bytes: bool = field(init=False, compare=False, repr=False)  # the name is "BYTES"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_bytes", self.name == "BYTES")
 
 
 def _dt(name: str, config: str, tf: str, dtype: object) -> DataType:

@@ -45,6 +45,9 @@ def check_inputs(spec: ModelSpec, inputs: Tensors) -> tuple[Tensors, int]:
         batch, shapes = known
         if shapes is None:  # every input as it came
             return inputs, batch
+        if len(shapes) == 1:  # one input, reshaped (no comprehension to run)
+            name, shape = shapes[0]
+            return {name: inputs[name] if shape is None else inputs[name].reshape(shape)}, batch
         return {
             name: inputs[name] if shape is None else inputs[name].reshape(shape)
             for name, shape in shapes
@@ -146,12 +149,10 @@ def check_outputs(spec: ModelSpec, requested: Sequence[str] | None) -> tuple[str
 def shape_outputs(spec: ModelSpec, outputs: Tensors, batch: int) -> Tensors:
     """Reshape model outputs to the config's dims (their batch size was checked where they
     were made: ``backends.work.check_rows``)."""
-    if not spec.reshaped_outputs:
-        return outputs
-    for name, array in outputs.items():
-        tspec = spec.output_by_name[name]
-        if tspec.reshaped:
-            outputs[name] = array.reshape((batch, *tspec.dims) if batch else tspec.dims)
+    for name, dims in spec.output_reshapes:
+        array = outputs.get(name)
+        if array is not None:
+            outputs[name] = array.reshape((batch, *dims) if batch else dims)
     return outputs
 
 

@@ -23,22 +23,29 @@ MAX_DIMS = 32  # numpy allows 64; no model takes more
 MAX_ELEMENTS = 1 << 40  # per tensor, counting zero-sized dimensions as 1
 _INT_ONLY = frozenset({int})
 FEW_VALUES = 64  # up to this many values a check runs on Python floats, not numpy calls
+# Shapes (tuples of ints) that passed ``check_shape``: the same few come again and again.
+VALID_SHAPES_KEPT = 256
+_VALID_SHAPES: set[tuple[int, ...]] = set()
 
 
 def check_shape(name: str, shape: Any) -> tuple[int, ...]:
     # Whole-list checks (no per-dimension Python code): only ints (not bools), none negative.
-    if (
-        not isinstance(shape, list | tuple)
-        or not {*map(type, shape)} <= _INT_ONLY
-        or (shape and min(shape) < 0)
-    ):
+    if not isinstance(shape, list | tuple) or not {*map(type, shape)} <= _INT_ONLY:
+        raise InvalidInput(f"input '{name}': shape must be a list of non-negative integers")
+    dims = tuple(shape)
+    if dims in _VALID_SHAPES:  # a shape of ints that passed before
+        return dims
+    if shape and min(shape) < 0:
         raise InvalidInput(f"input '{name}': shape must be a list of non-negative integers")
     if len(shape) > MAX_DIMS:
         raise InvalidInput(f"input '{name}': shape has {len(shape)} dimensions, at most {MAX_DIMS}")
     # Zero-sized dimensions do not make the others harmless to numpy: bound the rest.
     if math.prod(filter(None, shape)) > MAX_ELEMENTS:
         raise InvalidInput(f"input '{name}': shape {list(shape)} is too large")
-    return tuple(shape)
+    if len(_VALID_SHAPES) >= VALID_SHAPES_KEPT:  # many distinct shapes: start over
+        _VALID_SHAPES.clear()
+    _VALID_SHAPES.add(dims)
+    return dims
 
 
 def element_count(shape: Sequence[int]) -> int:
@@ -47,7 +54,7 @@ def element_count(shape: Sequence[int]) -> int:
 
 def from_json_data(name: str, datatype: DataType, shape: tuple[int, ...], data: Any) -> np.ndarray:
     """A tensor from JSON ``data`` (flat or nested, row-major)."""
-    count = element_count(shape)
+    count = math.prod(shape)
     if datatype.is_bytes:
         array = _bytes_from_json(name, data)
     elif datatype.name == "BF16":
@@ -60,7 +67,9 @@ def from_json_data(name: str, datatype: DataType, shape: tuple[int, ...], data: 
                 f"input '{name}': data is not a (nested) list of {datatype.name} values"
             ) from None
         if array.dtype.kind == "f":
-            check_finite(name, datatype, array)
+            size = array.size
+            if size > FEW_VALUES or (size and not all(map(math.isfinite, array.ravel().tolist()))):
+                check_finite(name, datatype, array)  # raises, naming it, if one is not finite
     if array.size != count:
         raise InvalidInput(
             f"input '{name}': shape {list(shape)} needs {count} values, got {array.size}"
@@ -159,9 +168,11 @@ def _as_bytes_list(array: np.ndarray) -> list[bytes]:
     return [b if isinstance(b, bytes) else str(b).encode("utf-8") for b in items]
 
 
-def to_json_data(name: str, array: np.ndarray) -> Any:
-    """Flat JSON-ready data: a numpy array orjson serializes natively, or a list of str."""
-    datatype = datatypes.of_array(array)
+def to_json_data(name: str, array: np.ndarray, datatype: DataType | None = None) -> Any:
+    """Flat JSON-ready data: a numpy array orjson serializes natively, or a list of str
+    (``datatype``: the array's, when the caller has it already)."""
+    if datatype is None:
+        datatype = datatypes.of_array(array)
     if datatype.is_bytes:
         try:
             return [b.decode("utf-8") for b in _as_bytes_list(array)]

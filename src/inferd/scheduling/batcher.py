@@ -36,7 +36,8 @@ class DirectScheduler:
         self.stats = stats
 
     async def run(self, work: Work, timings: Timings) -> Tensors:
-        check_request_parameters(work.parameters)
+        if work.parameters:  # mostly none at all
+            check_request_parameters(work.parameters)
         started = timings.queue_start_ns = time.perf_counter_ns()
         executed = self.pool.try_inline(work)
         if executed is None:

@@ -196,7 +196,9 @@ class ThreadInstances:
         """Execute one request now, on the event loop, when the pool would run it inline
         (see the module's docstring); None: submit it instead. An executor's failure raises
         the error the request gets."""
-        if not self._closed and self._go_inline():
+        if self._closed:
+            return None
+        if (self._inline_ok and self._inline and not self._busy) or self._go_inline():
             return self._run_inline([work])
         return None
 
@@ -216,10 +218,11 @@ class ThreadInstances:
             lock.release()
         elapsed_ns = time.perf_counter_ns() - started
         if elapsed_ns < INLINE_BELOW_NS:
-            self._inline_ok = True
-            self._slow = 0
-            self._probe_wait_s = PROBE_FIRST_S
-            self._tries = PROBES
+            if not self._inline_ok or self._slow:  # (inline, the probe state is at rest)
+                self._inline_ok = True
+                self._slow = 0
+                self._probe_wait_s = PROBE_FIRST_S
+                self._tries = PROBES
         elif self._inline_ok:
             if elapsed_ns < INLINE_BELOW_NS * LEAVE_FACTOR:
                 self._slow = 0  # within the margin: stays inline

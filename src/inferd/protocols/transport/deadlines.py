@@ -49,8 +49,16 @@ class BodyDeadlines:
         if task is None:  # not in a task: nothing to cancel
             return await work
         due = time.monotonic() + self.timeout_s
-        late = until is not None and until < due
-        self._due[task] = until if late and until is not None else due
+        if until is not None and until < due:
+            return await self.read_by(work, task, until, why)
+        return await self.read_by(work, task, due)
+
+    async def read_by(
+        self, work: Awaitable[T], task: asyncio.Task[Any], due: float, why: str = ""
+    ) -> T:
+        """``read`` with its deadline worked out (monotonic); ``why`` says why a read past it
+        failed ("": the body timeout)."""
+        self._due[task] = due
         if self._sweeping is None:
             self._sweeping = asyncio.get_running_loop().call_later(self._sweep_s, self._sweep)
         try:
@@ -59,7 +67,7 @@ class BodyDeadlines:
             if task not in self._expired:
                 raise
             task.uncancel()
-            if late and why:
+            if why:
                 raise RequestTimeout(why) from None
             raise RequestTimeout(
                 f"the request body did not arrive within {self.timeout_s:g} s "

@@ -317,9 +317,17 @@ class HttpApp:
 
     async def _whole(self, protocol: Any, declared: int, task: Any = None) -> bytes:
         """A body of ``declared`` bytes read in one call, within the timeout and the rate."""
+        deadlines = self._deadlines
+        if task is None:
+            return await deadlines.read(protocol(), None)  # not in a task: nothing to cancel
+        now = time.monotonic()
+        due = now + deadlines.timeout_s
         rate = self.limits.body_rate
-        until = rate.deadline(time.monotonic(), declared) if rate.min_bytes_per_s else None
-        return await self._deadlines.read(protocol(), task, until, self._too_slow)
+        if rate.min_bytes_per_s:
+            until = now + rate.grace_s + declared / rate.min_bytes_per_s  # rate.deadline's
+            if until < due:
+                return await deadlines.read_by(protocol(), task, until, self._too_slow)
+        return await deadlines.read_by(protocol(), task, due)
 
     async def _chunks(
         self, protocol: Any, limit: int, flag: str, held: _Held | None = None
@@ -385,12 +393,12 @@ def _send(protocol: Any, response: HttpResponse) -> int:
         if response.content_type
         else response.headers
     )
-    encoding = response.encoding if body else ""
-    if encoding == "gzip":
-        body = gzip.compress(body, compresslevel=5)
-    elif encoding == "deflate":
-        body = zlib.compress(body, 5)
-    if encoding:
+    encoding = response.encoding
+    if encoding and body:  # mostly not compressed
+        if encoding == "gzip":
+            body = gzip.compress(body, compresslevel=5)
+        elif encoding == "deflate":
+            body = zlib.compress(body, 5)
         headers.append(("content-encoding", encoding))
     protocol.response_bytes(response.status, headers, body)
     return len(body)

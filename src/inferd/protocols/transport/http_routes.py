@@ -106,15 +106,13 @@ class Route:
     admit: Callable[[Mapping[str, str]], None] | None = None
     # Counted among the requests in progress (health, metrics and public pages never are).
     counted: bool = field(init=False)
+    # Whose in-flight count the route's requests take: inference's (0) or admin's (1).
+    pool: int = field(init=False)
 
     def __post_init__(self) -> None:
         counted = self.access not in (Access.PUBLIC, Access.HEALTH, Access.METRICS)
         object.__setattr__(self, "counted", counted)
-
-    @property
-    def pool(self) -> int:
-        """Whose in-flight count the route's requests take: inference's (0) or admin's (1)."""
-        return int(self.access is Access.ADMIN)
+        object.__setattr__(self, "pool", int(self.access is Access.ADMIN))
 
 
 Resolved = tuple[Handler, Route, Mapping[str, str]]

@@ -22,7 +22,6 @@ from inferd.core.types import LABEL_PARAMETER, InferRequest, InferResponse, Requ
 from inferd.plane.dataplane import DataPlane
 from inferd.plane.shared_memory import SystemSharedMemory
 from inferd.protocols import codecs
-from inferd.protocols.transport.http import cancel_on_disconnect
 from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router, json_response
 from inferd.protocols.v2 import shm_tensors
 from inferd.protocols.v2.headers import HeaderPlans
@@ -98,19 +97,24 @@ def decode_request(
     input_parameters: dict[str, dict[str, Any]] = {}
     offset = 0
     for item in items:
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        name = item.get("name") if isinstance(item, dict) else None
+        if not isinstance(name, str):
             raise InvalidInput("each input must be an object with a string 'name'")
-        name = item["name"]
         if name in inputs:
             raise InvalidInput(f"input '{name}' is given twice")
-        if "datatype" not in item:
-            raise InvalidInput(f"input '{name}': 'datatype' is missing")
-        named = item["datatype"]
+        named = item.get("datatype")
         datatype = datatypes.BY_NAME.get(named) if named.__class__ is str else None
         if datatype is None:
+            if "datatype" not in item:
+                raise InvalidInput(f"input '{name}': 'datatype' is missing")
             datatype = datatypes.from_name(named)  # raises, naming the problem
         shape = codecs.check_shape(name, item.get("shape"))
-        params = item.get("parameters") or _NO_PARAMETERS
+        params = item.get("parameters")
+        if not params:  # the usual input: its values in 'data'
+            if "data" not in item:
+                raise InvalidInput(f"input '{name}' has no 'data'")
+            inputs[name] = codecs.from_json_data(name, datatype, shape, item["data"])
+            continue
         if params.__class__ is not dict:
             raise InvalidInput(f"input '{name}': 'parameters' must be an object")
         size = params.get("binary_data_size")
@@ -212,12 +216,20 @@ def encode_response(
     per_output = {o.name: o.parameters for o in requested} if requested else _NO_PARAMETERS
     entries = []
     chunks: list[bytes | memoryview] = []
+    plain = not binary_default and not requested and not in_shared_memory  # the usual answer
     for name, array in response.outputs.items():
-        entry: dict[str, Any] = {
-            "name": name,
-            "datatype": datatypes.from_numpy(array.dtype).name,
-            "shape": array.shape,
-        }
+        datatype = datatypes.from_numpy(array.dtype)
+        if plain:
+            entries.append(
+                {
+                    "name": name,
+                    "datatype": datatype.name,
+                    "shape": array.shape,
+                    "data": codecs.to_json_data(name, array, datatype),
+                }
+            )
+            continue
+        entry: dict[str, Any] = {"name": name, "datatype": datatype.name, "shape": array.shape}
         if name in in_shared_memory:
             entries.append(entry)
             continue
@@ -228,7 +240,7 @@ def encode_response(
             entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
         else:
-            entry["data"] = codecs.to_json_data(name, array)
+            entry["data"] = codecs.to_json_data(name, array, datatype)
         entries.append(entry)
     doc: dict[str, Any] = {
         "model_name": response.model_name,
@@ -294,7 +306,9 @@ class V2Http:
             infer_request.parameters[LABEL_PARAMETER] = request.params["label"]
         # Every model may queue (behind busy instances, or in its batcher): a client that
         # hangs up before its turn is dropped, not executed.
-        response = await cancel_on_disconnect(request, self.plane.infer(infer_request))
+        running = self.plane.infer(infer_request)
+        watch = request.watch  # as cancel_on_disconnect, one call less
+        response = await (running if watch is None else watch.guard(request, running))
         written: Collection[str] = ()
         if infer_request.outputs is not None:
             written = shm_tensors.write_outputs(regions, response, infer_request.outputs)
@@ -317,6 +331,8 @@ class V2Http:
         seen before reads only its tensors (``v2_headers``)."""
         body = request.body
         length = request.headers.get(HEADER_LENGTH)
+        if length is None:  # a JSON request: the usual one
+            return decode_request(parse_json(body), None, model, version, regions)
         split = int(length) if length and length.isascii() and length.isdigit() else -1
         if split < 0 or split > len(body) or body.__class__ is not bytes:
             # not a binary request, or one _split_body refuses, naming the problem
