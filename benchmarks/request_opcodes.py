@@ -8,10 +8,12 @@ about 50x slower, so the inline threshold is raised here to keep the model on th
 as it is in a real run.
 
 ``--api tfs`` counts TF Serving's REST predict on the same model instead
-(``{"instances": [1.0]}``), so the two paths' costs can be set side by side.
+(``{"instances": [1.0]}``), and ``--api binary`` a v2 request with binary tensors both ways (a
+JSON header, then the input's raw bytes; ``binary_data_output`` asked), so the paths' costs can
+be set side by side.
 
     PYTHONPATH=src .venv/bin/python benchmarks/request_opcodes.py [--requests 2000] [--functions 25]
-        [--api v2|tfs]
+        [--api v2|binary|tfs]
 """
 
 from __future__ import annotations
@@ -28,10 +30,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.rsgi_stub import Protocol, Scope
 
 BODY = b'{"inputs":[{"name":"x","shape":[1,1],"datatype":"FP32","data":[1.0]}]}'
-# Each API's request: (path, body, what the report calls it).
+# A binary tensor request: a JSON header (its length in a header), then x's four FP32 bytes.
+BINARY_HEADER = (
+    b'{"inputs":[{"name":"x","shape":[1,1],"datatype":"FP32",'
+    b'"parameters":{"binary_data_size":4}}],"parameters":{"binary_data_output":true}}'
+)
+JSON = {"content-type": "application/json"}
+BINARY = {
+    "content-type": "application/octet-stream",
+    "inference-header-content-length": str(len(BINARY_HEADER)),
+}
+# Each API's request: (path, body, headers, what the report calls it).
 APIS = {
-    "v2": ("/v2/models/half_plus_two/infer", BODY, "v2 JSON"),
-    "tfs": ("/v1/models/half_plus_two:predict", b'{"instances":[1.0]}', "TF Serving REST predict"),
+    "v2": ("/v2/models/half_plus_two/infer", BODY, JSON, "v2 JSON"),
+    "binary": (
+        "/v2/models/half_plus_two/infer",
+        BINARY_HEADER + b"\x00\x00\x80\x3f",  # 1.0
+        BINARY,
+        "v2 binary tensors",
+    ),
+    "tfs": (
+        "/v1/models/half_plus_two:predict",
+        b'{"instances":[1.0]}',
+        JSON,
+        "TF Serving REST predict",
+    ),
 }
 
 # (stage, predicate on "file:function") in order: the first match names a function's stage.
@@ -43,6 +66,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
             "v2/http.py:encode_response",
             "http.py:_send",
             "codecs.py:to_json_data",
+            "codecs.py:to_raw",
             "v2/http.py:response_encoding",
             "tfserving/http.py:tf_json",
             "tfserving/http.py:_finite",
@@ -54,6 +78,8 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
         "decode (v2 JSON body, datatypes, shapes, values)",
         (
             "v2/http.py:decode_request",
+            "v2/http.py:_decode_inline",
+            "v2/headers.py:",
             "v2/http.py:_split_body",
             "v2/http.py:_requested_outputs",
             "v2/http.py:json_object",
@@ -110,8 +136,8 @@ async def count(
     else:
         await server._load_models()
     app = server.http_app
-    path, body, _ = APIS[api]
-    scope = Scope(path, body, {"content-type": "application/json"})
+    path, body, headers, _ = APIS[api]
+    scope = Scope(path, body, headers)
     protocol = Protocol(body)
     for _ in range(3000):
         await app.__rsgi__(scope, protocol)
@@ -155,7 +181,7 @@ def main() -> None:
     for key, value in per_request.items():
         stages[stage_of(key)] += value
     print(
-        f"half_plus_two, {APIS[args.api][2]}: {total:,.0f} bytecodes per request ({n} requests)\n"
+        f"half_plus_two, {APIS[args.api][3]}: {total:,.0f} bytecodes per request ({n} requests)\n"
     )
     print("| stage | bytecodes/request | share |\n|---|---|---|")
     for stage, value in stages.most_common():
