@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from inferd.core import datatypes
 from inferd.core.datatypes import DataType
 from inferd.core.types import InferRequest, Parameters, RequestedOutput
@@ -45,7 +47,10 @@ class HeaderPlan:
         offset = 0
         for name, datatype, shape, size in self.inputs:
             end = offset + size
-            inputs[name] = codecs.from_raw(name, datatype, shape, binary[offset:end])
+            if datatype.is_bytes:
+                inputs[name] = codecs.from_raw(name, datatype, shape, binary[offset:end])
+            else:  # the full decode found ``size`` right for this shape: no check again
+                inputs[name] = np.ndarray(shape, datatype.numpy, binary[offset:end])
             offset = end
         outputs = self.outputs
         parameters = self.parameters
