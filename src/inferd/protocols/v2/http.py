@@ -211,37 +211,51 @@ def encode_response(
     """``in_shared_memory``: the outputs already written to shared memory. Like Triton's, their
     entries hold name, datatype and shape only: no data and no ``parameters`` (the C++ client
     reads a ``parameters`` object as binary data and wants ``binary_data_size`` in it)."""
-    binary_default = bool(request.parameters.get("binary_data_output", False))
+    parameters = request.parameters
+    binary_default = bool(parameters.get("binary_data_output")) if parameters else False
     requested = request.outputs
-    per_output = {o.name: o.parameters for o in requested} if requested else _NO_PARAMETERS
     entries = []
     chunks: list[bytes | memoryview] = []
-    plain = not binary_default and not requested and not in_shared_memory  # the usual answer
-    for name, array in response.outputs.items():
-        datatype = datatypes.from_numpy(array.dtype)
-        if plain:
+    if binary_default and not requested and not in_shared_memory:  # every output binary
+        for name, array in response.outputs.items():
+            raw = codecs.to_raw(array)
             entries.append(
                 {
                     "name": name,
-                    "datatype": datatype.name,
+                    "datatype": datatypes.from_numpy(array.dtype).name,
                     "shape": array.shape,
-                    "data": codecs.to_json_data(name, array, datatype),
+                    "parameters": {"binary_data_size": len(raw)},
                 }
             )
-            continue
-        entry: dict[str, Any] = {"name": name, "datatype": datatype.name, "shape": array.shape}
-        if name in in_shared_memory:
-            entries.append(entry)
-            continue
-        asked = per_output.get(name)
-        binary = bool(asked.get("binary_data", binary_default) if asked else binary_default)
-        if binary:
-            raw = codecs.to_raw(array)
-            entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
-        else:
-            entry["data"] = codecs.to_json_data(name, array, datatype)
-        entries.append(entry)
+    else:
+        per_output = {o.name: o.parameters for o in requested} if requested else _NO_PARAMETERS
+        plain = not binary_default and not requested and not in_shared_memory  # the usual answer
+        for name, array in response.outputs.items():
+            datatype = datatypes.from_numpy(array.dtype)
+            if plain:
+                entries.append(
+                    {
+                        "name": name,
+                        "datatype": datatype.name,
+                        "shape": array.shape,
+                        "data": codecs.to_json_data(name, array, datatype),
+                    }
+                )
+                continue
+            entry: dict[str, Any] = {"name": name, "datatype": datatype.name, "shape": array.shape}
+            if name in in_shared_memory:
+                entries.append(entry)
+                continue
+            asked = per_output.get(name)
+            binary = bool(asked.get("binary_data", binary_default) if asked else binary_default)
+            if binary:
+                raw = codecs.to_raw(array)
+                entry["parameters"] = {"binary_data_size": len(raw)}
+                chunks.append(raw)
+            else:
+                entry["data"] = codecs.to_json_data(name, array, datatype)
+            entries.append(entry)
     doc: dict[str, Any] = {
         "model_name": response.model_name,
         "model_version": response.model_version,
