@@ -151,7 +151,7 @@ def _bytes_from_raw(
 
 def to_raw(array: np.ndarray) -> bytes | memoryview:
     """The tensor's wire bytes; a view of the array's memory where that is possible."""
-    if array.dtype == object or array.dtype.kind in "SU":
+    if array.dtype.kind in "OSU":  # BYTES: objects, or numpy strings
         return b"".join(_LEN.pack(len(b)) + b for b in _as_bytes_list(array))
     if array.flags.c_contiguous:  # its own buffer, as bytes: one call
         exported: Any = array  # numpy exports the buffer protocol; its stubs do not say so
