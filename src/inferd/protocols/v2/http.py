@@ -347,7 +347,7 @@ class V2Http:
         length = request.headers.get(HEADER_LENGTH)
         if length is None:  # a JSON request: the usual one
             return decode_request(parse_json(body), None, model, version, regions)
-        split = int(length) if length and length.isascii() and length.isdigit() else -1
+        split = int(length) if length.isdigit() and length.isascii() else -1  # "" fails isdigit
         if split < 0 or split > len(body) or body.__class__ is not bytes:
             # not a binary request, or one _split_body refuses, naming the problem
             doc, binary = _split_body(request)
