@@ -247,17 +247,13 @@ class BatchExecutor:
         if len(batch) == 1:
             try:
                 started = time.perf_counter_ns()
-                outputs = (
-                    self._signature(first, first.inputs)
-                    if first.signature
-                    else self.runtime.execute(first.inputs, first.outputs)
-                )
+                if first.signature:
+                    outputs = self._signature(first, first.inputs)
+                    if first.rows:
+                        check_rows(self.model, outputs, first.rows)
+                else:
+                    outputs = self.execute_one(first.inputs, first.outputs, first.rows)
                 infer_ns = time.perf_counter_ns() - started
-                rows = first.rows
-                if rows:
-                    for array in outputs.values():
-                        if not array.shape or array.shape[0] != rows:
-                            check_rows(self.model, outputs, rows)  # raises, naming it
             except InstanceFailed:
                 raise
             except Exception as exc:
@@ -287,6 +283,17 @@ class BatchExecutor:
         return Executed(
             parts, assembled - started, executed - assembled, time.perf_counter_ns() - executed
         )
+
+    def execute_one(self, inputs: Tensors, outputs: Sequence[str], rows: int) -> Tensors:
+        """One request's inputs run alone (``rows`` rows; 0: a model that does not batch):
+        what the runtime returns or raises, and InternalError when an output's rows are not
+        the request's."""
+        found = self.runtime.execute(inputs, outputs)
+        if rows:
+            for array in found.values():
+                if not array.shape or array.shape[0] != rows:
+                    check_rows(self.model, found, rows)  # raises, naming it
+        return found
 
     def _one_by_one(self, batch: Sequence[Work]) -> Executed:
         started = time.perf_counter_ns()

@@ -17,8 +17,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from inferd.backends.work import BatchExecutor
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.errors import InferdError, InvalidInput, NotFound, Unavailable, Unimplemented
 from inferd.core.stats import ModelStatistics
@@ -293,10 +294,16 @@ class DataPlane:
         return most
 
     def infer(self, request: InferRequest) -> Coroutine[Any, Any, InferResponse]:
-        """Route a request (version, ``version_label`` parameter, or traffic split) and run it.
+        """Route a request (version, ``version_label`` parameter, or traffic split) now and
+        hand back ``run``'s coroutine, to await as for an ``async def`` (one per request)."""
+        return cast("Coroutine[Any, Any, InferResponse]", self.answer(request, inline=False))
 
-        Routes now and hands back ``run``'s coroutine (a routing error raises here): one
-        coroutine per request, not two. Await it, as for an ``async def``."""
+    def answer(
+        self, request: InferRequest, inline: bool = True
+    ) -> InferResponse | Coroutine[Any, Any, InferResponse]:
+        """``infer``, answered at once, with no coroutine, future or task, when the version
+        routing chose runs on the event loop now (``ModelVersion.infer_inline``; no shadow, no
+        lazy serving); else (or not ``inline``) ``infer``'s coroutine, to await."""
         label = request.parameters.get(LABEL_PARAMETER, "")
         if not isinstance(label, str):
             raise InvalidInput(f"parameter '{LABEL_PARAMETER}' must be a string")
@@ -310,6 +317,14 @@ class DataPlane:
             return self._run_loaded(request, label)
         if self.on_demand is not None:
             self.on_demand.hits += 1
+            return self.run(model, request, label)
+        pool = model.inline_pool
+        if pool is not None and inline and self.registry.shadowing(model.name) is None:
+            executor = pool.take_inline()
+            if isinstance(executor, BatchExecutor):  # as inline_pool's are
+                return model.infer_inline(request, pool, executor)
+            if executor is not None:
+                pool.give_inline(-1)
         return self.run(model, request, label)
 
     async def _run_loaded(self, request: InferRequest, label: str) -> InferResponse:

@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from inferd.backends.work import Result, Scheduler, Work
+from inferd.backends.work import BatchExecutor, Result, Scheduler, Work, as_error
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.spec import ModelSpec, SignatureSpec
 from inferd.core.errors import InferdError, InvalidInput
@@ -20,7 +20,10 @@ from inferd.core.stats import ModelStats
 from inferd.core.types import InferRequest, InferResponse, Tensors, Timings
 from inferd.plane import validate
 from inferd.plane.classification import class_counts, classify
+from inferd.scheduling.batcher import DirectScheduler
 from inferd.scheduling.cache import ResponseCache
+from inferd.scheduling.instances import ThreadInstances
+from inferd.scheduling.policy import check_request_parameters
 
 
 class ModelState(enum.Enum):
@@ -62,10 +65,24 @@ class ModelVersion:
     # Whether a request may get 0..N responses (``model_transaction_policy``), read once.
     decoupled: bool = field(init=False)
     version_text: str = field(init=False)  # ``version`` as responses carry it
+    # The instances of a version that ``infer_inline`` may run: one scheduled directly (one
+    # request, one execution) on threads of batch runtimes, not decoupled. None: every request
+    # goes through the scheduler.
+    inline_pool: ThreadInstances | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.decoupled = self.config.model_transaction_policy.decoupled
         self.version_text = str(self.version)
+        scheduler = self.scheduler
+        pool = getattr(scheduler, "pool", None)
+        self.inline_pool = (
+            pool
+            if type(scheduler) is DirectScheduler
+            and type(pool) is ThreadInstances
+            and pool.row_batches
+            and not self.decoupled
+            else None
+        )
 
     async def infer(
         self, request: InferRequest, signature: str = "", scheduler: Scheduler | None = None
@@ -116,6 +133,64 @@ class ModelVersion:
         finally:
             self.stats.pending -= 1
         self.stats.log_success(time.perf_counter_ns() - started)
+        return InferResponse(self.name, self.version_text, outputs, request.id, {}, timings)
+
+    def infer_inline(
+        self, request: InferRequest, pool: ThreadInstances, executor: BatchExecutor
+    ) -> InferResponse:
+        """``infer`` on the event loop, now, with no coroutine, Work or future: ``executor`` is
+        instance 0 of ``inline_pool``, which ``take_inline`` held for this call
+        (``DataPlane.answer``), given back here. The same validation, response cache, checks
+        of the ``priority`` and ``timeout`` parameters, statistics, timings and errors as
+        ``infer`` through ``DirectScheduler``: keep the two in step."""
+        started = time.perf_counter_ns()
+        elapsed = -1
+        stats = self.stats
+        stats.pending += 1
+        try:
+            spec = self.spec
+            inputs, rows = validate.check_inputs(spec, request.inputs)
+            requested = request.outputs
+            if requested is None:  # every output, unclassified: the usual request
+                names, counts = spec.output_names, None
+            else:
+                names = validate.check_outputs(spec, [o.name for o in requested])
+                counts = class_counts(requested) if requested else None
+            key = outputs = None
+            cache = self.cache
+            if cache is not None:
+                key = self.cache_key(inputs, names)
+                outputs = cache.get(key)
+                (stats.cache_miss if outputs is None else stats.cache_hit).add(
+                    time.perf_counter_ns() - started
+                )
+            if outputs is None:
+                if request.parameters:  # mostly none at all
+                    check_request_parameters(request.parameters)
+                begun = time.perf_counter_ns()
+                try:
+                    outputs = executor.execute_one(inputs, names, rows)
+                except Exception as exc:
+                    raise as_error(pool.name, exc) from None
+                ended = time.perf_counter_ns()
+                elapsed = ended - begun
+                stats.log_execution(rows, 0, 0, elapsed, 0, ended)
+                timings = Timings(begun, begun, ended)
+                if spec.reshaped_outputs:
+                    outputs = validate.shape_outputs(spec, outputs, rows)
+                if key is not None:
+                    cache.put(key, outputs)  # type: ignore[union-attr]  # set with key
+            else:
+                timings = Timings()
+            if counts:
+                outputs = classify(dict(outputs), counts, self.labels, spec.max_batch_size > 0)
+        except BaseException:
+            stats.fail.add(time.perf_counter_ns() - started)
+            raise
+        finally:
+            stats.pending -= 1
+            pool.give_inline(elapsed)
+        stats.log_success(time.perf_counter_ns() - started)
         return InferResponse(self.name, self.version_text, outputs, request.id, {}, timings)
 
     def cache_key(self, inputs: Tensors, names: Sequence[str], signature: str = "") -> bytes:

@@ -196,27 +196,44 @@ class ThreadInstances:
         """Execute one request now, on the event loop, when the pool would run it inline
         (see the module's docstring); None: submit it instead. An executor's failure raises
         the error the request gets."""
+        executor = self.take_inline()
+        return None if executor is None else self._execute_inline(executor, [work])
+
+    def take_inline(self) -> Executor | None:
+        """Instance 0's executor, held for one execution on the event loop now, when the pool
+        would run a request inline (the module's docstring); None: submit it instead. The
+        holder executes at most once, timed, then calls ``give_inline`` in any case."""
         if self._closed:
             return None
         if (self._inline_ok and self._inline and not self._busy) or self._go_inline():
-            return self._run_inline([work])
-        return None
+            executor = self._executors[0]
+            if executor is not None and self._locks[0].acquire(blocking=False):
+                return executor
+        return None  # not inline now; or instance 0 is being rebuilt, or a claim holds it
 
     def _run_inline(self, batch: list[Work]) -> Executed | None:
         executor = self._executors[0]
-        if executor is None:  # instance 0 is being rebuilt: let its worker answer
-            return None
-        lock = self._locks[0]
-        if not lock.acquire(blocking=False):  # a claim holds it: queue for the worker
-            return None
+        if executor is None or not self._locks[0].acquire(blocking=False):
+            return None  # being rebuilt, or a claim holds it: queue for the worker
+        return self._execute_inline(executor, batch)
+
+    def _execute_inline(self, executor: Executor, batch: list[Work]) -> Executed:
         started = time.perf_counter_ns()
         try:
             executed = executor.execute(batch)
         except Exception as exc:
+            self.give_inline(-1)
             raise as_error(self.name, exc) from None
-        finally:
-            lock.release()
-        elapsed_ns = time.perf_counter_ns() - started
+        self.give_inline(time.perf_counter_ns() - started)
+        return executed
+
+    def give_inline(self, elapsed_ns: int) -> None:
+        """Release instance 0 after ``take_inline``, its execution having taken ``elapsed_ns``
+        (wall clock; -1: none ran, or it failed): the model stays on the loop or goes back to
+        its threads, as that time says."""
+        self._locks[0].release()
+        if elapsed_ns < 0:
+            return
         if elapsed_ns < INLINE_BELOW_NS:
             if not self._inline_ok or self._slow:  # (inline, the probe state is at rest)
                 self._inline_ok = True
@@ -238,7 +255,6 @@ class ThreadInstances:
                 self._tries = PROBES
                 self._probe_after = time.monotonic() + self._probe_wait_s
                 self._probe_wait_s = min(PROBE_MAX_S, self._probe_wait_s * 2)
-        return executed
 
     def claim(self) -> int | None:
         """From any thread: hold an idle instance for the calling thread (None: none is idle,

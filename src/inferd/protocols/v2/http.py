@@ -320,9 +320,12 @@ class V2Http:
             infer_request.parameters[LABEL_PARAMETER] = request.params["label"]
         # Every model may queue (behind busy instances, or in its batcher): a client that
         # hangs up before its turn is dropped, not executed.
-        running = self.plane.infer(infer_request)
-        watch = request.watch  # as cancel_on_disconnect, one call less
-        response = await (running if watch is None else watch.guard(request, running))
+        answered = self.plane.answer(infer_request)
+        if isinstance(answered, InferResponse):  # it ran on the loop: nothing waited
+            response = answered
+        else:
+            watch = request.watch  # as cancel_on_disconnect, one call less
+            response = await (answered if watch is None else watch.guard(request, answered))
         written: Collection[str] = ()
         if infer_request.outputs is not None:
             written = shm_tensors.write_outputs(regions, response, infer_request.outputs)
