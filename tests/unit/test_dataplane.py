@@ -15,7 +15,7 @@ import pytest
 from inferd.backends.work import Work
 from inferd.core.errors import InvalidInput, NotFound, Unavailable, Unimplemented
 from inferd.core.stats import ModelStatistics, StatDuration
-from inferd.core.types import InferRequest, Tensors, Timings
+from inferd.core.types import InferRequest, InferResponse, Tensors, Timings
 from inferd.core.views import (
     ModelMetadata,
     ModelStatus,
@@ -27,6 +27,7 @@ from inferd.plane.dataplane import DataPlane
 from inferd.plane.model import ModelState, ModelVersion
 from inferd.plane.registry import Registry
 from inferd.plane.routing import RoutingPolicy, ShadowCounts, ShadowPolicy
+from inferd.scheduling import instances
 from inferd.version import __version__
 from tests.echo_support import echo_version, registry_with, request, rows
 
@@ -184,6 +185,45 @@ def test_shadow_copies_run_in_the_data_plane(versions: list[ModelVersion]) -> No
     asyncio.run(run())
     assert plane.routing("m").shadow_stats == ShadowCounts(3, 3, 0, 0, 0, 0.0)
     assert versions[1].stats.success.count == 3
+
+
+def test_answer_runs_an_inline_model_at_once_with_the_same_checks_and_statistics(
+    versions: list[ModelVersion], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(instances, "INLINE_BELOW_NS", 10**9)  # echo is always fast enough
+    plane = DataPlane(registry_with(*versions))
+    model = versions[1]
+
+    async def run() -> None:
+        first = plane.answer(request(model, 1.0))
+        assert not isinstance(first, InferResponse)  # nothing measured yet: a thread runs it
+        assert (await first).outputs["OUTPUT0"].tolist() == [[1.0, 1.0]]
+        answered = plane.answer(request(model, 2.0, 3.0, id="r2"))  # measured fast: inline
+        assert isinstance(answered, InferResponse)
+        assert (answered.model_name, answered.model_version, answered.id) == ("m", "2", "r2")
+        assert answered.outputs["OUTPUT0"].tolist() == [[2.0, 2.0], [3.0, 3.0]]
+        timings = answered.timings
+        assert timings is not None and 0 < timings.compute_start_ns <= timings.compute_end_ns
+        with pytest.raises(InvalidInput, match="priority"):
+            plane.answer(request(model, 4.0, priority="high"))
+        with pytest.raises(InvalidInput, match="nope"):
+            plane.answer(InferRequest("m", {"nope": np.zeros((1, 2), np.float32)}))
+        again = plane.answer(request(model, 5.0))  # the failures gave the instance back
+        assert isinstance(again, InferResponse)
+        assert again.outputs["OUTPUT0"].tolist() == [[5.0, 5.0]]
+        routing = plane.registry.routing("m")
+        routing.set(RoutingPolicy(shadow=ShadowPolicy("1", 1.0)))
+        mirrored = plane.answer(request(model, 6.0))  # a shadow copy: through ``run``
+        assert not isinstance(mirrored, InferResponse)
+        assert (await mirrored).model_version == "2"
+        while routing.shadows_in_flight:
+            await asyncio.sleep(0.001)
+
+    asyncio.run(run())
+    stats = plane.statistics("m", "2")[0]
+    assert (stats.inference_count, stats.execution_count) == (5, 4)
+    assert (stats.inference_stats.success.count, stats.inference_stats.fail.count) == (4, 2)
+    assert [(b.batch_size, b.compute_infer.count) for b in stats.batch_stats] == [(1, 3), (2, 1)]
 
 
 def test_a_retired_version_is_routed_again(tmp_path: Path) -> None:
