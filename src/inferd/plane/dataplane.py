@@ -19,7 +19,6 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
-from inferd.backends.work import BatchExecutor
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.core.errors import InferdError, InvalidInput, NotFound, Unavailable, Unimplemented
 from inferd.core.stats import ModelStatistics
@@ -87,7 +86,7 @@ class DataPlane:
         self.started = False  # set once startup loading has settled
         self.draining = False  # set by a SIGTERM: the balancer must stop sending
         # Strict readiness: every model that should load is READY (see --strict-readiness).
-        self.models_ready: Callable[[], bool] = _always
+        self.models_ready: Callable[[], bool] = lambda: True
         # Several workers on one port: their statistics added up (see inferd.workers).
         self.total_statistics: Callable[[str, str], Awaitable[tuple[ModelStatistics, ...]]] = (
             self._own_statistics
@@ -97,7 +96,7 @@ class DataPlane:
             self._own_shadow_stats
         )
         self._routing_changes = asyncio.Lock()
-        self.tfserving = TfServing(self.registry, self.run)
+        self.tfserving = TfServing(self.registry, self.start)
         self.shadows = Shadows(registry)  # copies of requests to shadow versions
         # Regions clients registered (Triton's system shared memory extension).
         self.shared_memory = SystemSharedMemory()
@@ -294,16 +293,14 @@ class DataPlane:
         return most
 
     def infer(self, request: InferRequest) -> Coroutine[Any, Any, InferResponse]:
-        """Route a request (version, ``version_label`` parameter, or traffic split) now and
-        hand back ``run``'s coroutine, to await as for an ``async def`` (one per request)."""
+        """Route a request now (version, label or traffic split): ``run``'s coroutine, to await."""
         return cast("Coroutine[Any, Any, InferResponse]", self.answer(request, inline=False))
 
     def answer(
         self, request: InferRequest, inline: bool = True
     ) -> InferResponse | Coroutine[Any, Any, InferResponse]:
-        """``infer``, answered at once, with no coroutine, future or task, when the version
-        routing chose runs on the event loop now (``ModelVersion.infer_inline``; no shadow, no
-        lazy serving); else (or not ``inline``) ``infer``'s coroutine, to await."""
+        """``infer``, answered at once (no coroutine, future or task) when the version routing
+        chose runs on the event loop now (``start``); else, or not ``inline``, its coroutine."""
         label = request.parameters.get(LABEL_PARAMETER, "")
         if not isinstance(label, str):
             raise InvalidInput(f"parameter '{LABEL_PARAMETER}' must be a string")
@@ -317,15 +314,19 @@ class DataPlane:
             return self._run_loaded(request, label)
         if self.on_demand is not None:
             self.on_demand.hits += 1
-            return self.run(model, request, label)
+        return self.start(model, request, label) if inline else self.run(model, request, label)
+
+    def start(
+        self, model: ModelVersion, request: InferRequest, label: str = "", signature: str = ""
+    ) -> InferResponse | Coroutine[Any, Any, InferResponse]:
+        """``run``, answered at once when the version runs on the event loop now (its own
+        inputs and outputs, no shadow to mirror to: ``ModelVersion.infer_inline``)."""
         pool = model.inline_pool
-        if pool is not None and inline and self.registry.shadowing(model.name) is None:
-            executor = pool.take_inline()
-            if isinstance(executor, BatchExecutor):  # as inline_pool's are
-                return model.infer_inline(request, pool, executor)
-            if executor is not None:
-                pool.give_inline(-1)
-        return self.run(model, request, label)
+        if pool is not None and not signature and self.registry.shadowing(model.name) is None:
+            answered = model.infer_inline(request, pool)
+            if answered is not None:
+                return answered
+        return self.run(model, request, label, signature)
 
     async def _run_loaded(self, request: InferRequest, label: str) -> InferResponse:
         return await self.run(await self._route(request, label, False), request, label)
@@ -489,10 +490,6 @@ class DataPlane:
         fields = routing_fields(doc)
         await self._change_routing(name, lambda policy: replace(policy, **fields), set(doc))
         return await self.total_routing(name)
-
-
-def _always() -> bool:
-    return True
 
 
 def _given_up(request: InferRequest) -> bool:

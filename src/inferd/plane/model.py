@@ -135,14 +135,17 @@ class ModelVersion:
         self.stats.log_success(time.perf_counter_ns() - started)
         return InferResponse(self.name, self.version_text, outputs, request.id, {}, timings)
 
-    def infer_inline(
-        self, request: InferRequest, pool: ThreadInstances, executor: BatchExecutor
-    ) -> InferResponse:
-        """``infer`` on the event loop, now, with no coroutine, Work or future: ``executor`` is
-        instance 0 of ``inline_pool``, which ``take_inline`` held for this call
-        (``DataPlane.answer``), given back here. The same validation, response cache, checks
-        of the ``priority`` and ``timeout`` parameters, statistics, timings and errors as
-        ``infer`` through ``DirectScheduler``: keep the two in step."""
+    def infer_inline(self, request: InferRequest, pool: ThreadInstances) -> InferResponse | None:
+        """``infer`` on the event loop, now, with no coroutine, Work or future, when ``pool``
+        (``inline_pool``) runs a request inline now (``take_inline``); None: it does not, and
+        nothing was done. The same validation, response cache, checks of the ``priority``
+        and ``timeout`` parameters, statistics, timings and errors as ``infer`` through
+        ``DirectScheduler``: keep the two in step."""
+        executor = pool.take_inline()
+        if not isinstance(executor, BatchExecutor):  # as inline_pool's are, when not None
+            if executor is not None:
+                pool.give_inline(-1)
+            return None
         started = time.perf_counter_ns()
         elapsed = -1
         stats = self.stats

@@ -9,9 +9,9 @@ on exactly that version through the data plane's ``run``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -115,18 +115,19 @@ def _own_signature(model: ModelVersion) -> str:
 _OWN: dict[int, tuple[ModelConfig, str]] = {}
 
 
-class Run(Protocol):
-    """How a request reaches the version routing chose (``DataPlane.run``: retry, shadows)."""
+class Start(Protocol):
+    """How a request reaches the version routing chose (``DataPlane.start``: answered at once
+    when it runs on the event loop, else a coroutine to await: retry, shadows)."""
 
-    async def __call__(
+    def __call__(
         self, model: ModelVersion, request: InferRequest, label: str = "", signature: str = ""
-    ) -> InferResponse: ...
+    ) -> InferResponse | Coroutine[Any, Any, InferResponse]: ...
 
 
 class TfServing:
-    def __init__(self, registry: Registry, run: Run) -> None:
+    def __init__(self, registry: Registry, start: Start) -> None:
         self.registry = registry
-        self.run = run
+        self.start = start
 
     def _version(self, name: str, version: str, label: str) -> ModelVersion:
         if label:
@@ -200,7 +201,8 @@ class TfServing:
         inputs, lenient = _lenient_inputs(spec, inputs)
         outputs = [RequestedOutput(n) for n in output_filter] or None
         request = InferRequest(target.name, inputs, str(target.version), outputs=outputs)
-        response = await self.run(target._model, request, signature=target._run_as)
+        started = self.start(target._model, request, signature=target._run_as)
+        response = started if isinstance(started, InferResponse) else await started
         answer = validate.native_outputs(spec, response.outputs)
         if lenient:
             answer = _squeezed(spec, answer)
@@ -217,7 +219,8 @@ class TfServing:
         else:
             inputs = _columns(spec, examples, context)
         request = InferRequest(target.name, inputs, str(target.version))
-        response = await self.run(target._model, request, signature=target._run_as)
+        started = self.start(target._model, request, signature=target._run_as)
+        response = started if isinstance(started, InferResponse) else await started
         response.outputs = validate.native_outputs(spec, response.outputs)
         return response
 

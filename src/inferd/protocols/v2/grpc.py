@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2
 
 from inferd.core.errors import InferdError, InvalidInput, NotFound, Unimplemented
 from inferd.core.stats import ModelStatistics, StatDuration
+from inferd.core.types import InferResponse
 from inferd.observability.requests import RequestObserver
 from inferd.plane.dataplane import DataPlane
 from inferd.protocols import grpc_service_pb2 as pb
@@ -222,7 +223,8 @@ class V2Grpc:
     async def model_infer(self, wire: WireInferRequest) -> EncodedInferResponse:
         regions = self.plane.shared_memory
         request = decode_request(wire, regions)
-        response = await self.plane.infer(request)
+        answered = self.plane.answer(request)
+        response = answered if isinstance(answered, InferResponse) else await answered
         written: Collection[str] = ()
         if request.outputs is not None:
             written = shm_tensors.write_outputs(regions, response, request.outputs)
