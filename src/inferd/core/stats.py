@@ -155,6 +155,15 @@ class ModelStats:
         if len(self._executions) >= FLUSH_AT * EXECUTION_FIELDS:
             self.flush()
 
+    def log_answer(self, rows: int, infer_ns: int, ended_ns: int, success_ns: int) -> None:
+        """One request executed alone on the event loop (nothing queued, assembled or split)
+        and answered in ``success_ns``: as ``log_execution`` and ``log_success`` together."""
+        self._executions.extend((rows or 1, 0, 0, infer_ns, 0, ended_ns))
+        successes = self._successes
+        successes.append(success_ns)
+        if len(successes) >= FLUSH_AT:  # (the executions' log grows no faster: flushed too)
+            self.flush()
+
     def log_queue(self, ns: list[int]) -> None:
         """Requests' times in a batcher's queue (a batch's, or one): as ``queue.add`` for
         each."""

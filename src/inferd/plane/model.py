@@ -177,7 +177,6 @@ class ModelVersion:
                     raise as_error(pool.name, exc) from None
                 ended = time.perf_counter_ns()
                 elapsed = ended - begun
-                stats.log_execution(rows, 0, 0, elapsed, 0, ended)
                 timings = Timings(begun, begun, ended)
                 if spec.reshaped_outputs:
                     outputs = validate.shape_outputs(spec, outputs, rows)
@@ -193,7 +192,10 @@ class ModelVersion:
         finally:
             stats.pending -= 1
             pool.give_inline(elapsed)
-        stats.log_success(time.perf_counter_ns() - started)
+        if elapsed < 0:  # answered from the cache
+            stats.log_success(time.perf_counter_ns() - started)
+        else:
+            stats.log_answer(rows, elapsed, ended, time.perf_counter_ns() - started)
         return InferResponse(self.name, self.version_text, outputs, request.id, {}, timings)
 
     def cache_key(self, inputs: Tensors, names: Sequence[str], signature: str = "") -> bytes:

@@ -133,7 +133,7 @@ class Registry:
         if record is None:
             raise NotFound(unknown_model(name, known=self._models))
         routing = self._routing.get(name)
-        if routing is None and not label and not version:  # the usual request
+        if not label and not version and (routing is None or not routing.splits):  # the usual
             default = record.default_version()
             if default is not None:
                 return default

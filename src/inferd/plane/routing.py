@@ -320,6 +320,7 @@ class ModelRouting:
         # The split with labels resolved to version numbers, and its total weight.
         self._split: tuple[tuple[int | None, float], ...] = ()
         self._split_total = 0.0
+        self.splits = False  # whether a traffic split is set (read per request)
         self.shadow_stats = ShadowStats()
         self._from_config: RoutingPolicy | None = None
         self.shadows_in_flight = 0
@@ -337,6 +338,7 @@ class ModelRouting:
         self.policy = policy
         self._split = tuple((self.version_of(t), w) for t, w in policy.split if w > 0)
         self._split_total = sum(w for _, w in self._split)
+        self.splits = bool(self._split)
 
     def set_labels(self, changes: Mapping[str, int | None]) -> dict[str, int]:
         labels = dict(self.policy.labels)
@@ -356,10 +358,6 @@ class ModelRouting:
         if number is None:
             raise NotFound(f"model '{self.name}' has no version label '{label}'")
         return number
-
-    @property
-    def splits(self) -> bool:
-        return bool(self._split)
 
     def split_choice(self, request_id: str, ready: Ready) -> int | None:
         """The version number the traffic split picks (None: no split, or none of it ready)."""

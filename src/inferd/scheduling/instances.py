@@ -124,6 +124,7 @@ class ThreadInstances:
             queue.SimpleQueue() for _ in executors
         ]
         self._locks = [threading.Lock() for _ in executors]  # held while an executor runs
+        self._lock0 = self._locks[0]  # the one the event loop takes (``take_inline``)
         self._closed = False
         self._inline = all(e.inline for e in executors)
         # Loop-thread state: batches queued or running per instance (and in all); moving
@@ -207,7 +208,7 @@ class ThreadInstances:
             return None
         if (self._inline_ok and self._inline and not self._busy) or self._go_inline():
             executor = self._executors[0]
-            if executor is not None and self._locks[0].acquire(blocking=False):
+            if executor is not None and self._lock0.acquire(False):
                 return executor
         return None  # not inline now; or instance 0 is being rebuilt, or a claim holds it
 
@@ -231,7 +232,7 @@ class ThreadInstances:
         """Release instance 0 after ``take_inline``, its execution having taken ``elapsed_ns``
         (wall clock; -1: none ran, or it failed): the model stays on the loop or goes back to
         its threads, as that time says."""
-        self._locks[0].release()
+        self._lock0.release()
         if elapsed_ns < 0:
             return
         if elapsed_ns < INLINE_BELOW_NS:
