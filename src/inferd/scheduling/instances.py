@@ -206,7 +206,7 @@ class ThreadInstances:
         holder executes at most once, timed, then calls ``give_inline`` in any case."""
         if self._closed:
             return None
-        if (self._inline_ok and self._inline and not self._busy) or self._go_inline():
+        if (self._inline_ok and not self._busy) or self._go_inline():  # (ok: only if _inline)
             executor = self._executors[0]
             if executor is not None and self._lock0.acquire(False):
                 return executor

@@ -22,7 +22,13 @@ from inferd.core.types import LABEL_PARAMETER, InferRequest, InferResponse, Requ
 from inferd.plane.dataplane import DataPlane
 from inferd.plane.shared_memory import SystemSharedMemory
 from inferd.protocols import codecs
-from inferd.protocols.transport.http_routes import HttpRequest, HttpResponse, Router, json_response
+from inferd.protocols.transport.http_routes import (
+    JSON_TYPE,
+    HttpRequest,
+    HttpResponse,
+    Router,
+    json_response,
+)
 from inferd.protocols.v2 import shm_tensors
 from inferd.protocols.v2.headers import HeaderPlans
 from inferd.security.access import Access
@@ -266,13 +272,17 @@ def encode_response(
     if response.parameters:
         doc["parameters"] = response.parameters
     header = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    # The model, version, request id and timings for the access log and traces.
     if not chunks:
-        return HttpResponse(header)
+        return HttpResponse(
+            header, 200, JSON_TYPE, [], response.model_name, response.model_version, request.id,
+            response.timings,
+        )  # fmt: skip
     return HttpResponse(
-        b"".join([header, *chunks]),
-        content_type="application/octet-stream",
-        headers=[(HEADER_LENGTH, str(len(header)))],
-    )
+        b"".join([header, *chunks]), 200, "application/octet-stream",
+        [(HEADER_LENGTH, str(len(header)))], response.model_name, response.model_version,
+        request.id, response.timings,
+    )  # fmt: skip
 
 
 class V2Http:
@@ -308,16 +318,20 @@ class V2Http:
             self.plane.admit(params["model"], params.get("version", ""))
 
     async def infer(self, request: HttpRequest) -> HttpResponse:
-        model, version = request.params["model"], request.params.get("version", "")
+        params = request.params
+        model, version = params["model"], params.get("version", "")
         regions = self.plane.shared_memory
-        if len(request.body) <= OFFLOAD_BYTES:
+        if HEADER_LENGTH not in request.headers and len(request.body) <= OFFLOAD_BYTES:
+            # a JSON request: the usual one
+            infer_request = decode_request(parse_json(request.body), None, model, version, regions)
+        elif len(request.body) <= OFFLOAD_BYTES:
             infer_request = self._decode_inline(request, model, version, regions)
         else:  # a large body: cheap checks first, then decoded off the event loop
             if HEADER_LENGTH not in request.headers and "label" not in request.params:
                 check_value_count(self.plane, request.body, model, version)
             infer_request = await asyncio.to_thread(_decode, request, model, version, regions)
-        if "label" in request.params:
-            infer_request.parameters[LABEL_PARAMETER] = request.params["label"]
+        if "label" in params:
+            infer_request.parameters[LABEL_PARAMETER] = params["label"]
         # Every model may queue (behind busy instances, or in its batcher): a client that
         # hangs up before its turn is dropped, not executed.
         answered = self.plane.answer(infer_request)
@@ -330,8 +344,6 @@ class V2Http:
         if infer_request.outputs is not None:
             written = shm_tensors.write_outputs(regions, response, infer_request.outputs)
         answer = encode_response(response, infer_request, written)
-        answer.model, answer.version = response.model_name, response.model_version
-        answer.request_id, answer.timings = infer_request.id, response.timings
         accept = request.headers.get("accept-encoding")
         if accept:
             answer.encoding = response_encoding(accept)
@@ -344,12 +356,10 @@ class V2Http:
         version: str,
         regions: SystemSharedMemory | None,
     ) -> InferRequest:
-        """A small body's decode, on the event loop; a binary request whose JSON header was
+        """A small binary body's decode, on the event loop; a request whose JSON header was
         seen before reads only its tensors (``v2_headers``)."""
         body = request.body
-        length = request.headers.get(HEADER_LENGTH)
-        if length is None:  # a JSON request: the usual one
-            return decode_request(parse_json(body), None, model, version, regions)
+        length = request.headers.get(HEADER_LENGTH, "")
         split = int(length) if length.isdigit() and length.isascii() else -1  # "" fails isdigit
         if split < 0 or split > len(body) or body.__class__ is not bytes:
             # not a binary request, or one _split_body refuses, naming the problem
