@@ -11,7 +11,8 @@ executions take under ``INLINE_BELOW_S`` runs on the event loop itself when noth
 version is in flight, because for such a call the hop to a thread and back (and the GIL
 hand-offs) costs the loop more than the call (half_plus_two, v2 JSON: 342,000 CPU instructions
 per request through the thread, 294,000 inline; ``try_inline`` runs such a request with no
-future at all). The decision is measured in two steps. Executions on the worker threads are
+future at all, and ``take_inline`` / ``give_inline`` hand instance 0 to a caller on the loop
+that runs the runtime itself: ``inferd.plane.model.ModelVersion.infer_inline``). The decision is measured in two steps. Executions on the worker threads are
 timed by the thread's CPU time: their wall time would include waiting for the GIL behind a busy
 event loop, which under load inflates a 30 µs call past the threshold and keeps a fast model
 off the inline path for good. When that CPU time is under the threshold, one execution runs
