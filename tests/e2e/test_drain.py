@@ -45,6 +45,15 @@ def _ready(url: str) -> httpx.Response:
     return httpx.get(f"{url}/v2/health/ready", timeout=30)
 
 
+def _not_ready(url: str, probes: int = 8) -> httpx.Response | None:
+    """The last of ``probes`` readiness answers, each on a fresh connection, once all are 503
+    (None before). The supervisor passes SIGTERM on to each serving process, and each stops
+    being ready when its own handler runs: one 503 says that one process drains, not that the
+    next connection, which the kernel may give another, is refused too."""
+    answers = [_ready(url) for _ in range(probes)]
+    return answers[-1] if all(r.status_code == 503 for r in answers) else None
+
+
 def test_sigterm_finishes_running_and_queued_requests_then_exits_0(tmp_path: Path) -> None:
     server = ServerProcess(_repository(tmp_path)).start()
     assert server.proc is not None
@@ -54,8 +63,7 @@ def test_sigterm_finishes_running_and_queued_requests_then_exits_0(tmp_path: Pat
             wait_for(lambda: pending_requests(server) == 4, "four requests in flight")
             server.proc.send_signal(signal.SIGTERM)
             # Not ready while the four are still held (one running, three queued) ...
-            wait_for(lambda: _ready(server.http_url).status_code == 503, "not ready")
-            ready = _ready(server.http_url)
+            ready = wait_for(lambda: _not_ready(server.http_url), "not ready on every worker")
             late = pool.submit(_infer, server.http_url, 9.0)  # ... and one more, as a
             wait_for(lambda: pending_requests(server) == 5, "the late request")  # balancer's last
             assert not any(c.done() for c in calls)
