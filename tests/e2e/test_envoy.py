@@ -102,8 +102,8 @@ def test_http_and_grpc_requests_spread_over_every_node(fleet: Fleet) -> None:
 def _serves_v2(node: ServerProcess) -> Callable[[], bool]:
     """v2 is ready in the node's index, in each of its serving processes, and answers (0.5 x
     + 3): frontends hear of the host's new version with its next table, each at its own pace,
-    so each process is asked over its own socket (fresh connections in a row may all miss a
-    late one: the kernel spreads them unevenly)."""
+    so each process is asked over its own socket (8 fresh connections miss a given one of
+    three processes 4 % of the time, and a wait tries again and again while one is late)."""
 
     def answer() -> float:
         body = {"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}]}
