@@ -59,7 +59,7 @@ def test_http_and_grpc_requests_spread_over_every_node(fleet: Fleet) -> None:
     fleet.revive()
     before = [fleet.served(i, "hpt") for i in range(3)]
     body = {"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [4.0]}]}
-    with httpx.Client(timeout=10) as client:
+    with httpx.Client(timeout=60) as client:
         answers = [
             client.post(f"{fleet.http_url}/v2/models/hpt/infer", json=body) for _ in range(30)
         ]
@@ -92,11 +92,11 @@ def test_http_and_grpc_requests_spread_over_every_node(fleet: Fleet) -> None:
     wait_for(lambda: all(name in log.read_text() for name in names), "every node in Envoy's log")
     # The stats listener shows Prometheus figures and readiness, and nothing else of the admin.
     stats = f"http://127.0.0.1:{fleet.stats_port}"
-    text = httpx.get(f"{stats}/stats/prometheus", timeout=5).text
+    text = httpx.get(f"{stats}/stats/prometheus", timeout=30).text
     assert 'envoy_http_downstream_rq_total{envoy_http_conn_manager_prefix="inferd_http"}' in text
-    assert httpx.get(f"{stats}/ready", timeout=5).text.strip() == "LIVE"
-    assert httpx.get(f"{stats}/clusters", timeout=5).status_code == 404
-    assert httpx.post(f"{stats}/quitquitquit", timeout=5).status_code == 404
+    assert httpx.get(f"{stats}/ready", timeout=30).text.strip() == "LIVE"
+    assert httpx.get(f"{stats}/clusters", timeout=30).status_code == 404
+    assert httpx.post(f"{stats}/quitquitquit", timeout=30).status_code == 404
 
 
 def _serves_v2(node: ServerProcess) -> Callable[[], bool]:
