@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -253,6 +254,30 @@ class ServerProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+    def ask_each_worker(self, message: dict[str, Any], timeout_s: float = 60.0) -> list[Any]:
+        """Each serving process's own answer to ``message`` (``workers.node``'s ops, e.g.
+        ``{"op": "statistics", ...}``), asked over its socket in the run folder: what that
+        process alone holds, not the server's totals; None from a process whose socket does
+        not answer (stopped, or not started yet). One process has no such socket: []."""
+        count = self.workers()
+        found = re.search(r"run folder (\S+)\)", self.log())
+        if count == 1 or not found:
+            return []
+        from inferd.workers.peers import Peers, WorkerRole
+
+        peers = Peers(WorkerRole(0, count, Path(found.group(1))))
+
+        async def ask(index: int) -> Any:
+            try:
+                return await peers.ask(index, message, timeout_s)
+            except (OSError, asyncio.IncompleteReadError):
+                return None
+
+        async def ask_all() -> list[Any]:
+            return [await ask(i) for i in range(count)]
+
+        return asyncio.run(ask_all())
 
     def stop(self) -> int | None:
         """Stop at once (SIGINT); SIGTERM would drain first (tests/e2e/test_drain.py)."""

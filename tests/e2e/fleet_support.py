@@ -51,6 +51,28 @@ def envoy_binary() -> str | None:
     return str(path) if path.exists() else shutil.which("envoy")
 
 
+def envoy_clusters(admin_port: int) -> dict[str, dict[str, bool]]:
+    """Envoy's view from its admin ``/clusters``: cluster -> {node host: healthy}."""
+    doc = httpx.get(f"http://127.0.0.1:{admin_port}/clusters?format=json", timeout=30)
+    view: dict[str, dict[str, bool]] = {}
+    for cluster in doc.json().get("cluster_statuses", []):
+        hosts = view.setdefault(cluster["name"], {})
+        for host in cluster.get("host_statuses", []):
+            address = host["address"]["socket_address"]["address"]
+            status = host.get("health_status", {})
+            failed = any(v is True for k, v in status.items() if k.startswith("failed"))
+            hosts[address] = status.get("eds_health_status") == "HEALTHY" and not failed
+    return view
+
+
+def envoy_healthy(admin_port: int) -> dict[str, set[str]]:
+    """The hosts Envoy sends traffic to, by cluster."""
+    return {
+        name: {h for h, ok in hosts.items() if ok}
+        for name, hosts in envoy_clusters(admin_port).items()
+    }
+
+
 @dataclass
 class Fleet:
     root: Path
@@ -164,21 +186,10 @@ class Fleet:
 
     def clusters(self) -> dict[str, dict[str, bool]]:
         """Envoy's view from its admin ``/clusters``: cluster -> {node host: healthy}."""
-        doc = httpx.get(f"http://127.0.0.1:{self.admin_port}/clusters?format=json", timeout=5)
-        view: dict[str, dict[str, bool]] = {}
-        for cluster in doc.json().get("cluster_statuses", []):
-            hosts = view.setdefault(cluster["name"], {})
-            for host in cluster.get("host_statuses", []):
-                address = host["address"]["socket_address"]["address"]
-                status = host.get("health_status", {})
-                failed = any(v is True for k, v in status.items() if k.startswith("failed"))
-                hosts[address] = status.get("eds_health_status") == "HEALTHY" and not failed
-        return view
+        return envoy_clusters(self.admin_port)
 
     def healthy(self) -> dict[str, set[str]]:
-        return {
-            name: {h for h, ok in hosts.items() if ok} for name, hosts in self.clusters().items()
-        }
+        return envoy_healthy(self.admin_port)
 
     def wait_healthy(self, hosts: set[str], timeout_s: float = 60.0) -> None:
         def check() -> bool:

@@ -45,6 +45,23 @@ def _ready(url: str) -> httpx.Response:
     return httpx.get(f"{url}/v2/health/ready", timeout=30)
 
 
+DRAINING = "draining: not ready any more"
+
+
+def _not_ready(server: ServerProcess) -> httpx.Response | None:
+    """A readiness answer once every serving process drains (None before). The supervisor
+    passes SIGTERM on to each process, and each stops being ready when its own handler runs:
+    one 503 says that one process drains, not that the next connection, which the kernel may
+    give another, is refused too. So each process's own engine log is asked over its socket
+    (one that no longer answers has drained and stopped)."""
+    message = {"op": "logs", "kind": "engine", "after": 0, "upto": None, "count": 1000}
+    lines = server.ask_each_worker(message)
+    if not all(own is None or any(DRAINING in line for _, line in own) for own in lines):
+        return None
+    answer = _ready(server.http_url)
+    return answer if answer.status_code == 503 else None
+
+
 def test_sigterm_finishes_running_and_queued_requests_then_exits_0(tmp_path: Path) -> None:
     server = ServerProcess(_repository(tmp_path)).start()
     assert server.proc is not None
@@ -54,8 +71,7 @@ def test_sigterm_finishes_running_and_queued_requests_then_exits_0(tmp_path: Pat
             wait_for(lambda: pending_requests(server) == 4, "four requests in flight")
             server.proc.send_signal(signal.SIGTERM)
             # Not ready while the four are still held (one running, three queued) ...
-            wait_for(lambda: _ready(server.http_url).status_code == 503, "not ready")
-            ready = _ready(server.http_url)
+            ready = wait_for(lambda: _not_ready(server), "every serving process draining")
             late = pool.submit(_infer, server.http_url, 9.0)  # ... and one more, as a
             wait_for(lambda: pending_requests(server) == 5, "the late request")  # balancer's last
             assert not any(c.done() for c in calls)
@@ -68,7 +84,7 @@ def test_sigterm_finishes_running_and_queued_requests_then_exits_0(tmp_path: Pat
         assert late.result().json()["outputs"][0]["data"] == [9.0]
         assert server.proc.wait(timeout=30) == 0
         log = server.log()
-        assert "draining: not ready any more; " in log and "waiting at most 30 s" in log
+        assert f"{DRAINING}; " in log and "waiting at most 30 s" in log
         assert "drained in " in log and "server stopped" in log
     finally:
         server.stop()

@@ -21,7 +21,7 @@ import pytest
 import tritonclient.grpc as triton_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.e2e.fleet_support import HOSTS, envoy_binary
+from tests.e2e.fleet_support import HOSTS, envoy_binary, envoy_healthy
 from tests.e2e.many_models_support import BROKEN, infer, metric, residency, write_echo
 from tests.e2e.s3_support import CREDENTIALS, MotoServer
 from tests.support import ServerProcess, free_port, wait_for
@@ -189,12 +189,19 @@ def test_envoy_routes_each_model_to_one_node(tmp_path: Path) -> None:
         url = f"http://127.0.0.1:{http_port}"
 
         def served() -> bool:
+            """Envoy serves, with every node healthy: it starts taking requests once its first
+            health checks are done, and sends a model whose node failed its check (slow, on a
+            busy host) to another, which loads it too, until the next check passes."""
             try:
-                return infer(url, "m0").status_code == 200
+                healthy = envoy_healthy(admin_port)
+                every = [
+                    hosts == set(HOSTS) for c, hosts in healthy.items() if c.startswith("inferd")
+                ]
+                return len(every) == 4 and all(every) and infer(url, "m0").status_code == 200
             except httpx.HTTPError:
                 return False
 
-        wait_for(served, "Envoy to serve", 30)
+        wait_for(served, "Envoy to serve, every node healthy", 30)
         for _ in range(3):
             for name in models:
                 assert infer(url, name).status_code == 200

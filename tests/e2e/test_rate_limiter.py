@@ -201,6 +201,6 @@ def test_the_limiter_is_off_by_default(tmp_path: Path) -> None:
         wait_for(lambda: '"most": 2' in _state(server, "ab") or None, "a and b at once")
         r = httpx.post(f"{server.http_url}/v2/repository/models/greedy/load", timeout=120)
         assert r.status_code == 200, r.text  # rate_limiter is ignored when the limiter is off
-        assert "inferd_rate_limiter" not in httpx.get(f"{server.http_url}/metrics").text
+        assert "inferd_rate_limiter" not in httpx.get(f"{server.http_url}/metrics", timeout=60).text
     finally:
         server.stop()
