@@ -8,23 +8,23 @@ sequence to an instance) or left to the least busy. An instance whose executor f
 
 One exception to the threads, measured: an executor that declares itself ``inline`` and whose
 executions take under ``INLINE_BELOW_S`` runs on the event loop itself when nothing else of its
-version is in flight, because for such a call the hop to a thread and back (and the GIL
-hand-offs) costs the loop more than the call (half_plus_two, v2 JSON: 342,000 CPU instructions
-per request through the thread, 294,000 inline; ``try_inline`` runs such a request with no
-future at all, and ``take_inline`` / ``give_inline`` hand instance 0 to a caller on the loop
-that runs the runtime itself: ``inferd.plane.model.ModelVersion.infer_inline``). The decision is measured in two steps. Executions on the worker threads are
-timed by the thread's CPU time: their wall time would include waiting for the GIL behind a busy
-event loop, which under load inflates a 30 µs call past the threshold and keeps a fast model
-off the inline path for good. When that CPU time is under the threshold, one execution runs
-inline as a probe, timed by the wall clock (a runtime whose work happens on threads of its own
-shows little CPU on the calling thread, and a runtime waiting on a GPU none at all: only the
-wall clock tells). On a busy host a fast call is sometimes descheduled and looks slow, so a
-probe round makes up to ``PROBES`` tries and one fast try is enough; after a slow round the
-next waits for a back-off that doubles up to ``PROBE_MAX_S``. The model stays inline until
-``SLOW_STREAK`` inline calls in a row take ``LEAVE_FACTOR`` times the threshold: a fast call
-often shows 100-130 µs of wall time when the runtime released the GIL and another thread took
-it, and a model that flapped between the loop and its thread at that margin cost 1.5x the CPU
-per request of one that stays inline (half_plus_two, v2 JSON, c=16).
+version is in flight, because for such a call the hop to a thread and back (and the GIL hand-offs)
+costs the loop more than the call (half_plus_two, v2 JSON: 342,000 CPU instructions per request
+through the thread, 294,000 inline; ``try_inline`` runs such a request with no future at all, and
+``take_inline`` / ``give_inline`` hand instance 0 to a caller on the loop that runs the runtime
+itself: ``inferd.plane.model.ModelVersion.infer_inline``). The decision is measured in two steps.
+Executions on the worker threads are timed by the thread's CPU time: their wall time would include
+waiting for the GIL behind a busy event loop, which under load inflates a 30 µs call past the
+threshold and keeps a fast model off the inline path for good. When that CPU time is under the
+threshold, one execution runs inline as a probe, timed by the wall clock (a runtime whose work
+happens on threads of its own shows little CPU on the calling thread, and a runtime waiting on a
+GPU none at all: only the wall clock tells). On a busy host a fast call is sometimes descheduled
+and looks slow, so a probe round makes up to ``PROBES`` tries and one fast try is enough; after a
+slow round the next waits for a back-off that doubles up to ``PROBE_MAX_S``. The model stays inline
+until ``SLOW_STREAK`` inline calls in a row take ``LEAVE_FACTOR`` times the threshold: a fast call
+often shows 100-130 µs of wall time when the runtime released the GIL and another thread took it,
+and a model that flapped between the loop and its thread at that margin cost 1.5x the CPU per
+request of one that stays inline (half_plus_two, v2 JSON, c=16).
 
 An executor runs one batch at a time: each instance has a lock its worker thread holds while it
 executes, and so does whoever else runs the executor: the event loop (inline, above) and a
