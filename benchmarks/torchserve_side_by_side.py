@@ -18,11 +18,14 @@ with the CPU seconds of each server's whole process tree (Java or the serving pr
 every handler worker; psutil over the children) over the window. Prints req/s, p50/p99, errors
 and CPU-µs per request per pass, then the medians and the ratios inferd/TorchServe (req/s
 ratios are only meaningful within one run on a shared host; CPU per request is the steadier
-figure). Needs ``wrk``, Java and a venv with ``torchserve``::
+figure). Each server gets ``--warmup`` seconds of load before its first pass of an archive:
+TorchServe's Java frontend compiles its hot paths over its first minute or so of traffic, and
+its CPU per request falls while it does, so a short warm-up measures part of that compiling.
+Needs ``wrk``, Java and a venv with ``torchserve``::
 
     INFERD_TORCHSERVE_VENV=/tmp/torchserve-venv .venv/bin/python \\
         benchmarks/torchserve_side_by_side.py [--examples mnist,mnist_batch,linear] \\
-        [--seconds 8] [--passes 3] [--workers 1] [-c 16]
+        [--seconds 8] [--passes 3] [--workers 1] [-c 16] [--warmup 2]
 """
 
 from __future__ import annotations
@@ -127,10 +130,16 @@ def tree_cpu_s(pid: int) -> float:
 
 
 def measure(
-    url: str, pid: int, body: Path, content_type: str, conns: int, seconds: float
+    url: str,
+    pid: int,
+    body: Path,
+    content_type: str,
+    conns: int,
+    seconds: float,
+    warmup_s: float = 2.0,
 ) -> dict[str, float]:
     headers = {"Content-Type": content_type}
-    wrk(url, body, headers, conns, 2)  # warm-up
+    wrk(url, body, headers, conns, warmup_s)
     time.sleep(1)
     start = tree_cpu_s(pid)
     result = wrk(url, body, headers, conns, seconds)
@@ -168,7 +177,8 @@ def compare(
     results: dict[str, list[dict[str, float]]] = {server: [] for server in targets}
     print(
         f"\n{name}.mar, {args.workers} worker(s) each, c={args.connections}, "
-        f"{args.seconds:g} s x {args.passes} pass(es), load average {os.getloadavg()[0]:.2f}"
+        f"{args.seconds:g} s x {args.passes} pass(es) after {args.warmup:g} s of warm-up, "
+        f"load average {os.getloadavg()[0]:.2f}"
     )
     for index in range(args.passes):
         order = list(targets) if index % 2 == 0 else list(reversed(targets))
@@ -181,6 +191,7 @@ def compare(
                 example.content_type,
                 args.connections,
                 args.seconds,
+                args.warmup if index == 0 else 2.0,
             )
             results[server].append(found)
             print(f"pass {index + 1} " + _line(server, found), flush=True)
@@ -207,6 +218,13 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("-c", "--connections", type=int, default=16)
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=2.0,
+        help="seconds of load on each server before its first pass of an archive (TorchServe's "
+        "Java compiles its hot paths during the first tens of seconds, which its CPU then counts)",
+    )
     args = parser.parse_args()
     venv = peer_venv()
     if venv is None:
