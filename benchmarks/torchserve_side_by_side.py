@@ -9,7 +9,9 @@ repository builds them:
 - ``mnist_batch``: the same model and handler with TorchServe's batching (``batchSize: 8``,
   ``maxBatchDelay: 10`` in the archive's ``model-config.yaml``): the handler gets a list;
 - ``linear``: a TorchScript linear model behind a ``BaseHandler`` subclass
-  (``tests/e2e/torchserve_support``), a small JSON body.
+  (``tests/e2e/torchserve_support``), a small JSON body;
+- ``noop``: a handler that answers ``0`` to each request without looking at it, sent mnist's
+  PNG: what each server costs around a handler (not in the default list).
 
 The same number of worker processes each, one torch thread per worker (``OMP_NUM_THREADS=1``),
 TorchServe with its request logging off (its default logs several lines per request). wrk sends
@@ -114,6 +116,21 @@ def mnist_archives(work: Path, store: Path) -> None:
     archive(work, store, "mnist", "1.0", handler, *files)
     config = ("--config-file", str(EXAMPLES / "mnist_batch.yaml"))
     archive(work, store, "mnist_batch", "1.0", handler, *files, *config)
+
+
+NOOP_HANDLER = """
+def handle(data, context):
+    if data is None:  # the initialization call
+        return None
+    return [0] * len(data)
+"""
+
+
+def noop_archive(work: Path, store: Path) -> None:
+    """``noop.mar``: a handler that does nothing, to measure what is around it."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "noop_handler.py").write_text(NOOP_HANDLER)
+    archive(work, store, "noop", "1.0", "noop_handler.py")
 
 
 def tree_cpu_s(pid: int) -> float:
@@ -233,11 +250,13 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ts-bench-"))
     store = build_store(work / "archives")
     mnist_archives(work / "mnist", store)
+    noop_archive(work / "noop", store)
     png = digit_png()
     examples = {
         "mnist": Example(png, "application/octet-stream"),
         "mnist_batch": Example(png, "application/octet-stream"),
         "linear": Example(b'{"x": [1, 2, 3, 4]}', "application/json", {"y": [2.0, 6.0]}),
+        "noop": Example(png, "application/octet-stream", 0),
     }
     chosen = [n for n in args.examples.split(",") if n]
     unknown = set(chosen) - set(examples)
