@@ -10,10 +10,14 @@ as it is in a real run.
 ``--api tfs`` counts TF Serving's REST predict on the same model instead
 (``{"instances": [1.0]}``), and ``--api binary`` a v2 request with binary tensors both ways (a
 JSON header, then the input's raw bytes; ``binary_data_output`` asked), so the paths' costs can
-be set side by side.
+be set side by side. ``--api torchserve`` counts TorchServe's ``POST /predictions/mnist`` with
+a 28x28 PNG body on TorchServe's mnist example (``torchserve_side_by_side.py``'s archive): the
+handler runs in its worker process as in a real run, so what is counted is the serving
+process's side (route, body, hand-off, the answer's message and the reply), one request at a
+time.
 
     PYTHONPATH=src .venv/bin/python benchmarks/request_opcodes.py [--requests 2000] [--functions 25]
-        [--api v2|binary|tfs]
+        [--api v2|binary|tfs|torchserve]
 """
 
 from __future__ import annotations
@@ -55,6 +59,13 @@ APIS = {
         JSON,
         "TF Serving REST predict",
     ),
+    # the body: torchserve_side_by_side.digit_png(), made when counting
+    "torchserve": (
+        "/predictions/mnist",
+        b"",
+        {"content-type": "application/octet-stream"},
+        "TorchServe predictions (mnist, PNG body)",
+    ),
 }
 
 # (stage, predicate on "file:function") in order: the first match names a function's stage.
@@ -72,6 +83,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
             "tfserving/http.py:_finite",
             "tfserving/http.py:_predictions",
             "tfserving/http.py:_json_value",
+            "torchserve/models.py:_prediction",
         ),
     ),
     (
@@ -88,6 +100,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
             "datatypes.py:",
             "shm_tensors.py:",
             "tfserving/http.py:",
+            "torchserve/forms.py:",
         ),
     ),
     (
@@ -95,6 +108,11 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
         ("transport/http.py:", "deadlines.py:", "watch.py:", "asyncio/", "v2/http.py:admit"),
     ),
     ("v2 handler", ("v2/http.py:",)),
+    ("TorchServe route and request", ("torchserve/http.py:", "torchserve/models.py:", "uuid.py")),
+    (
+        "hand-off to the worker process and its answer",
+        ("processes.py:", "wire.py:", "channel.py:", "shm.py:", "process_slots.py:"),
+    ),
     ("TF Serving target, signature and shapes", ("tfserving.py:",)),
     ("validation (inputs and outputs against the config)", ("validate.py:", "spec.py:")),
     ("routing and data plane", ("registry.py:", "routing.py:", "dataplane.py:")),
@@ -112,6 +130,28 @@ def stage_of(key: str) -> str:
     return "other"
 
 
+async def _torchserve_app(work: Path) -> Any:
+    """A server of TorchServe's mnist example (built as the side-by-side builds it), its
+    TorchServe inference app."""
+    from torchserve_side_by_side import mnist_archives
+
+    from inferd.app import flags
+    from inferd.app.server import NetworkServer
+
+    store = work / "store"
+    store.mkdir()
+    mnist_archives(work / "mnist", store)
+    args = ["--model-repository", str(work / "models"), "--model-store", str(store),
+            "--models", "mnist=mnist.mar", "--default-workers-per-model", "1"]  # fmt: skip
+    (work / "models").mkdir()
+    server = NetworkServer(flags.parse(args))
+    torchserve = server.torchserve
+    assert torchserve is not None
+    server.core.also_load = await torchserve.register_at_start()
+    await server.core.start()
+    return torchserve.inference_app
+
+
 async def count(
     requests: int, api: str = "v2"
 ) -> tuple[collections.Counter[str], collections.Counter[int]]:
@@ -126,17 +166,23 @@ async def count(
 
     instances.INLINE_BELOW_S = 1.0  # tracing is slow: keep the model inline, as in a real run
     instances.INLINE_BELOW_NS = 10**9
-    repo = Path(tempfile.mkdtemp()) / "models"
-    write_demo_repository(repo, models=["half_plus_two"])
-    args = ["--model-repository", str(repo), "--model-control-mode", "explicit",
-            "--load-model", "half_plus_two"]  # fmt: skip
-    server = NetworkServer(flags.parse(args))
-    if hasattr(server, "core"):
-        await server.core.start()
-    else:
-        await server._load_models()
-    app = server.http_app
     path, body, headers, _ = APIS[api]
+    if api == "torchserve":
+        from torchserve_side_by_side import digit_png
+
+        body = digit_png()
+        app = await _torchserve_app(Path(tempfile.mkdtemp()))
+    else:
+        repo = Path(tempfile.mkdtemp()) / "models"
+        write_demo_repository(repo, models=["half_plus_two"])
+        args = ["--model-repository", str(repo), "--model-control-mode", "explicit",
+                "--load-model", "half_plus_two"]  # fmt: skip
+        server = NetworkServer(flags.parse(args))
+        if hasattr(server, "core"):
+            await server.core.start()
+        else:
+            await server._load_models()
+        app = server.http_app
     scope = Scope(path, body, headers)
     protocol = Protocol(body)
     for _ in range(3000):
@@ -180,9 +226,8 @@ def main() -> None:
     stages: collections.Counter[str] = collections.Counter()
     for key, value in per_request.items():
         stages[stage_of(key)] += value
-    print(
-        f"half_plus_two, {APIS[args.api][3]}: {total:,.0f} bytecodes per request ({n} requests)\n"
-    )
+    model = "mnist.mar" if args.api == "torchserve" else "half_plus_two"
+    print(f"{model}, {APIS[args.api][3]}: {total:,.0f} bytecodes per request ({n} requests)\n")
     print("| stage | bytecodes/request | share |\n|---|---|---|")
     for stage, value in stages.most_common():
         print(f"| {stage} | {value:,.0f} | {100 * value / total:.0f} % |")

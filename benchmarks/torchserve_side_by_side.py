@@ -9,7 +9,9 @@ repository builds them:
 - ``mnist_batch``: the same model and handler with TorchServe's batching (``batchSize: 8``,
   ``maxBatchDelay: 10`` in the archive's ``model-config.yaml``): the handler gets a list;
 - ``linear``: a TorchScript linear model behind a ``BaseHandler`` subclass
-  (``tests/e2e/torchserve_support``), a small JSON body.
+  (``tests/e2e/torchserve_support``), a small JSON body;
+- ``noop``: a handler that answers ``0`` to each request without looking at it, sent mnist's
+  PNG: what each server costs around a handler (not in the default list).
 
 The same number of worker processes each, one torch thread per worker (``OMP_NUM_THREADS=1``),
 TorchServe with its request logging off (its default logs several lines per request). wrk sends
@@ -18,11 +20,14 @@ with the CPU seconds of each server's whole process tree (Java or the serving pr
 every handler worker; psutil over the children) over the window. Prints req/s, p50/p99, errors
 and CPU-µs per request per pass, then the medians and the ratios inferd/TorchServe (req/s
 ratios are only meaningful within one run on a shared host; CPU per request is the steadier
-figure). Needs ``wrk``, Java and a venv with ``torchserve``::
+figure). Each server gets ``--warmup`` seconds of load before its first pass of an archive:
+TorchServe's Java frontend compiles its hot paths over its first minute or so of traffic, and
+its CPU per request falls while it does, so a short warm-up measures part of that compiling.
+Needs ``wrk``, Java and a venv with ``torchserve``::
 
     INFERD_TORCHSERVE_VENV=/tmp/torchserve-venv .venv/bin/python \\
         benchmarks/torchserve_side_by_side.py [--examples mnist,mnist_batch,linear] \\
-        [--seconds 8] [--passes 3] [--workers 1] [-c 16]
+        [--seconds 8] [--passes 3] [--workers 1] [-c 16] [--warmup 2]
 """
 
 from __future__ import annotations
@@ -113,6 +118,21 @@ def mnist_archives(work: Path, store: Path) -> None:
     archive(work, store, "mnist_batch", "1.0", handler, *files, *config)
 
 
+NOOP_HANDLER = """
+def handle(data, context):
+    if data is None:  # the initialization call
+        return None
+    return [0] * len(data)
+"""
+
+
+def noop_archive(work: Path, store: Path) -> None:
+    """``noop.mar``: a handler that does nothing, to measure what is around it."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "noop_handler.py").write_text(NOOP_HANDLER)
+    archive(work, store, "noop", "1.0", "noop_handler.py")
+
+
 def tree_cpu_s(pid: int) -> float:
     """CPU seconds of a process and every live descendant."""
     root = psutil.Process(pid)
@@ -127,10 +147,16 @@ def tree_cpu_s(pid: int) -> float:
 
 
 def measure(
-    url: str, pid: int, body: Path, content_type: str, conns: int, seconds: float
+    url: str,
+    pid: int,
+    body: Path,
+    content_type: str,
+    conns: int,
+    seconds: float,
+    warmup_s: float = 2.0,
 ) -> dict[str, float]:
     headers = {"Content-Type": content_type}
-    wrk(url, body, headers, conns, 2)  # warm-up
+    wrk(url, body, headers, conns, warmup_s)
     time.sleep(1)
     start = tree_cpu_s(pid)
     result = wrk(url, body, headers, conns, seconds)
@@ -168,7 +194,8 @@ def compare(
     results: dict[str, list[dict[str, float]]] = {server: [] for server in targets}
     print(
         f"\n{name}.mar, {args.workers} worker(s) each, c={args.connections}, "
-        f"{args.seconds:g} s x {args.passes} pass(es), load average {os.getloadavg()[0]:.2f}"
+        f"{args.seconds:g} s x {args.passes} pass(es) after {args.warmup:g} s of warm-up, "
+        f"load average {os.getloadavg()[0]:.2f}"
     )
     for index in range(args.passes):
         order = list(targets) if index % 2 == 0 else list(reversed(targets))
@@ -181,6 +208,7 @@ def compare(
                 example.content_type,
                 args.connections,
                 args.seconds,
+                args.warmup if index == 0 else 2.0,
             )
             results[server].append(found)
             print(f"pass {index + 1} " + _line(server, found), flush=True)
@@ -207,6 +235,13 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("-c", "--connections", type=int, default=16)
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=2.0,
+        help="seconds of load on each server before its first pass of an archive (TorchServe's "
+        "Java compiles its hot paths during the first tens of seconds, which its CPU then counts)",
+    )
     args = parser.parse_args()
     venv = peer_venv()
     if venv is None:
@@ -215,11 +250,13 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ts-bench-"))
     store = build_store(work / "archives")
     mnist_archives(work / "mnist", store)
+    noop_archive(work / "noop", store)
     png = digit_png()
     examples = {
         "mnist": Example(png, "application/octet-stream"),
         "mnist_batch": Example(png, "application/octet-stream"),
         "linear": Example(b'{"x": [1, 2, 3, 4]}', "application/json", {"y": [2.0, 6.0]}),
+        "noop": Example(png, "application/octet-stream", 0),
     }
     chosen = [n for n in args.examples.split(",") if n]
     unknown = set(chosen) - set(examples)

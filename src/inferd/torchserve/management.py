@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +43,7 @@ from inferd.torchserve.errors import (
     bad_request,
     model_not_found,
 )
-from inferd.torchserve.models import TorchServeModels
+from inferd.torchserve.models import TorchServeModels, new_request_id
 from inferd.torchserve.sources import ModelStore, Source
 
 log = logging.getLogger("inferd.torchserve")
@@ -415,7 +414,7 @@ class Management:
         found = [self.models.describe(name, m) for m in chosen]
         if customized and version != "all":
             prediction = await self.models.predict(
-                name, version, [b""], ["body"], [""], {"describe": "True"}, str(uuid.uuid4())
+                name, version, [b""], ["body"], [""], {"describe": "True"}, new_request_id()
             )
             try:
                 metadata = json.loads(prediction.body or b"{}")

@@ -170,6 +170,15 @@ def encode_answer(value: Any) -> bytes:
         return bytes(value)
     if isinstance(value, str):
         return value.encode("utf-8")
+    kind = type(value)
+    if kind is int:  # a class index: json.dumps(indent=2) writes int's repr
+        return int.__repr__(value).encode()
+    if kind is list and all(type(item) is int for item in value):
+        # class indices (postprocess's usual ``argmax(1).tolist()`` row): what json.dumps
+        # with indent=2 writes, without its pure-Python indenting encoder
+        if not value:
+            return b"[]"
+        return ("[\n  " + ",\n  ".join(map(int.__repr__, value)) + "\n]").encode()
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         buffer = io.BytesIO()

@@ -17,7 +17,6 @@ import asyncio
 import json
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -33,7 +32,7 @@ from inferd.protocols.transport.grpc_services import GrpcService
 from inferd.security.access import Access
 from inferd.torchserve.errors import Answer, TorchServeError, answer
 from inferd.torchserve.management import Management, ModelApiDisabled, Registration
-from inferd.torchserve.models import Prediction, TorchServeModels
+from inferd.torchserve.models import Prediction, TorchServeModels, new_request_id
 
 log = logging.getLogger("inferd.grpc")
 
@@ -232,7 +231,7 @@ class TorchServeGrpc:
             names,
             [""] * len(names),
             headers,
-            str(uuid.uuid4()),
+            new_request_id(),
         )
 
     async def predictions(self, request: ipb.PredictionsRequest) -> ipb.PredictionResponse:

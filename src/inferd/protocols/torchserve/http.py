@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,7 +25,7 @@ from inferd.protocols.v2.http import OFFLOAD_BYTES
 from inferd.security.access import Access
 from inferd.torchserve import forms
 from inferd.torchserve.errors import METHOD_MESSAGE, Answer, answer
-from inferd.torchserve.models import Prediction, TorchServeModels
+from inferd.torchserve.models import Prediction, TorchServeModels, new_request_id
 
 JSON = "application/json"
 _VERSIONED = r"/(?P<model>[^/]+)(?:/(?P<version>[^/]+)(?:/(?P<path>.*))?)?"
@@ -145,7 +144,7 @@ class TorchServeInferenceHttp:
         meta: dict[str, Any] = {"explain": explain}
         meta.update(headers.items())
         meta["url_path"] = params.get("path") or ""
-        request_id = str(uuid.uuid4())
+        request_id = new_request_id()
         found = await cancel_on_disconnect(
             request,
             self.models.answers(name, version, values, names, types, meta, request_id),
