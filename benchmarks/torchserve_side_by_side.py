@@ -18,11 +18,13 @@ TorchServe with its request logging off (its default logs several lines per requ
 ``POST /predictions/<model>``; each pass measures TorchServe then inferd (the order alternates),
 with the CPU seconds of each server's whole process tree (Java or the serving processes, and
 every handler worker; psutil over the children) over the window. Prints req/s, p50/p99, errors
-and CPU-µs per request per pass, then the medians and the ratios inferd/TorchServe (req/s
-ratios are only meaningful within one run on a shared host; CPU per request is the steadier
-figure). Each server gets ``--warmup`` seconds of load before its first pass of an archive:
-TorchServe's Java frontend compiles its hot paths over its first minute or so of traffic, and
-its CPU per request falls while it does, so a short warm-up measures part of that compiling.
+and CPU-µs per request per pass (for inferd also the rows per execution and the mean queue time
+over the window, from its statistics API: how full its batches were), then the medians and the
+ratios inferd/TorchServe (req/s ratios are only meaningful within one run on a shared host; CPU
+per request is the steadier figure). Each server gets ``--warmup`` seconds of load before its
+first pass of an archive: TorchServe's Java frontend compiles its hot paths over its first minute
+or so of traffic, and its CPU per request falls while it does, so a short warm-up measures part
+of that compiling.
 Needs ``wrk``, Java and a venv with ``torchserve``::
 
     INFERD_TORCHSERVE_VENV=/tmp/torchserve-venv .venv/bin/python \\
@@ -146,6 +148,18 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
+def batching(stats_url: str) -> tuple[int, int, int, int]:
+    """inferd's executions, rows, queued requests and their queue ns (statistics API)."""
+    found = httpx.get(stats_url, timeout=30).json()["model_stats"]
+    queue = [s["inference_stats"]["queue"] for s in found]
+    return (
+        sum(int(s["execution_count"]) for s in found),
+        sum(int(s["inference_count"]) for s in found),
+        sum(int(q["count"]) for q in queue),
+        sum(int(q["ns"]) for q in queue),
+    )
+
+
 def measure(
     url: str,
     pid: int,
@@ -154,24 +168,36 @@ def measure(
     conns: int,
     seconds: float,
     warmup_s: float = 2.0,
+    stats_url: str | None = None,
 ) -> dict[str, float]:
+    """One pass; with ``stats_url`` (inferd's statistics of the model) also the rows per
+    execution and the mean queue time over the measured window."""
     headers = {"Content-Type": content_type}
     wrk(url, body, headers, conns, warmup_s)
     time.sleep(1)
+    before = batching(stats_url) if stats_url else None
     start = tree_cpu_s(pid)
     result = wrk(url, body, headers, conns, seconds)
     cpu_s = tree_cpu_s(pid) - start
     result["cpu_us_per_request"] = cpu_s * 1e6 / max(result["requests"], 1)
     result["cores"] = cpu_s / seconds
+    if stats_url and before:
+        after = batching(stats_url)
+        executions, rows, queued, queue_ns = (a - b for a, b in zip(after, before, strict=True))
+        result["rows_per_execution"] = rows / max(executions, 1)
+        result["queue_us"] = queue_ns / 1000 / max(queued, 1)
     return result
 
 
 def _line(label: str, r: dict[str, float]) -> str:
-    return (
+    line = (
         f"{label:11s} {r['rps']:8.0f} req/s  p50 {r['p50'] / 1000:6.2f} ms  "
         f"p99 {r['p99'] / 1000:6.2f} ms  errors {int(r['errors']):4d}  "
         f"{r['cpu_us_per_request']:7.0f} CPU-us/req  {r['cores']:.2f} cores"
     )
+    if "rows_per_execution" in r:
+        line += f"  {r['rows_per_execution']:.2f} rows/execution  queue {r['queue_us']:.0f} us"
+    return line
 
 
 def compare(
@@ -180,6 +206,7 @@ def compare(
     targets: dict[str, tuple[str, int]],
     work: Path,
     args: argparse.Namespace,
+    stats_url: str,
 ) -> None:
     body = work / f"{name}.body"
     body.write_bytes(example.body)
@@ -209,6 +236,7 @@ def compare(
                 args.connections,
                 args.seconds,
                 args.warmup if index == 0 else 2.0,
+                f"{stats_url}/v2/models/{name}/stats" if server == "inferd" else None,
             )
             results[server].append(found)
             print(f"pass {index + 1} " + _line(server, found), flush=True)
@@ -290,7 +318,7 @@ def main() -> None:
             "inferd": (ports.inference_url, ours.proc.pid),
         }
         for name in chosen:
-            compare(name, examples[name], targets, work, args)
+            compare(name, examples[name], targets, work, args, ours.http_url)
         print(f"\nload average after: {os.getloadavg()[0]:.2f}")
     finally:
         ours.stop()

@@ -22,6 +22,10 @@ from inferd.backends.process import ProcessRecipe
 from inferd.backends.work import CANCELLED, Executed, InstanceFailed, Work
 from inferd.config.text import parse_config_text
 from inferd.core.errors import ModelLoadError
+from inferd.core.stats import ModelStats
+from inferd.core.types import Timings
+from inferd.scheduling.batcher import DynamicBatcher
+from inferd.scheduling.policy import BatchingOptions
 from inferd.scheduling.processes import ProcessInstances
 from inferd.scheduling.recipe import backend_recipe
 from inferd.scheduling.shm import Arenas
@@ -352,3 +356,44 @@ def test_jobs_waiting_for_a_busy_worker_are_handed_over_together(
     # r0 and r1 one message each; r2-r4 in one when r0 is done; r5-r7 in one when r3 is done
     handovers = [e["handovers"] for e in entries]
     assert handovers == sorted(handovers) and handovers[-1] == 4
+
+
+def test_a_full_batch_reaches_a_busy_worker_ahead_of_the_one_it_runs(
+    tmp_path: Path, closing: list[ProcessInstances]
+) -> None:
+    """TorchServe's batching (batchSize 8, maxBatchDelay 10 ms, one worker) at a steady 16
+    requests: while the worker runs one batch of 8, the next 8 form a batch that is handed to
+    the worker at once, so it starts without a round trip through the server; each runs full."""
+    log, gate = tmp_path / "log", tmp_path / "gate"
+    extra = "dynamic_batching { max_queue_delay_microseconds: 10000 }\n"
+    recipes = _recipes(
+        "ahead", 1, extra + _params(log_file=log, gate_file=gate, request_level="true")
+    )
+    pool = ProcessInstances("ahead", recipes)
+    closing.append(pool)
+    options = BatchingOptions.from_config(
+        parse_config_text(f'name: "ahead" backend: "echo" max_batch_size: 8\n{extra}')
+    )
+    stats = ModelStats()
+    batcher = DynamicBatcher("ahead", pool, options, stats)
+    worker = pool._workers[0]
+
+    async def run() -> tuple[int, list[Any]]:
+        answers = [
+            asyncio.ensure_future(batcher.run(_work(i, f"r{i}"), Timings())) for i in range(16)
+        ]
+        deadline = time.monotonic() + 60
+        while len(worker.sent) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        held = len(worker.sent)  # both batches are in the worker while the first is gated
+        gate.touch()
+        return held, list(await asyncio.gather(*answers))
+
+    held, answers = asyncio.run(run())
+    assert held == 2
+    assert [a["OUTPUT0"].item() for a in answers] == list(range(16))
+    assert [e["request_ids"] for e in _log(log)] == [
+        [f"r{i}" for i in range(8)],
+        [f"r{i}" for i in range(8, 16)],
+    ]
+    assert stats.execution_count == 2 and stats.inference_count == 16
