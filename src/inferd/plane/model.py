@@ -100,13 +100,7 @@ class ModelVersion:
         self.stats.pending += 1
         try:
             spec = self.spec if not signature else self.signature_spec(signature)
-            inputs, rows = validate.check_inputs(spec, request.inputs)
-            requested = request.outputs
-            if requested is None:  # every output, unclassified: the usual request
-                names, counts = spec.output_names, None
-            else:
-                names = validate.check_outputs(spec, [o.name for o in requested])
-                counts = class_counts(requested) if requested else None
+            inputs, rows, names, counts = _checked(spec, request)
             key = None
             outputs = None
             if self.cache is not None:
@@ -152,13 +146,7 @@ class ModelVersion:
         stats.pending += 1
         try:
             spec = self.spec
-            inputs, rows = validate.check_inputs(spec, request.inputs)
-            requested = request.outputs
-            if requested is None:  # every output, unclassified: the usual request
-                names, counts = spec.output_names, None
-            else:
-                names = validate.check_outputs(spec, [o.name for o in requested])
-                counts = class_counts(requested) if requested else None
+            inputs, rows, names, counts = _checked(spec, request)
             key = outputs = None
             cache = self.cache
             if cache is not None:
@@ -255,3 +243,16 @@ class ModelVersion:
         self.state = ModelState.UNLOADING
         await self.scheduler.close()
         self.state = ModelState.UNAVAILABLE
+
+
+def _checked(
+    spec: ModelSpec, request: InferRequest
+) -> tuple[Tensors, int, tuple[str, ...], dict[str, int] | None]:
+    """A request's inputs as the model takes them, its batch size, the outputs to compute and
+    the ``classification`` counts asked for (None: none), or InvalidInput naming the problem."""
+    inputs, rows = validate.check_inputs(spec, request.inputs)
+    requested = request.outputs
+    if requested is None:  # every output, unclassified: the usual request
+        return inputs, rows, spec.output_names, None
+    names = validate.check_outputs(spec, [o.name for o in requested])
+    return inputs, rows, names, class_counts(requested) if requested else None
