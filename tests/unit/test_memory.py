@@ -95,7 +95,7 @@ def test_what_a_burst_left_in_cycles_goes_back_once_it_is_over() -> None:
     """Garbage in reference cycles (a refused request's traceback and frames) holding 48 MiB:
     once the process has grown and sits idle, ``AfterBursts`` collects it and the resident
     set comes back; it does nothing while the process has not grown."""
-    after_bursts = AfterBursts(grown_bytes=16 << 20, idle_s=0.05, idle_share=0.5)
+    after_bursts = AfterBursts(grown_bytes=16 << 20, idle_s=0.05, idle_share=0.9)
     time.sleep(0.1)
     assert not after_bursts()  # not grown
     enabled = gc.isenabled()
@@ -105,8 +105,14 @@ def test_what_a_burst_left_in_cycles_goes_back_once_it_is_over() -> None:
         cycle.append(cycle)
         grown = _rss("self")
         del cycle
-        time.sleep(0.5)  # idle long enough that filling 48 MiB above is a small share of it
-        assert after_bursts()
+        # Idle long enough that filling 48 MiB above is a small share of it. Other threads of
+        # this test process (an earlier test's, a client library's) may use the CPU now and
+        # then: a window that was not idle is followed by the next one.
+        deadline = time.monotonic() + 30
+        time.sleep(0.5)
+        while not after_bursts():
+            assert time.monotonic() < deadline, "never idle for 0.5 s"
+            time.sleep(0.5)
         assert _rss("self") < grown - (32 << 20)
     finally:
         if enabled:
