@@ -24,6 +24,10 @@ def ready() -> bool:
 
 
 def main(example: str) -> int:
+    # Ctrl+C reaches the server even when this was started with SIGINT ignored (a command run
+    # in the background of a script inherits that): a handled signal is reset to its default
+    # in the child, where Python then raises KeyboardInterrupt as usual.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     folder = Path(__file__).parent / example
     server = subprocess.Popen([sys.executable, str(folder / "server.py")])
     try:
@@ -42,7 +46,13 @@ def main(example: str) -> int:
         print(client.stdout + client.stderr)
     finally:
         server.send_signal(signal.SIGINT)
-        status = server.wait(READY_TIMEOUT_S)
+        try:
+            status = server.wait(READY_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+            print("server.py did not stop on SIGINT")
+            status = 1
     return client.returncode or status
 
 
