@@ -4,6 +4,7 @@ several processes' lines merged in order."""
 from __future__ import annotations
 
 import logging
+import time
 
 from inferd.observability.logging import TailHandler, cursor, log_clock_us, merge_entries
 
@@ -18,6 +19,13 @@ def _tail(capacity: int) -> TailHandler:
     return tail
 
 
+def _passed() -> None:
+    """Lines kept within one microsecond take the next positions up, ahead of the clock, and
+    ``since`` answers them once the clock has passed them (the next call, for a reader that
+    polls): wait that long, so the lines just kept are in the answer."""
+    time.sleep(0.001)
+
+
 def test_since_answers_only_newer_lines_and_the_next_position() -> None:
     tail = _tail(3)
     start = cursor()
@@ -25,6 +33,7 @@ def test_since_answers_only_newer_lines_and_the_next_position() -> None:
     assert lines == [] and first >= start
     for text in ("a", "b"):
         tail.emit(_record(text))
+    _passed()
     lines, second = tail.since(first, 10)
     assert lines == ["a", "b"] and second > first
     assert tail.since(second, 10)[0] == []  # nothing new
@@ -32,6 +41,7 @@ def test_since_answers_only_newer_lines_and_the_next_position() -> None:
     assert tail.since(positions[0], 10)[0] == ["b"]
     for text in ("c", "d", "e"):
         tail.emit(_record(text))
+    _passed()
     # Only the last three are kept: older ones are gone, not repeated.
     assert tail.since(0, 10)[0] == ["c", "d", "e"]
     assert tail.since(second, 10)[0] == ["c", "d", "e"]
@@ -47,6 +57,7 @@ def test_positions_increase_and_a_line_kept_later_is_above_a_cursor() -> None:
         tail.emit(_record(str(i)))
     positions = [position for position, _ in tail.entries(0, None, 100)]
     assert positions == sorted(set(positions)) and len(positions) == 50
+    _passed()
     reading = cursor()
     tail.emit(_record("later"))
     assert tail.entries(reading, None, 10) == [(tail.entries(0, None, 1)[0][0], "later")]
